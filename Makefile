@@ -1,0 +1,22 @@
+# The two commands: `make lab` (set up, then JupyterLab on the course) and `make test`.
+# Set-up is idempotent: a second run checks what is installed and takes seconds.
+PY := .venv/bin/python
+# System packages the test suite needs beyond `make lab`'s (installed when root, named otherwise).
+TEST_APT := openmpi-bin libopenmpi-dev
+PYTEST_ARGS ?=
+
+.PHONY: setup lab test clean
+
+setup:
+	@bash scripts/setup-system.sh
+	@bash scripts/setup-python.sh
+
+lab: setup
+	@$(PY) -m course lab $(LAB_ARGS)
+
+test: setup
+	@bash scripts/setup-system.sh $(TEST_APT)
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf .venv .pytest_cache build *.egg-info

@@ -1,0 +1,229 @@
+"""`python -m course doctor`: one report of what an instructor needs to know before a workshop.
+
+Heavy probes (TensorFlow, Horovod, MPI, ipyparallel) run in subprocesses, side by side, so a broken
+library is reported rather than crashing the report, and the report also works inside a notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+from course import UserError, data, mpi, profile
+
+
+@dataclass
+class Check:
+    """One line of the report; `essential` checks decide the exit status."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    essential: bool = True
+    facts: dict = field(default_factory=dict)
+
+
+TF_PROBE = r"""
+import json, os
+import tensorflow as tf
+gpus = tf.config.list_physical_devices("GPU")
+names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
+facts = {"version": tf.__version__, "cpus": len(tf.config.list_physical_devices("CPU")), "gpus": names}
+try:
+    import horovod, horovod.tensorflow as hvd
+    facts["horovod"] = {
+        "version": horovod.__version__,
+        "frameworks": ["tensorflow"],
+        "controllers": [n for n, built in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if built],
+        "tensor_operations": [n for n, built in (("NCCL", hvd.nccl_built()), ("DDL", hvd.ddl_built()),
+                               ("CCL", hvd.ccl_built()), ("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if built],
+        "cuda": bool(hvd.cuda_built()),
+    }
+except Exception as exc:
+    facts["horovod"] = {"error": f"{type(exc).__name__}: {exc}"}
+print("DOCTOR " + json.dumps(facts))
+"""
+
+MPI_PROBE = r"""
+import json, mpi4py
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.rank + 1)
+if comm.rank == 0:
+    print("DOCTOR " + json.dumps({"size": comm.size, "sum": total, "mpi4py": mpi4py.__version__,
+          "library": MPI.Get_library_version().strip().splitlines()[0].split(",")[0]}), flush=True)
+"""
+
+IPP_PROBE = r"""
+import json, time, ipyparallel as ipp
+t0 = time.perf_counter()
+cluster = ipp.Cluster(n=1, log_level=40)
+client = cluster.start_and_connect_sync()
+client.wait_for_engines(1, timeout=60)
+assert client[:].apply_sync(lambda: 42) == [42]
+t1 = time.perf_counter()
+cluster.stop_cluster_sync()
+print("DOCTOR " + json.dumps({"version": ipp.__version__, "start_s": t1 - t0, "stop_s": time.perf_counter() - t1}))
+"""
+
+
+def _probe(args: list[str], timeout: float, env: dict | None = None) -> dict:
+    """Run a probe program; return the JSON it printed after 'DOCTOR ', or {'error': why}."""
+    run_env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore")
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=run_env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {timeout:.0f} s"}
+    except OSError as exc:
+        return {"error": str(exc)}
+    for line in out.stdout.splitlines():
+        if line.startswith("DOCTOR "):
+            return json.loads(line[len("DOCTOR "):])
+    tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [f"exit status {out.returncode}"]
+    return {"error": tail[0]}
+
+
+def check_python() -> Check:
+    version = platform.python_version()
+    ok = sys.version_info[:2] == (3, 11)
+    return Check("python", ok, f"{version} ({sys.executable})", "" if ok else "use Python 3.11 (the tested stack)")
+
+
+def check_tensorflow_and_horovod() -> list[Check]:
+    facts = _probe([sys.executable, "-c", TF_PROBE], timeout=180)
+    if "error" in facts:
+        tf = Check("tensorflow", False, facts["error"], "reinstall the stack: make setup")
+        return [tf, Check("horovod", False, "not checked: TensorFlow does not import", "make setup")]
+    gpus = facts["gpus"]
+    devices = f"{len(gpus)} GPU(s): {', '.join(gpus)}" if gpus else "no GPU (CPU only)"
+    tf = Check("tensorflow", True, f"{facts['version']}, {devices}", facts={k: facts[k] for k in ("version", "cpus", "gpus")})
+    hvd = facts["horovod"]
+    if "error" in hvd:
+        return [tf, Check("horovod", False, hvd["error"], "rebuild Horovod against this TensorFlow: make setup")]
+    missing = [c for c in ("MPI", "Gloo") if c not in hvd["controllers"]]
+    detail = (f"{hvd['version']}: frameworks {', '.join(hvd['frameworks'])}; controllers {', '.join(hvd['controllers']) or 'none'}; "
+              f"tensor operations {', '.join(hvd['tensor_operations']) or 'none'}")
+    fix = f"Horovod was built without {' and '.join(missing)}: install Open MPI, then rebuild with make setup" if missing else ""
+    if gpus and "NCCL" not in hvd["tensor_operations"]:
+        fix = fix or "GPUs present but Horovod has no NCCL: rebuild with HOROVOD_GPU_OPERATIONS=NCCL"
+    return [tf, Check("horovod", not missing, detail, fix, facts=hvd)]
+
+
+def check_mpi() -> Check:
+    try:
+        version = mpi.version()
+        cmd = mpi.command(2, sys.executable, "-c", MPI_PROBE)
+    except UserError as exc:
+        return Check("mpi", False, str(exc), mpi.INSTALL_HINT)
+    facts = _probe(cmd, timeout=90, env=mpi.env())
+    if "error" in facts:
+        return Check("mpi", False, f"{version}; mpiexec -n 2 failed: {facts['error']}", "check the Open MPI install and mpi4py")
+    ok = facts["size"] == 2 and facts["sum"] == 3
+    detail = f"{version}; mpiexec started 2 ranks, all-reduce {'correct' if ok else 'WRONG'}; mpi4py {facts['mpi4py']} on {facts['library']}"
+    return Check("mpi", ok, detail, "" if ok else "mpi4py is built against another MPI: pip install --force-reinstall --no-binary mpi4py mpi4py",
+                 facts={"version": version, "ranks_started": facts["size"], **facts})
+
+
+def check_ipyparallel() -> Check:
+    facts = _probe([sys.executable, "-c", IPP_PROBE], timeout=120)
+    if "error" in facts:
+        return Check("ipyparallel", False, facts["error"], "reinstall the stack: make setup")
+    return Check("ipyparallel", True, f"{facts['version']}; a 1-engine local cluster started in {facts['start_s']:.1f} s "
+                 f"and stopped in {facts['stop_s']:.1f} s", facts=facts)
+
+
+def check_nbgrader() -> Check:
+    try:
+        from importlib.metadata import version
+        return Check("nbgrader", True, version("nbgrader"))
+    except Exception as exc:  # PackageNotFoundError
+        return Check("nbgrader", False, str(exc), "reinstall the stack: make setup")
+
+
+def check_slurm() -> Check:
+    sbatch = shutil.which("sbatch")
+    if not sbatch:
+        return Check("slurm", False, "sbatch not found (fine on a laptop or Binder)",
+                     "on an HPC site run the course where Slurm's commands are on PATH", essential=False)
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P %a %D %t"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("slurm", False, f"sbatch at {sbatch}, sinfo failed: {exc}", "check slurmctld", essential=False)
+    if out.returncode != 0:
+        return Check("slurm", False, f"sbatch at {sbatch}, sinfo: {out.stderr.strip()}", "check that slurmctld runs", essential=False)
+    partitions = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+    return Check("slurm", True, f"sbatch at {sbatch}; partitions: {', '.join(partitions) or 'none'}", essential=False,
+                 facts={"partitions": partitions})
+
+
+def check_datasets() -> Check:
+    network = data.network_allows_download()
+    where = {}
+    for name in data.DATASETS:
+        found = data.data_dir_file(name)
+        where[name] = str(found) if found else "keras-cache" if data.in_keras_cache(name) else "download" if network else "fallback"
+    missing = [n for n, w in where.items() if w == "fallback"]
+    detail = "; ".join(f"{n}: {w}" for n, w in where.items())
+    fix = (f"{', '.join(missing)} will use the small digits fallback: run 'python -m course data fetch NAME --to DIR' "
+           "on a machine with internet and set COURSE_DATA_DIR=DIR") if missing else ""
+    return Check("datasets", not missing, detail, fix, essential=False, facts=where)
+
+
+def check_resources() -> Check:
+    memory = psutil.virtual_memory()
+    disk = shutil.disk_usage(Path.cwd())
+    detail = (f"{os.cpu_count()} cores, {memory.total / 2**30:.1f} GiB memory ({memory.available / 2**30:.1f} free), "
+              f"{disk.free / 2**30:.1f} GiB free disk; profile {profile.name()}")
+    ok = disk.free > 2 * 2**30
+    return Check("resources", ok, detail, "" if ok else "free some disk space (2 GiB or more)", essential=False,
+                 facts={"cores": os.cpu_count(), "memory_bytes": memory.total, "disk_free_bytes": disk.free, "profile": profile.name()})
+
+
+def run_checks() -> list[Check]:
+    """All checks, the slow ones side by side."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        slow = [pool.submit(check_tensorflow_and_horovod), pool.submit(check_mpi), pool.submit(check_ipyparallel)]
+        quick = [check_python(), check_nbgrader(), check_slurm(), check_datasets(), check_resources()]
+        tf_hvd, mpi_check, ipp_check = (f.result() for f in slow)
+    return [quick[0], *tf_hvd, mpi_check, ipp_check, *quick[1:]]
+
+
+def report(checks: list[Check]) -> str:
+    """The human-readable report, problems last with what to do."""
+    lines = ["Distributed Deep Learning on HPC - environment report"]
+    for c in checks:
+        mark = "ok  " if c.ok else ("FAIL" if c.essential else "note")
+        lines.append(f"  {mark}  {c.name:<12} {c.detail}")
+    problems = [c for c in checks if not c.ok and c.fix]
+    if problems:
+        lines.append("What to do:")
+        lines += [f"  - {c.name}: {c.fix}" for c in problems]
+    lines.append("Essentials work." if all_essentials_ok(checks) else "Some essentials are broken (FAIL above).")
+    return "\n".join(lines)
+
+
+def all_essentials_ok(checks: list[Check]) -> bool:
+    return all(c.ok for c in checks if c.essential)
+
+
+def main(as_json: bool = False) -> int:
+    """Print the report (or JSON); exit status 0 when the essentials work, else 1."""
+    started = time.perf_counter()
+    checks = run_checks()
+    if as_json:
+        print(json.dumps({"ok": all_essentials_ok(checks), "seconds": round(time.perf_counter() - started, 1),
+                          "checks": {c.name: asdict(c) for c in checks}}, indent=2))
+    else:
+        print(report(checks))
+    return 0 if all_essentials_ok(checks) else 1

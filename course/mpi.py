@@ -1,0 +1,52 @@
+"""Open MPI start-up settings, in one place: every `mpiexec` the course runs takes them from here.
+
+As root, Open MPI refuses to start unless told it may; in containers its shared-memory
+single-copy mechanism fails; and a class often asks for more ranks than the node has cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from course import UserError
+
+INSTALL_HINT = (
+    "install Open MPI (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev; "
+    "on a cluster: module load openmpi)"
+)
+
+
+def env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for `mpiexec`: `base` (default os.environ) plus the settings Open MPI needs here."""
+    result = dict(os.environ if base is None else base)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        result.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        result.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    result.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    # Allow more ranks than cores (a class on a small node) without every user passing --oversubscribe.
+    result.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    return result
+
+
+def mpiexec() -> str:
+    """Path of `mpiexec`, or a UserError naming what to install."""
+    path = shutil.which("mpiexec")
+    if path is None:
+        raise UserError(f"mpiexec not found: {INSTALL_HINT}")
+    return path
+
+
+def command(n: int, *program: str) -> list[str]:
+    """An `mpiexec -n N PROGRAM...` command line with the course's placement flags."""
+    if n < 1:
+        raise UserError(f"the number of MPI ranks must be at least 1, not {n}")
+    # --bind-to none: ranks share the node's cores freely (as seed 001's job script does).
+    return [mpiexec(), "-n", str(n), "--bind-to", "none", *program]
+
+
+def version() -> str:
+    """The first line `mpiexec --version` prints, e.g. 'mpiexec (OpenRTE) 4.1.4'."""
+    out = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, env=env(), timeout=30)
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else "unknown"

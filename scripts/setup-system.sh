@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install the Debian packages the course needs, when missing. As root this uses apt-get; otherwise
+# it names exactly what to install (or which module to load on an HPC cluster) and stops.
+# Usage: scripts/setup-system.sh [PACKAGE...]   (default: the packages `make lab` needs)
+set -euo pipefail
+
+PACKAGES=("$@")
+[ ${#PACKAGES[@]} -gt 0 ] || PACKAGES=(openmpi-bin libopenmpi-dev)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+# Not a Debian system, but the tools are there (an HPC module, a conda env): nothing to do.
+if ! command -v dpkg >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1 && command -v mpiexec >/dev/null 2>&1; then
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "[setup] installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  exit 0
+fi
+
+if [[ " ${missing[*]} " == *" libopenmpi-dev "* ]] && command -v mpicc >/dev/null 2>&1; then
+  exit 0   # Open MPI from elsewhere (module load openmpi) is as good as Debian's
+fi
+
+cat >&2 <<MSG
+[setup] missing system packages: ${missing[*]}
+  Ask an administrator to run:   sudo apt-get install -y ${missing[*]}
+  On an HPC cluster instead:     module load openmpi   (then run make again)
+MSG
+exit 1

@@ -1,0 +1,29 @@
+"""Shared helpers for the test suite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def run_course(*args: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m course ARGS...` as a user would; returns the finished process (text output)."""
+    return subprocess.run([sys.executable, "-m", "course", *args], capture_output=True, text=True,
+                          env=env or dict(os.environ), timeout=timeout, cwd=cwd or ROOT)
+
+
+@pytest.fixture
+def offline_home(tmp_path, monkeypatch):
+    """A HOME with an empty Keras cache, no COURSE_DATA_DIR and no network: nothing is cached anywhere."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / ".keras"))
+    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
+    monkeypatch.setenv("COURSE_OFFLINE", "1")
+    return tmp_path

@@ -1,0 +1,31 @@
+"""The package imports, and the profile is read in one place."""
+
+import importlib
+
+import pytest
+
+from course import UserError, profile
+
+
+@pytest.mark.parametrize("module", ["course", "course.cli", "course.data", "course.doctor", "course.mpi",
+                                    "course.profile", "course.lab"])
+def test_modules_import(module):
+    assert importlib.import_module(module).__doc__
+
+
+def test_profile_from_environment(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "full")
+    assert profile.name() == "full" and profile.pick(quick=1, full=10) == 10
+    monkeypatch.setenv("COURSE_PROFILE", "quick")
+    assert profile.pick(quick=1, full=10) == 1
+
+
+def test_profile_default_follows_gpu(monkeypatch):
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)
+    assert profile.name() == ("full" if profile.has_nvidia_gpu() else "quick")
+
+
+def test_unknown_profile_is_a_user_error(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "turbo")
+    with pytest.raises(UserError, match="quick, full"):
+        profile.name()
