@@ -1,0 +1,47 @@
+"""Benchmark: course.comm's ring all-reduce against MPI.Allreduce, on 2 and 4 ranks, 1 KB to 64 MB.
+
+Run: .venv/bin/python benchmarks/comm.py   (it launches itself under mpiexec for each rank count)
+Both are timed side by side in one run (A B A B ...), and the median ratio is reported, because
+this machine is shared and absolute times wander. Goal: ring / MPI <= 1.5 for messages >= 1 MB.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+
+SIZES = [2**10, 2**14, 2**17, 2**20, 2**22, 2**24, 2**26]  # bytes: 1 KB ... 64 MB
+PAIRS = 7
+
+
+def measure() -> None:
+    """Runs on every rank: interleaved timings, rank 0 prints one row per size."""
+    from mpi4py import MPI
+
+    from course import comm
+
+    world = MPI.COMM_WORLD
+    for nbytes in SIZES:
+        data = np.random.default_rng(world.rank).standard_normal(nbytes // 8)
+        ratios, ring_times, mpi_times = [], [], []
+        for _ in range(PAIRS):
+            ring = comm.time_collective(world, comm.ring_allreduce, data, repeats=1)
+            ref = comm.time_collective(world, comm.mpi_allreduce, data, repeats=1)
+            ring_times.append(ring)
+            mpi_times.append(ref)
+            ratios.append(ring / ref)
+        if world.rank == 0:
+            print(f"{world.size:>5} {nbytes / 2**20:>10.3f} {np.median(ring_times) * 1e3:>10.3f} "
+                  f"{np.median(mpi_times) * 1e3:>10.3f} {np.median(ratios):>7.2f}", flush=True)
+
+
+def main() -> None:
+    from course import mpi
+
+    print(f"{'ranks':>5} {'MB':>10} {'ring ms':>10} {'MPI ms':>10} {'ratio':>7}   (medians of {PAIRS} interleaved pairs)")
+    for ranks in (2, 4):
+        subprocess.run(mpi.command(ranks, sys.executable, __file__, "--rank"), env=mpi.env(), check=True)
+
+
+if __name__ == "__main__":
+    measure() if "--rank" in sys.argv else main()

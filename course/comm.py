@@ -1,0 +1,162 @@
+"""Collectives written out by hand for teaching, over mpi4py, and the alpha-beta model of their cost.
+
+Each function takes an mpi4py communicator and a NumPy array and returns what the matching MPI
+collective would: learners compare them with `MPI.Allreduce` and time both. The array sizes need
+not divide by the number of ranks (chunks come from `np.array_split`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from course import UserError
+
+OPS: dict[str, Callable] = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def _op(name: str) -> Callable:
+    if name not in OPS:
+        raise UserError(f"unknown reduction {name!r}; use one of: {', '.join(OPS)}")
+    return OPS[name]
+
+
+def _chunks(flat: np.ndarray, parts: int) -> list[np.ndarray]:
+    """Contiguous views of `flat` in `parts` near-equal pieces (some may be empty)."""
+    return np.array_split(flat, parts)
+
+
+def ring_reduce_scatter(comm, array: np.ndarray, op: str = "sum") -> tuple[np.ndarray, int]:
+    """Phase 1 of ring all-reduce: after p-1 steps rank r holds the reduced chunk (r+1) % p.
+
+    Returns the whole working buffer (only that chunk is final) and the index of the finished chunk.
+    """
+    reduce = _op(op)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    work = np.array(array, copy=True).reshape(-1)
+    chunks = _chunks(work, size)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    incoming = np.empty(max(len(c) for c in chunks), dtype=work.dtype)
+    for step in range(size - 1):
+        send, recv = chunks[(rank - step) % size], chunks[(rank - step - 1) % size]
+        buffer = incoming[: len(recv)]
+        comm.Sendrecv(send, dest=right, recvbuf=buffer, source=left)
+        reduce(recv, buffer, out=recv)
+    return work, (rank + 1) % size
+
+
+def ring_allgather(comm, work: np.ndarray, owned: int) -> np.ndarray:
+    """Phase 2: pass finished chunks around the ring until every rank has all of them."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    chunks = _chunks(work, size)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for step in range(size - 1):
+        send, recv = chunks[(owned - step) % size], chunks[(owned - step - 1) % size]
+        comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
+    return work
+
+
+def ring_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
+    """All-reduce as Horovod and NCCL do it: a ring reduce-scatter, then a ring all-gather.
+
+    Each rank sends 2 (p-1)/p of the data whatever the number of ranks: bandwidth-optimal.
+    """
+    array = np.asarray(array)
+    if comm.Get_size() == 1:
+        return array.copy()
+    work, owned = ring_reduce_scatter(comm, array, op)
+    return ring_allgather(comm, work, owned).reshape(array.shape)
+
+
+def parameter_server_allreduce(comm, array: np.ndarray, op: str = "sum", server: int = 0) -> np.ndarray:
+    """All-reduce through one parameter server: everyone sends to `server`, it reduces and sends back.
+
+    The server receives and sends p-1 full arrays: its link is the bottleneck as p grows.
+    """
+    reduce = _op(op)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    array = np.asarray(array)
+    result = np.array(array, copy=True)
+    if rank == server:
+        incoming = np.empty_like(result)
+        for worker in (r for r in range(size) if r != server):
+            comm.Recv(incoming, source=worker)
+            reduce(result, incoming, out=result)
+        for worker in (r for r in range(size) if r != server):
+            comm.Send(result, dest=worker)
+    else:
+        comm.Send(np.ascontiguousarray(array), dest=server)
+        comm.Recv(result, source=server)
+    return result
+
+
+def mpi_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
+    """The reference: MPI's own all-reduce of `array` (same signature as the hand-written ones)."""
+    from mpi4py import MPI
+
+    mpi_ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+    _op(op)
+    array = np.ascontiguousarray(array)
+    result = np.empty_like(array)
+    comm.Allreduce(array, result, op=mpi_ops[op])
+    return result
+
+
+def time_collective(comm, function: Callable, array: np.ndarray, repeats: int = 5) -> float:
+    """Median wall time (seconds) of `function(comm, array)` across `repeats`, ranks started together."""
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        function(comm, array)
+        times.append(comm.allreduce(time.perf_counter() - start, op=_max_op()))
+    return float(np.median(times))
+
+
+def _max_op():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+# The alpha-beta (latency-bandwidth) model: sending n bytes costs alpha + n * beta.
+def alpha_beta_ring(nbytes: float, ranks: int, alpha: float, beta: float) -> float:
+    """Predicted ring all-reduce time: 2 (p-1) messages of n/p bytes each."""
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) * (alpha + nbytes / ranks * beta)
+
+
+def alpha_beta_parameter_server(nbytes: float, ranks: int, alpha: float, beta: float) -> float:
+    """Predicted parameter-server time: the server receives then sends p-1 full messages, one after another."""
+    return 2 * (ranks - 1) * (alpha + nbytes * beta)
+
+
+def fit_alpha_beta(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """Least-squares alpha (s) and beta (s/byte) from point-to-point timings t = alpha + n beta."""
+    design = np.column_stack([np.ones(len(nbytes)), np.asarray(nbytes, dtype=float)])
+    (alpha, beta), *_ = np.linalg.lstsq(design, np.asarray(seconds, dtype=float), rcond=None)
+    return float(max(alpha, 0.0)), float(beta)
+
+
+def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int) -> np.ndarray:
+    """Distributed K-Means (Lloyd) in SPMD style: each rank holds its chunk of `points`;
+    per iteration the ranks all-reduce per-cluster sums and counts, so every rank gets the same centroids.
+    """
+    from mpi4py import MPI
+
+    centroids = np.array(centroids, dtype=np.float64, copy=True)
+    k = len(centroids)
+    for _ in range(iterations):
+        distances = ((points[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=-1)
+        nearest = distances.argmin(axis=1)
+        local = np.zeros((k, points.shape[1] + 1))
+        np.add.at(local[:, :-1], nearest, points)
+        np.add.at(local[:, -1], nearest, 1.0)
+        total = np.empty_like(local)
+        comm.Allreduce(local, total, op=MPI.SUM)
+        counts = total[:, -1:]
+        centroids = np.where(counts > 0, total[:, :-1] / np.maximum(counts, 1), centroids)
+    return centroids

@@ -1,0 +1,65 @@
+"""course.comm: the hand-written collectives equal MPI's on 2 and 4 real MPI ranks; the cost model's arithmetic."""
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+from course import UserError, comm, mpi
+from tests.conftest import PROGRAMS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_ring_and_parameter_server_equal_mpi_allreduce(ranks, tmp_path):
+    centroids_file = tmp_path / "centroids.npy"
+    result = subprocess.run(mpi.command(ranks, sys.executable, str(PROGRAMS / "comm_check.py"), str(centroids_file)),
+                            capture_output=True, text=True, timeout=300, env=mpi.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    ok = re.findall(r"RANK (\d+) OK (\d+)", result.stdout)
+    assert sorted(int(r) for r, _ in ok) == list(range(ranks))
+    assert {int(n) for _, n in ok} == {4 * 8 * 3 * 2 + 1}
+
+    # Distributed K-Means matches scikit-learn's single-process Lloyd from the same initial centroids.
+    points = np.random.default_rng(7).standard_normal((300, 2)) + np.repeat(np.eye(2) * 4, 150, axis=0)
+    reference = KMeans(n_clusters=3, init=points[:3], n_init=1, max_iter=20, tol=0, algorithm="lloyd").fit(points)
+    np.testing.assert_allclose(np.load(centroids_file), reference.cluster_centers_, rtol=1e-9, atol=1e-9)
+
+
+class OneRank:
+    """The one-process communicator's interface, for the single-rank shortcut."""
+
+    def Get_size(self):
+        return 1
+
+    def Get_rank(self):
+        return 0
+
+
+def test_single_rank_allreduce_is_a_copy():
+    data = np.arange(5.0)
+    out = comm.ring_allreduce(OneRank(), data)
+    assert out.tolist() == data.tolist() and out is not data
+
+
+def test_unknown_reduction_is_a_user_error():
+    with pytest.raises(UserError, match="sum, max, min"):
+        comm.ring_allreduce(type("Two", (OneRank,), {"Get_size": lambda self: 2})(), np.ones(3), op="mean")
+
+
+def test_alpha_beta_model():
+    # Ring: 2(p-1) steps of n/p bytes; parameter server: 2(p-1) full messages through one link.
+    assert comm.alpha_beta_ring(8e6, 4, alpha=1e-5, beta=1e-9) == pytest.approx(6 * (1e-5 + 2e6 * 1e-9))
+    assert comm.alpha_beta_parameter_server(8e6, 4, alpha=1e-5, beta=1e-9) == pytest.approx(6 * (1e-5 + 8e6 * 1e-9))
+    assert comm.alpha_beta_ring(8e6, 1, 1e-5, 1e-9) == 0.0
+    # Ring time stays bounded as ranks grow, the parameter server's grows linearly.
+    assert comm.alpha_beta_ring(8e6, 64, 0, 1e-9) < 2 * 8e6 * 1e-9 < comm.alpha_beta_parameter_server(8e6, 64, 0, 1e-9)
+
+
+def test_fit_alpha_beta_recovers_a_line():
+    sizes = np.array([1e3, 1e4, 1e5, 1e6, 1e7])
+    alpha, beta = comm.fit_alpha_beta(sizes, 2e-6 + sizes * 5e-10)
+    assert alpha == pytest.approx(2e-6, rel=1e-3) and beta == pytest.approx(5e-10, rel=1e-6)
