@@ -1,0 +1,905 @@
+"""Engine clusters for the notebooks: local, MPI and Slurm engines behind one small API, on ipyparallel's launchers.
+
+    cluster = course.cluster.start(2)                  # local engines (default), %px works afterwards
+    cluster = course.cluster.start(4, engines="mpi")   # engine id = MPI rank; mpi4py/Horovod see one world
+    cluster = course.cluster.start(8, engines="slurm", partition="gpu", gpus_per_node=4, tasks_per_node=4)
+    cluster.view.apply_sync(f); cluster.status(); cluster.stop()
+
+The controller is the master, the engines are the workers. Each engine is pinned to one GPU by its local
+rank (with TensorFlow memory growth on); on a machine without GPUs each engine is limited to `threads`
+intra-op threads (default 1) so that N engines do not oversubscribe N cores. A cluster has a stable id per
+notebook (or COURSE_CLUSTER_ID), so a restarted notebook re-attaches to its running cluster instead of
+starting a second one; `stop_all()` (`python -m course cluster stop --all`) ends every course cluster of
+this user, including ones whose notebook died.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from course import UserError, mpi
+
+KINDS = ("local", "mpi", "slurm")
+PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
+DEFAULT_TIMEOUT = {"local": 120.0, "mpi": 120.0, "slurm": 300.0}
+SLURM_HINT = ("install Slurm's client commands (Debian/Ubuntu: apt-get install slurm-wlm munge; on a cluster: "
+              "module load slurm), or use engines='local' or 'mpi'")
+# Where the controller listens for engines: localhost for engines on this machine; for Slurm all interfaces,
+# because the engines may run on other nodes (they connect to this host's name, see `controller_location`).
+DEFAULT_CONTROLLER_IP = {"local": "127.0.0.1", "mpi": "127.0.0.1", "slurm": "*"}
+SLURM_FAILED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+                "PREEMPTED", "COMPLETED", "REVOKED", "SPECIAL_EXIT"}
+
+
+class ClusterError(UserError):
+    """A cluster could not start, lost engines, or was asked for something the machine does not have."""
+
+
+class EngineLost(ClusterError, IndexError):
+    """Work was sent to an engine that is no longer running."""
+
+
+_current: "Cluster | None" = None
+
+
+# --------------------------------------------------------------------------------------------- pure logic
+
+def local_ranks(engines: list[dict]) -> dict[int, int]:
+    """Local rank of each engine id: the launcher's (MPI/Slurm) where known, else its place among its host's engines."""
+    ranks: dict[int, int] = {}
+    by_host: dict[str, list[dict]] = {}
+    for engine in engines:
+        by_host.setdefault(engine["host"], []).append(engine)
+    for host_engines in by_host.values():
+        for position, engine in enumerate(sorted(host_engines, key=lambda e: e["id"])):
+            given = engine.get("local_rank")
+            ranks[engine["id"]] = position if given is None else int(given)
+    return ranks
+
+
+def plan_devices(engines: list[dict], threads: int = 1) -> dict[int, dict[str, str]]:
+    """The environment each engine needs, from what it reported: {"id", "host", "gpus": [...], "local_rank"}.
+
+    With GPUs on its host, an engine sees exactly the GPU at its local rank and TensorFlow grows GPU memory
+    as needed; without GPUs it uses `threads` intra-op threads. More engines on a host than it has GPUs is an error.
+    """
+    if threads < 1:
+        raise ClusterError(f"threads must be at least 1, not {threads}")
+    ranks = local_ranks(engines)
+    per_host: dict[str, int] = {}
+    for engine in engines:
+        per_host[engine["host"]] = per_host.get(engine["host"], 0) + 1
+    plan: dict[int, dict[str, str]] = {}
+    for engine in engines:
+        gpus, host, rank = list(engine.get("gpus") or []), engine["host"], ranks[engine["id"]]
+        env = {"COURSE_LOCAL_RANK": str(rank)}
+        if gpus:
+            if per_host[host] > len(gpus) or rank >= len(gpus):
+                raise ClusterError(
+                    f"more engines than GPUs: {per_host[host]} engine(s) on {host}, which has {len(gpus)} GPU(s) "
+                    f"({', '.join(gpus)}); start at most {len(gpus)} engine(s) per node (one per GPU)")
+            env.update(CUDA_VISIBLE_DEVICES=gpus[rank], TF_FORCE_GPU_ALLOW_GROWTH="true",
+                       COURSE_DEVICE=f"GPU {gpus[rank]}")
+        else:
+            env.update(thread_env(threads), COURSE_DEVICE=f"CPU ({threads} thread{'s' if threads > 1 else ''})")
+        plan[engine["id"]] = env
+    return plan
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment that limits TensorFlow, oneDNN/OpenMP and BLAS in one process to `threads` threads."""
+    t = str(threads)
+    return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t,
+            "TF_NUM_INTRAOP_THREADS": t, "TF_NUM_INTEROP_THREADS": "1"}
+
+
+def visible_gpus(environ: dict[str, str] | None = None, proc: str = "/proc/driver/nvidia/gpus") -> list[str]:
+    """GPU indices a process may use: CUDA_VISIBLE_DEVICES when a scheduler set it, else all the driver lists."""
+    environ = os.environ if environ is None else environ
+    given = environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None and given.strip() not in ("", "-1", "NoDevFiles"):
+        return [g.strip() for g in given.split(",") if g.strip()]
+    if given is not None:
+        return []
+    path = Path(proc)
+    return [str(i) for i in range(len(list(path.iterdir())))] if path.is_dir() else []
+
+
+def slurm_script(cluster_id: str, n: int, *, partition: str | None = None, time_limit: str | None = None,
+                 account: str | None = None, gpus_per_node: int | None = None,
+                 tasks_per_node: int | None = None, srun_mpi: str | None = None) -> str:
+    """The batch template for ipyparallel's SlurmEngineSetLauncher ({program_and_args}, {output_file} are its own).
+
+    srun_mpi: srun's --mpi plugin, so that mpi4py/Horovod in the engines see one MPI world (e.g. "pmix").
+    """
+    lines = ["#!/bin/sh", "#SBATCH --export=ALL", f"#SBATCH --job-name=ipengine-{cluster_id}",
+             f"#SBATCH --ntasks={n}", "#SBATCH --output={output_file}"]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if account:
+        lines.append(f"#SBATCH --account={account}")
+    if time_limit:
+        lines.append(f"#SBATCH --time={time_limit}")
+    if tasks_per_node:
+        lines.append(f"#SBATCH --ntasks-per-node={tasks_per_node}")
+    if gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    lines.append(f"srun{' --mpi=' + srun_mpi if srun_mpi else ''} {{program_and_args}}")
+    return "\n".join(lines) + "\n"
+
+
+def default_cluster_id() -> str:
+    """COURSE_CLUSTER_ID, else one per notebook (Jupyter's JPY_SESSION_NAME), else 'course-default'."""
+    name = os.environ.get("COURSE_CLUSTER_ID") or Path(os.environ.get("JPY_SESSION_NAME", "")).stem or "default"
+    return normalise_id(name)
+
+
+def normalise_id(name: str) -> str:
+    """A cluster id safe in file and job names, starting with 'course-' (how stop --all recognises ours)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "default"
+    return slug if slug.startswith(PREFIX) else PREFIX + slug
+
+
+def profile_dir() -> Path:
+    """ipyparallel profile directory of the course's clusters: $IPYTHONDIR/profile_course."""
+    from IPython.paths import get_ipython_dir
+
+    path = Path(get_ipython_dir()) / "profile_course"
+    (path / "security").mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _record_file(cluster_id: str) -> Path:
+    return profile_dir() / "security" / f"course-record-{cluster_id}.json"
+
+
+# ------------------------------------------------------------------------------------- engine-side code
+
+def _engine_facts() -> dict:
+    """Runs on an engine: where it runs and what it may use."""
+    import os
+    import socket
+
+    import psutil
+
+    from course.cluster import visible_gpus
+
+    env = os.environ
+    local_rank = next((int(env[v]) for v in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+                       if env.get(v, "").isdigit()), None)
+    return {"host": socket.gethostname(), "pid": os.getpid(), "create_time": psutil.Process().create_time(),
+            "local_rank": local_rank, "gpus": visible_gpus()}
+
+
+def _engine_configure(env: dict) -> str:
+    """Runs on an engine: apply its device plan before TensorFlow starts (and to TensorFlow if already imported)."""
+    import os
+    import sys
+
+    os.environ.update(env)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and "TF_NUM_INTRAOP_THREADS" in env:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(int(env["TF_NUM_INTRAOP_THREADS"]))
+            tf.config.threading.set_inter_op_parallelism_threads(int(env["TF_NUM_INTEROP_THREADS"]))
+        except RuntimeError:
+            pass  # TensorFlow already initialised its thread pools; the limit applies to new processes
+    return env.get("COURSE_DEVICE", "")
+
+
+def configure_tensorflow() -> str:
+    """Call on an engine after importing TensorFlow: memory growth on its GPU; returns the device it uses."""
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            pass
+    return os.environ.get("COURSE_DEVICE", "CPU")
+
+
+# ----------------------------------------------------------------------------------------- the client
+
+def _client_class():
+    import ipyparallel as ipp
+
+    class Client(ipp.Client):
+        """ipyparallel's Client, with a clear error when work is sent to an engine that died."""
+
+        def _build_targets(self, targets):
+            try:
+                return super()._build_targets(targets)
+            except (KeyError, IndexError) as exc:
+                live = self.ids
+                wanted = [targets] if isinstance(targets, int) else list(targets) if isinstance(targets, (list, tuple, range)) else []
+                gone = [t for t in wanted if t not in live] or [exc.args[0] if exc.args else "?"]
+                raise EngineLost(
+                    f"engine(s) {', '.join(map(str, gone))} no longer running (killed or crashed); live engines: "
+                    f"{live or 'none'}. See cluster.status(); restart the engines with cluster.restart()") from None
+
+    return Client
+
+
+@dataclass
+class EngineState:
+    """One engine as `status()` sees it."""
+
+    id: int
+    host: str
+    pid: int
+    alive: bool
+    device: str = ""
+
+
+@dataclass
+class Status:
+    """What `Cluster.status()` reports."""
+
+    cluster_id: str
+    kind: str
+    controller_alive: bool
+    engines: list[EngineState]
+    expected: int
+    slurm_job: str = ""
+    slurm_state: str = ""
+    stopped: bool = False
+
+    @property
+    def dead(self) -> list[int]:
+        return [e.id for e in self.engines if not e.alive]
+
+    @property
+    def alive(self) -> int:
+        return sum(e.alive for e in self.engines)
+
+    @property
+    def ok(self) -> bool:
+        return self.controller_alive and self.alive == self.expected
+
+    def __str__(self) -> str:
+        if self.stopped:
+            return f"cluster {self.cluster_id} ({self.kind}): stopped"
+        head = (f"cluster {self.cluster_id} ({self.kind}): controller {'running' if self.controller_alive else 'DOWN'}, "
+                f"{self.alive} of {self.expected} engines running")
+        if self.slurm_job:
+            head += f"; Slurm job {self.slurm_job} {self.slurm_state or 'gone'}"
+        rows = [f"  engine {e.id:>3}  {'running' if e.alive else 'DEAD   '}  {e.host}:{e.pid}  {e.device}" for e in self.engines]
+        tail = [f"  engine(s) {', '.join(map(str, self.dead))} died: restart with cluster.restart()"] if self.dead else []
+        return "\n".join([head, *rows, *tail])
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+
+@dataclass
+class _Settings:
+    kind: str
+    n: int
+    threads: int = 1
+    timeout: float = 120.0
+    controller_ip: str = "127.0.0.1"
+    slurm: dict = field(default_factory=dict)
+
+
+class Cluster:
+    """A running cluster: `.client` (ipyparallel.Client), `.view` (DirectView of all engines), `.status()`, `.stop()`."""
+
+    def __init__(self, ipp_cluster, settings: _Settings, persist: bool):
+        self._ipp = ipp_cluster
+        self.settings = settings
+        self.persist = persist
+        self.client = None
+        self.view = None
+        self.engines: list[dict] = []  # facts reported by each engine at start: id, host, pid, device
+        self.stopped = False
+
+    # ---- properties
+    @property
+    def cluster_id(self) -> str:
+        return self._ipp.cluster_id
+
+    @property
+    def kind(self) -> str:
+        return self.settings.kind
+
+    @property
+    def n(self) -> int:
+        return self.settings.n
+
+    @property
+    def ids(self) -> list[int]:
+        """Engine ids this cluster started (some may have died: see `status()`)."""
+        return [e["id"] for e in self.engines]
+
+    def __repr__(self) -> str:
+        state = "stopped" if self.stopped else f"{len(self.engines)} engines"
+        return f"<course.cluster.Cluster {self.cluster_id} {self.kind}, {state}>"
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- start-up
+    def _launch(self) -> None:
+        """Start the controller (if needed) and the engines with ipyparallel's launchers, then wait for them."""
+        if self._ipp.controller is None:
+            self._ipp.start_controller_sync()
+        before = set(self.client.ids) if self.client is not None else set()
+        self._start_engines()
+        if self.client is None:
+            # ipyparallel's Client (our subclass only words errors about dead engines), from the cluster's files
+            self.client = _client_class()(profile_dir=self._ipp.profile_dir, cluster_id=self.cluster_id,
+                                          cluster=self._ipp)
+        self._wait_for_engines(before)
+        self._configure(exclude=before)
+
+    def _start_engines(self) -> None:
+        s = self.settings
+        engine_kwargs: dict[str, Any] = {"environment": self._launch_environment()}
+        if s.kind == "mpi":
+            command = mpi.command(s.n)  # [mpiexec, -n, N, *flags]: the course's MPI flags, in one place
+            engine_kwargs.update(mpi_cmd=[command[0]], mpi_args=command[3:])
+        elif s.kind == "slurm":
+            engine_kwargs["batch_template"] = slurm_script(self.cluster_id, s.n, srun_mpi=srun_mpi_plugin(), **s.slurm)
+            # an absolute name keeps the script out of the notebook's folder (ipyparallel joins it to work_dir)
+            engine_kwargs["batch_file_name"] = str(profile_dir() / "log" / f"slurm-engines-{self.cluster_id}.sbatch")
+        try:
+            self._ipp.start_engines_sync(s.n, **engine_kwargs)
+        except subprocess.CalledProcessError as exc:  # sbatch refused the job
+            output = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else str(exc.output or "")
+            raise ClusterError(f"Slurm refused the engine job: {_tail(output) if output.strip() else exc}") from None
+
+    def _launch_environment(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        s = self.settings
+        if s.kind == "mpi":
+            env.update({k: v for k, v in mpi.env().items() if os.environ.get(k) != v})
+        gpu_job = bool(s.slurm.get("gpus_per_node")) if s.kind == "slurm" else bool(visible_gpus())
+        if not gpu_job:
+            env.update(thread_env(s.threads))  # before the engine starts: OpenMP and BLAS read these once
+        return env
+
+    def _engine_set(self):
+        """ipyparallel's (first) engine set launcher of this cluster."""
+        return next(iter(self._ipp.engines.values()), None)
+
+    def _launch_problem(self) -> str:
+        """Why engines cannot come any more (a process or job ended), or '' while they still may."""
+        controller = self._ipp.controller
+        if controller is not None and not _process_alive(getattr(controller, "process", None)):
+            return f"the controller exited: {_tail(controller.get_output())}"
+        engine_set = self._engine_set()
+        if engine_set is None:
+            return "no engines were started"
+        if self.kind == "local":
+            for name, launcher in list(engine_set.launchers.items()):
+                if not _process_alive(launcher.process):
+                    return f"engine process {name} exited: {_tail(launcher.get_output())}"
+        elif self.kind == "mpi":
+            if not _process_alive(engine_set.process):
+                return f"mpiexec exited: {_tail(engine_set.get_output())}"
+        else:
+            state, reason = slurm_job_state(engine_set.job_id)
+            if state is None or state in SLURM_FAILED:
+                output = _tail(_read(engine_set.output_file))
+                return f"Slurm job {engine_set.job_id} {'ended' if state is None else state}" + (f": {output}" if output else "")
+        return ""
+
+    def _wait_for_engines(self, before: set[int]) -> None:
+        n, timeout = self.settings.n, self.settings.timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            have = len(set(self.client.ids) - before)
+            if have >= n:
+                break
+            problem = self._launch_problem()
+            if problem:
+                raise ClusterError(f"engines did not start: {problem}")
+            if time.monotonic() > deadline:
+                why = ""
+                if self.kind == "slurm":
+                    job = self._engine_set().job_id
+                    state, reason = slurm_job_state(job)
+                    why = f"; Slurm job {job} is {state} ({reason})" if state else ""
+                raise ClusterError(f"only {have} of {n} engines connected within {timeout:.0f} s{why}; "
+                                   f"pass timeout=... to wait longer")
+            try:
+                self.client.wait_for_engines(n + len(before), timeout=0.5)
+            except TimeoutError:
+                pass
+
+    def _configure(self, exclude: set[int] = frozenset()) -> None:
+        """Ask every engine where it runs, pin its device, record it for status() and stop_all()."""
+        ids = sorted(set(self.client.ids) - set(exclude))
+        view = self.client.direct_view(ids)
+        facts = view.apply_sync(_engine_facts)
+        engines = [dict(f, id=i) for i, f in zip(ids, facts)]
+        plan = plan_devices(engines, self.settings.threads)
+        for engine in engines:
+            engine["device"] = self.client[engine["id"]].apply_sync(_engine_configure, plan[engine["id"]])
+        self.engines = engines
+        self.view = self.client.direct_view(ids)
+        self.view.block = True
+        self._activate()
+        self._save_record()
+
+    def _activate(self) -> None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return
+        if get_ipython() is not None:
+            self.view.activate()  # %px, %%px, %autopx run on these engines
+
+    # ---- records (for re-attach and stop --all)
+    def _save_record(self) -> None:
+        controller = self._ipp.controller
+        engine_set = self._engine_set()
+        record = {
+            "cluster_id": self.cluster_id, "settings": asdict(self.settings), "persist": self.persist,
+            "engines": self.engines, "controller_pid": getattr(controller, "pid", -1),
+            "launcher_pid": getattr(engine_set, "pid", -1) if self.kind == "mpi" else -1,
+            "slurm_job": getattr(engine_set, "job_id", "") if self.kind == "slurm" else "",
+            "started_by_pid": os.getpid(), "host": socket.gethostname(),
+        }
+        _record_file(self.cluster_id).write_text(json.dumps(record, indent=1))
+
+    # ---- inspection
+    def status(self) -> Status:
+        """Controller and engines: which are running, which died (checked by process id where on this host)."""
+        live_ids = set(self.client.ids) if self.client is not None and not self.stopped else set()
+        here = socket.gethostname()
+        states = []
+        for e in self.engines:
+            alive = e["id"] in live_ids
+            if alive and e["host"] == here:
+                alive = _pid_matches(e["pid"], e.get("create_time"))
+            states.append(EngineState(e["id"], e["host"], e["pid"], alive, e.get("device", "")))
+        controller = self._ipp.controller
+        controller_alive = (not self.stopped and controller is not None and
+                            (self.kind == "slurm" or _process_alive(getattr(controller, "process", None))))
+        job, state = "", ""
+        if self.kind == "slurm" and self._engine_set() is not None:
+            job = self._engine_set().job_id
+            found, reason = slurm_job_state(job)
+            state = f"{found} ({reason})" if found and reason and reason != "None" else (found or "")
+        return Status(self.cluster_id, self.kind, controller_alive, states, self.n, job, state, self.stopped)
+
+    # ---- restart and stop
+    def restart(self) -> "Cluster":
+        """Replace all engines with new ones (same kind and number); use `cluster.view` again afterwards."""
+        if self.stopped:
+            raise ClusterError(f"cluster {self.cluster_id} was stopped; start a new one with course.cluster.start()")
+        pids = self._local_pids(include_controller=False)
+        self._ipp.stop_engines_sync()
+        _wait_gone(pids)
+        self._wait_slurm_gone(self._record_slurm_job())
+        self._launch()
+        return self
+
+    def _record_slurm_job(self) -> str:
+        try:
+            return json.loads(_record_file(self.cluster_id).read_text()).get("slurm_job", "")
+        except (OSError, ValueError):
+            return ""
+
+    def _local_pids(self, include_controller: bool = True) -> list[psutil.Process]:
+        here = socket.gethostname()
+        procs = []
+        for e in self.engines:
+            if e["host"] == here and _pid_matches(e["pid"], e.get("create_time")):
+                procs.append(psutil.Process(e["pid"]))
+        launchers = [self._engine_set()] if self._engine_set() is not None else []
+        if self.kind == "local" and launchers:
+            launchers = list(launchers[0].launchers.values())
+        if include_controller and self._ipp.controller is not None:
+            launchers.append(self._ipp.controller)
+        for launcher in launchers:
+            process = getattr(launcher, "process", None)
+            if process is not None and _process_alive(process):
+                procs.append(process)
+        return procs
+
+    def _wait_slurm_gone(self, job: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while job and time.monotonic() < deadline:
+            state, _ = slurm_job_state(job)
+            if state is None or state in SLURM_FAILED:
+                return
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        """Stop engines and controller and wait until their processes (and Slurm job) are gone."""
+        global _current
+        if self.stopped:
+            return
+        procs = self._local_pids()
+        job = self._record_slurm_job()
+        if self.client is not None:
+            self.client.close()
+        try:
+            self._ipp.stop_cluster_sync()
+        except Exception as exc:  # a launcher that already ended: the pid checks below still clean up
+            print(f"course.cluster: while stopping {self.cluster_id}: {exc}", file=sys.stderr)
+        _wait_gone(procs)
+        self._wait_slurm_gone(job)
+        self._ipp.remove_cluster_file()
+        _record_file(self.cluster_id).unlink(missing_ok=True)
+        self.stopped = True
+        if _current is self:
+            _current = None
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+def _process_alive(process) -> bool:
+    if process is None:
+        return False
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _pid_matches(pid: int, create_time: float | None) -> bool:
+    """True when `pid` is still the process we recorded (not a reused number) and not a zombie."""
+    try:
+        process = psutil.Process(pid)
+        if create_time is not None and abs(process.create_time() - create_time) > 1:
+            return False
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float = 30) -> None:
+    """Wait for processes to end; kill any left after `timeout` (and their children)."""
+    procs = [p for p in procs if _process_alive(p)]
+    if not procs:
+        return
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for process in alive:
+        _kill_tree(process)
+
+
+def _kill_tree(process: psutil.Process) -> None:
+    try:
+        family = process.children(recursive=True) + [process]
+    except psutil.Error:
+        return
+    for p in family:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(family, timeout=10)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    """The last few non-empty lines of a log, on one line."""
+    kept = [line.strip() for line in (text or "").splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) or "(no output)"
+
+
+def slurm_job_state(job_id: str) -> tuple[str | None, str]:
+    """(state, reason) of a Slurm job from squeue, or (None, '') once Slurm no longer lists it."""
+    if not job_id or not shutil.which("squeue"):
+        return None, ""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "UNKNOWN", "squeue did not answer"
+    line = out.stdout.strip().splitlines()[:1]
+    if out.returncode != 0 or not line:
+        return None, ""
+    state, _, reason = line[0].partition("|")
+    return state, reason
+
+
+def srun_mpi_plugin() -> str | None:
+    """'pmix' when this Slurm's srun offers it (Open MPI's ranks then find each other), else None (site default)."""
+    try:
+        out = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return "pmix" if re.search(r"^\s*pmix\s*$", out.stdout + out.stderr, re.M) else None
+
+
+def _check_tools(kind: str) -> None:
+    if kind == "mpi":
+        mpi.mpiexec()  # UserError naming what to install
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            raise ClusterError("mpi4py is not installed: pip install mpi4py (MPI engines need it)") from None
+    elif kind == "slurm":
+        missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
+        if missing:
+            raise ClusterError(f"Slurm not found ({', '.join(missing)} missing): {SLURM_HINT}")
+
+
+def _check_n(n: int | None) -> int:
+    if n is None:
+        return max(2, os.cpu_count() or 2)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ClusterError(f"the number of engines must be a positive whole number, not {n!r}")
+    return n
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+
+def start(n: int | None = None, engines: str = "local", *, cluster_id: str | None = None, threads: int = 1,
+          timeout: float | None = None, controller_ip: str | None = None, persist: bool | None = None,
+          partition: str | None = None, time_limit: str | None = None, account: str | None = None,
+          gpus_per_node: int | None = None, tasks_per_node: int | None = None, quiet: bool = False) -> Cluster:
+    """Start (or re-attach to) a cluster of `n` engines (default: the cores, at least 2) and return its handle.
+
+    engines: "local" (processes on this machine), "mpi" (one `mpiexec`: engine id = MPI rank) or "slurm"
+    (one Slurm job; options partition, time_limit, account, gpus_per_node, tasks_per_node).
+    threads: intra-op threads per engine on machines without GPUs (default 1: N engines on N cores).
+    controller_ip: where the controller listens; default 127.0.0.1 for local/MPI and all interfaces ("*",
+    reached through this host's name) for Slurm, whose engines may run on other nodes.
+    persist: keep running when this process exits (default: yes inside Jupyter, so a restarted notebook
+    re-attaches; no in scripts). cluster_id: default one per notebook (see `default_cluster_id`).
+    """
+    global _current
+    kind = str(engines).strip().lower()
+    if kind not in KINDS:
+        raise ClusterError(f"unknown engines {engines!r}; use one of: {', '.join(KINDS)}")
+    n = _check_n(n)
+    if threads is None or isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ClusterError(f"threads must be a positive whole number, not {threads!r}")
+    timeout = DEFAULT_TIMEOUT[kind] if timeout is None else float(timeout)
+    slurm = {k: v for k, v in dict(partition=partition, time_limit=time_limit, account=account,
+                                   gpus_per_node=gpus_per_node, tasks_per_node=tasks_per_node).items() if v is not None}
+    if slurm and kind != "slurm":
+        raise ClusterError(f"{', '.join(slurm)} only apply to engines='slurm'")
+    _check_tools(kind)
+    if kind in ("local", "mpi"):
+        gpus = visible_gpus()
+        if gpus and n > len(gpus):
+            raise ClusterError(f"more engines than GPUs: asked for {n} engines, this machine has {len(gpus)} GPU(s) "
+                               f"({', '.join(gpus)}); start at most {len(gpus)} (one per GPU)")
+    if gpus_per_node and tasks_per_node and tasks_per_node > gpus_per_node:
+        raise ClusterError(f"more engines than GPUs: tasks_per_node={tasks_per_node} but gpus_per_node={gpus_per_node}; "
+                           f"use one engine per GPU")
+    cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
+    settings = _Settings(kind, n, threads, timeout, controller_ip or DEFAULT_CONTROLLER_IP[kind], slurm)
+    persist = _in_kernel() if persist is None else bool(persist)
+
+    if _current is not None and not _current.stopped and _current.cluster_id == cid:
+        existing = _current
+    else:
+        existing = _attach(cid)
+    if existing is not None:
+        if (existing.kind, existing.n) != (kind, n):
+            raise ClusterError(f"cluster {cid} is already running with {existing.n} {existing.kind} engine(s); stop it "
+                               f"first (cluster.stop() or python -m course cluster stop --id {cid}) or pass another cluster_id")
+        if not quiet:
+            print(f"Re-attached to running cluster {cid}: {existing.status().alive} of {n} {kind} engines.")
+        _current = existing
+        return existing
+
+    cluster = Cluster(_new_ipp_cluster(cid, settings), settings, persist)
+    try:
+        cluster._launch()
+    except BaseException:
+        cluster.stop()
+        raise
+    if not persist:
+        atexit.register(cluster.stop)
+    _current = cluster
+    if not quiet:
+        print(f"Started cluster {cid}: {n} {kind} engine(s), ids {cluster.ids}; "
+              f"devices: {', '.join(sorted({e['device'] for e in cluster.engines}))}.")
+    return cluster
+
+
+def _new_ipp_cluster(cluster_id: str, settings: _Settings):
+    import ipyparallel as ipp
+
+    location = {"controller_location": socket.gethostname()} if settings.controller_ip in ("*", "0.0.0.0") else {}
+    return ipp.Cluster(
+        engines=settings.kind, n=settings.n, cluster_id=cluster_id, profile_dir=str(profile_dir()),
+        controller_ip=settings.controller_ip, shutdown_atexit=False, log_level=40, engine_timeout=int(settings.timeout),
+        delay=0,  # start_engines already waits for the controller's connection info: no fixed pause needed
+        **location)
+
+
+def _attach(cluster_id: str) -> Cluster | None:
+    """The running cluster `cluster_id` from its files (cleaning up what is left of a dead one), or None."""
+    import ipyparallel as ipp
+
+    record_file = _record_file(cluster_id)
+    cluster_file = profile_dir() / "security" / f"cluster-{cluster_id}.json"
+    if not record_file.exists() and not cluster_file.exists():
+        return None
+    try:
+        record = json.loads(record_file.read_text())
+        ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
+    except (OSError, ValueError, KeyError):
+        _stop_from_files(cluster_id)
+        return None
+    cluster = Cluster(ipp_cluster, _Settings(**record["settings"]), record.get("persist", True))
+    cluster.engines = record["engines"]
+    alive = ipp_cluster.controller is not None and _process_alive(getattr(ipp_cluster.controller, "process", None))
+    if alive:
+        try:
+            cluster.client = _client_class()(profile_dir=ipp_cluster.profile_dir, cluster_id=cluster_id,
+                                             cluster=ipp_cluster, timeout=10)
+        except Exception:
+            alive = False
+    if not alive:  # the controller is gone: nothing to re-attach to; end what is left
+        _stop_from_files(cluster_id)
+        return None
+    cluster.view = cluster.client.direct_view(cluster.ids)
+    cluster.view.block = True
+    cluster._activate()
+    return cluster
+
+
+def attach(cluster_id: str | None = None) -> Cluster:
+    """Re-attach to a running cluster (default: this notebook's), e.g. after a kernel restart."""
+    global _current
+    cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
+    cluster = _attach(cid)
+    if cluster is None:
+        raise ClusterError(f"no running cluster {cid}; start one with course.cluster.start() "
+                           f"(running: {', '.join(running_ids()) or 'none'})")
+    _current = cluster
+    return cluster
+
+
+def current() -> Cluster | None:
+    """The cluster this process started or re-attached, if not stopped."""
+    return _current if _current is not None and not _current.stopped else None
+
+
+def ensure(n: int | None = None) -> Cluster:
+    """`current()`, or a new local cluster of `n` engines (saying so)."""
+    cluster = current()
+    if cluster is not None:
+        return cluster
+    print(f"No cluster running in this session: starting {_check_n(n)} local engines.")
+    return start(n)
+
+
+def running_ids() -> list[str]:
+    """Ids of the course clusters this user has on record (running, or left by a process that died)."""
+    security = profile_dir() / "security"
+    ids = {p.name[len("course-record-"):-len(".json")] for p in security.glob("course-record-*.json")}
+    ids |= {p.name[len("cluster-"):-len(".json")] for p in security.glob(f"cluster-{PREFIX}*.json")}
+    return sorted(ids)
+
+
+def stop(cluster_id: str | None = None) -> bool:
+    """Stop cluster `cluster_id` (default: this process's, else this notebook's); False if none was running."""
+    global _current
+    if cluster_id is None and current() is not None:
+        current().stop()
+        return True
+    cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
+    if _current is not None and _current.cluster_id == cid and not _current.stopped:
+        _current.stop()
+        return True
+    return _stop_from_files(cid)
+
+
+def _stop_from_files(cluster_id: str) -> bool:
+    """End everything on record for one cluster: ipyparallel's launchers, then recorded processes and Slurm job."""
+    import ipyparallel as ipp
+
+    security = profile_dir() / "security"
+    cluster_file = security / f"cluster-{cluster_id}.json"
+    record_file = _record_file(cluster_id)
+    found = cluster_file.exists() or record_file.exists()
+    pids: list[tuple[int, float | None]] = []
+    jobs: set[str] = set()
+    try:
+        record = json.loads(record_file.read_text())
+        if record.get("host", socket.gethostname()) == socket.gethostname():
+            pids += [(e["pid"], e.get("create_time")) for e in record.get("engines", [])]
+            pids += [(record[k], None) for k in ("controller_pid", "launcher_pid") if record.get(k, -1) > 0]
+        if record.get("slurm_job"):
+            jobs.add(str(record["slurm_job"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    if cluster_file.exists():
+        try:
+            ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
+            for engine_set in ipp_cluster.engines.values():
+                if getattr(engine_set, "job_id", ""):
+                    jobs.add(engine_set.job_id)
+            ipp_cluster.stop_cluster_sync()
+        except Exception:
+            pass  # launchers whose processes are gone; the pid and job clean-up below covers the rest
+    procs = []
+    for pid, created in pids:
+        if _pid_matches(pid, created):
+            try:
+                process = psutil.Process(pid)
+                process.terminate()
+                procs.append(process)
+            except psutil.Error:
+                pass
+    _wait_gone(procs, timeout=10)
+    for job in jobs:
+        _scancel(job)
+    cluster_file.unlink(missing_ok=True)
+    record_file.unlink(missing_ok=True)
+    for leftover in [*security.glob(f"ipcontroller-{cluster_id}-*.json"), profile_dir() / "log" / f"engines{cluster_id}.json"]:
+        leftover.unlink(missing_ok=True)
+    return found
+
+
+def _scancel(job: str) -> None:
+    if shutil.which("scancel"):
+        subprocess.run(["scancel", str(job)], capture_output=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state, _ = slurm_job_state(job)
+            if state is None or state in SLURM_FAILED:
+                return
+            time.sleep(0.3)
+
+
+def _course_slurm_jobs() -> list[str]:
+    """This user's Slurm jobs whose name marks them as course engines (ipengine-course-...)."""
+    if not shutil.which("squeue"):
+        return []
+    user = psutil.Process().username()
+    try:
+        out = subprocess.run(["squeue", "-h", "-u", user, "-o", "%i|%j"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.split("|", 1)[0] for line in out.stdout.splitlines()
+            if "|" in line and line.split("|", 1)[1].startswith(f"ipengine-{PREFIX}")]
+
+
+def stop_all() -> list[str]:
+    """End every course cluster of this user: engines, controllers, mpiexec and Slurm jobs. Returns what it ended."""
+    global _current
+    ended = []
+    if current() is not None:
+        ended.append(current().cluster_id)
+        current().stop()
+    for cid in running_ids():
+        if _stop_from_files(cid):
+            ended.append(cid)
+    for job in _course_slurm_jobs():
+        _scancel(job)
+        ended.append(f"Slurm job {job}")
+    _current = None
+    return ended

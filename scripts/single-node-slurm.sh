@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# A real single-node Slurm (Debian slurm-wlm + munge) for tests and workshops on one machine.
+# Usage: scripts/single-node-slurm.sh start|stop|status
+#   start   write /etc/slurm/slurm.conf for this host (if it is not ours already), start munged,
+#           slurmctld and slurmd, and wait until the node takes jobs. Idempotent: a running Slurm is left alone.
+#   stop    stop slurmd, slurmctld and munged started by this script (by their pid files).
+#   status  exit 0 when sinfo answers and the node is up.
+# Needs root and the packages slurm-wlm and munge (scripts/setup-system.sh slurm-wlm munge installs them).
+# Exit status 3 means "cannot run here" (not root, or the packages are missing), with the reason on stderr.
+set -euo pipefail
+
+CONF=/etc/slurm/slurm.conf
+MARK="# written by single-node-slurm.sh (course)"
+RUN=/run/course-slurm
+LOG=/var/log/course-slurm
+
+cannot() { echo "single-node-slurm: $*" >&2; exit 3; }
+
+need() {
+  [ "$(id -u)" -eq 0 ] || cannot "needs root (it starts munged, slurmctld and slurmd as system daemons)"
+  for tool in slurmctld slurmd munged sinfo; do
+    command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin" command -v "$tool" >/dev/null 2>&1 ||
+      cannot "$tool not found: install the Debian packages slurm-wlm and munge (bash scripts/setup-system.sh slurm-wlm munge)"
+  done
+  export PATH="$PATH:/usr/sbin"
+}
+
+node_up() {
+  # the node answers and is in a state that takes jobs
+  local state
+  state=$(sinfo -h -N -o "%t" 2>/dev/null | head -1) || return 1
+  [[ "$state" =~ ^(idle|mix|alloc|comp) ]]
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+write_conf() {
+  local host cpus mem
+  host=$(hostname -s)
+  cpus=$(nproc)
+  mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
+  mkdir -p /etc/slurm /var/spool/slurmd /var/spool/slurmctld "$RUN" "$LOG"
+  if [ -f "$CONF" ] && ! head -1 "$CONF" | grep -qF "$MARK"; then
+    cannot "$CONF exists and was not written by this script; not touching a site's Slurm configuration"
+  fi
+  cat > "$CONF.new" <<CONFIG
+$MARK
+ClusterName=course
+SlurmctldHost=$host
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+SlurmUser=root
+SlurmdSpoolDir=/var/spool/slurmd
+StateSaveLocation=/var/spool/slurmctld
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd.log
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONFIG
+  mv "$CONF.new" "$CONF"
+}
+
+start_munge() {
+  if [ ! -s /etc/munge/munge.key ]; then
+    mungekey -c -f -k /etc/munge/munge.key
+  fi
+  chown munge:munge /etc/munge/munge.key 2>/dev/null || true
+  chmod 400 /etc/munge/munge.key
+  mkdir -p /run/munge /var/log/munge /var/lib/munge
+  chown munge:munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true
+  if ! alive /run/munge/munged.pid; then
+    if id munge >/dev/null 2>&1; then
+      su -s /bin/sh munge -c "munged --pid-file=/run/munge/munged.pid" 2>/dev/null || munged --force
+    else
+      munged --force
+    fi
+  fi
+}
+
+start() {
+  need
+  if node_up; then echo "single-node-slurm: already running ($(sinfo -h -o '%P %D %t' | head -1))"; return 0; fi
+  write_conf
+  start_munge
+  alive "$RUN/slurmctld.pid" || slurmctld
+  alive "$RUN/slurmd.pid" || slurmd
+  for _ in $(seq 1 60); do
+    if node_up; then echo "single-node-slurm: up ($(sinfo -h -o '%P %D %t' | head -1))"; return 0; fi
+    # a node that was DOWN from an earlier run comes back when told to
+    scontrol update nodename="$(hostname -s)" state=resume >/dev/null 2>&1 || true
+    sleep 1
+  done
+  echo "single-node-slurm: Slurm did not come up within 60 s; see $LOG/slurmctld.log and $LOG/slurmd.log" >&2
+  tail -5 "$LOG/slurmctld.log" "$LOG/slurmd.log" >&2 2>/dev/null || true
+  exit 1
+}
+
+stop_pidfile() {
+  local file=$1
+  alive "$file" || return 0
+  local pid; pid=$(cat "$file")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+stop() {
+  need
+  stop_pidfile "$RUN/slurmd.pid"
+  stop_pidfile "$RUN/slurmctld.pid"
+  stop_pidfile /run/munge/munged.pid
+  echo "single-node-slurm: stopped"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) need; node_up ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
