@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from course import UserError
+from course.grading.cli import add_grading
 
 
 class Parser(argparse.ArgumentParser):
@@ -133,6 +134,7 @@ def build_parser() -> Parser:
 
     add_data(commands)
     add_cluster(commands)
+    add_grading(commands)
 
     lab = commands.add_parser("lab", help="start JupyterLab on the course (what `make lab` runs)")
     lab.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -1,0 +1,390 @@
+"""Grade one submission against the instructor's notebook, on nbgrader's machinery.
+
+The instructor's cells (hidden tests included) go into a throwaway nbgrader gradebook with
+nbgrader's SaveCells (`gradebook()`, once per notebook). Each submission is then put right the way
+nbgrader's autograder does it (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+CheckCellMetadata), executed under limits (course.grading.execute), and scored by LimitOutput and
+SaveAutoGrades. Around that we add what a class needs: tampering reported in words, deleted test
+cells put back, cells a dead kernel never ran scored as not run (nbgrader would count a cell with
+no output as passed), and one row per graded cell with a plain-words message.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+from course.grading import ASSIGNMENT, quiet_log
+from course.grading import explain
+from course.grading.execute import Outcome, run, size_words
+
+warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's add_submission, harmless
+FIELDS = ("student", "notebook", "cell", "points", "max_points", "status", "message")
+
+
+@dataclass
+class Cell:
+    """What the instructor's notebook says about one nbgrader cell."""
+
+    grade_id: str
+    cell_type: str
+    grade: bool
+    solution: bool
+    locked: bool
+    points: float
+    checksum: str       # of the released cell (what a learner has)
+    full_checksum: str  # of the instructor's cell, hidden tests included (what nbgrader stores)
+
+
+@dataclass
+class Spec:
+    """An instructor notebook as the grader needs it: its cells in order and its gradebook."""
+
+    notebook: str
+    cells: list[Cell]
+    gradebook: str  # path of a gradebook file holding this notebook (copied per submission)
+    released: str   # the released notebook as text (to identify misnamed submissions)
+
+    @property
+    def graded(self) -> list[Cell]:
+        return [c for c in self.cells if c.grade]
+
+    @property
+    def total(self) -> float:
+        return sum(c.points for c in self.graded)
+
+
+@dataclass
+class Job:
+    """One submission to grade: who, which notebook, the file's bytes (read once, never written)."""
+
+    student: str
+    file: str
+    spec: Spec
+    data: bytes
+    timeout: float
+    memory: int
+    note: str = ""  # e.g. graded under another name
+
+
+@dataclass
+class Result:
+    rows: list[dict] = field(default_factory=list)
+    feedback: str = ""
+
+
+class Problem(Exception):
+    """A submission that cannot be graded at all (status, message)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def gradebook(source: Path, workdir: Path) -> Spec:
+    """Save the instructor's notebook into a fresh nbgrader gradebook (nbgrader's SaveCells)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import compute_checksum
+
+    from course.grading.release import read_source, render, student_version
+
+    _alembic_on_path()
+    notebook = source.stem
+    db = workdir / f"{notebook}.gradebook.db"
+    db.unlink(missing_ok=True)
+    url = f"sqlite:///{db}"
+    with Gradebook(url) as gb:
+        gb.add_assignment(ASSIGNMENT)
+    released = student_version(read_source(source), notebook, db_url=url)
+    with Gradebook(url) as gb:
+        full = {c.name: c.checksum for c in gb.find_notebook(notebook, ASSIGNMENT).source_cells}
+    cells = []
+    for cell in released.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if "grade_id" in meta:
+            cells.append(Cell(meta["grade_id"], cell.cell_type, bool(meta.get("grade")), bool(meta.get("solution")),
+                              bool(meta.get("locked")), float(meta.get("points", 0) or 0),
+                              meta.get("checksum") or compute_checksum(cell), full.get(meta["grade_id"], "")))
+    return Spec(notebook, cells, str(db), render(released))
+
+
+def _alembic_on_path() -> None:
+    """nbgrader runs the `alembic` command when it creates a gradebook; find it next to our Python."""
+    import os
+    import sys
+
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def parse(data: bytes) -> NotebookNode:
+    """The submitted notebook, or a Problem saying in words why the file is not one."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Problem("invalid", "not a notebook: the file is not text (a PDF, an image or an archive?)") from None
+    if not text.strip():
+        raise Problem("invalid", "the file is empty")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Problem("invalid", f"the file is not valid notebook JSON (line {exc.lineno}, column {exc.colno}: "
+                                 f"{exc.msg}); it may be cut short or edited outside Jupyter") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
+        raise Problem("invalid", "the file is JSON but not a Jupyter notebook (it has no list of cells)")
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises several kinds for broken structure
+        raise Problem("invalid", f"the notebook's structure is broken: {explain.one_line(exc)}") from None
+    good = []
+    for cell in nb.cells:
+        if isinstance(cell, dict) and cell.get("cell_type") in ("code", "markdown", "raw") and "source" in cell:
+            cell.setdefault("metadata", NotebookNode())
+            if cell.cell_type == "code":
+                cell.setdefault("outputs", [])
+                cell.setdefault("execution_count", None)
+            if isinstance(cell.source, list):
+                cell.source = "".join(cell.source)
+            good.append(cell)
+    nb.cells = good
+    return nb
+
+
+def _metadata(cell: Cell) -> dict:
+    meta = {"grade": cell.grade, "solution": cell.solution, "locked": cell.locked, "grade_id": cell.grade_id,
+            "schema_version": 3, "checksum": cell.checksum}
+    if cell.grade:
+        meta["points"] = cell.points
+    return meta
+
+
+def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
+    """Reset nbgrader metadata to the instructor's, put deleted test cells back; report it in words.
+
+    Returns notebook-wide notes and notes per grade_id.
+    """
+    from nbgrader.preprocessors import OverwriteCells
+    from nbgrader.utils import compute_checksum
+
+    known = {c.grade_id: c for c in spec.cells}
+    notes: list[str] = []
+    per_cell: dict[str, str] = {}
+    present: dict[str, int] = {}
+    for index, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader")
+        grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+        if meta is None:
+            continue
+        if grade_id not in known or grade_id in present:
+            what = "a second copy of" if grade_id in present else "an unknown nbgrader cell"
+            notes.append(f"{what} {grade_id or '(no id)'} (cell {index + 1}) was graded as ordinary code")
+            del cell.metadata["nbgrader"]
+            continue
+        present[grade_id] = index
+        source = known[grade_id]
+        if cell.cell_type != source.cell_type:
+            per_cell[grade_id] = f"its cell type was changed to {cell.cell_type}; the instructor's type was used"
+        elif source.locked and compute_checksum(nbformat.from_dict({**cell, "metadata": {
+                **cell.metadata, "nbgrader": _metadata(source)}})) not in (source.checksum, source.full_checksum):
+            kind = "test cell" if source.grade else "locked cell"
+            per_cell[grade_id] = f"this {kind} was edited; the instructor's version was used"
+        elif any(meta.get(k) != v for k, v in _metadata(source).items() if k not in ("checksum", "schema_version")):
+            per_cell[grade_id] = "its grading metadata was changed; the instructor's was used"
+        cell.metadata["nbgrader"] = _metadata(source)
+        if source.locked:
+            cell.metadata["deletable"] = False
+            cell.metadata["editable"] = False
+    # put back deleted test cells after the nearest earlier cell that is still there
+    restore = OverwriteCells(log=quiet_log())
+    order = [c.grade_id for c in spec.cells]
+    for position, source in enumerate(spec.cells):
+        if source.grade_id in present:
+            continue
+        if source.solution and not source.grade:
+            notes.append(f"the answer cell {source.grade_id} is missing")
+            continue
+        if not source.grade:
+            continue  # a deleted instruction cell changes nothing
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{spec.gradebook}") as gb:
+            stored = gb.find_source_cell(source.grade_id, spec.notebook, ASSIGNMENT)
+            new = restore.missing_cell_transform(stored, source.points, is_solution=source.solution)
+        new.source = stored.source  # run the instructor's test as it is (no added comment line)
+        new.metadata["nbgrader"] = _metadata(source)
+        earlier = [present[g] for g in order[:position] if g in present]
+        at = max(earlier) + 1 if earlier else 0
+        nb.cells.insert(at, new)
+        present = {g: (i + 1 if i >= at else i) for g, i in present.items()}
+        present[source.grade_id] = at
+        per_cell[source.grade_id] = "this test cell had been deleted; the instructor's version was put back"
+    return notes, per_cell
+
+
+def _label(nb: NotebookNode, index: int | None) -> str:
+    if index is None or index >= len(nb.cells):
+        return ""
+    grade_id = nb.cells[index].metadata.get("nbgrader", {}).get("grade_id")
+    return f"cell {index + 1} ({grade_id})" if grade_id else f"cell {index + 1}"
+
+
+def grade(job: Job) -> Result:
+    """Grade one submission; never raises for anything the submission does."""
+    spec = job.spec
+    try:
+        return _grade(job)
+    except Problem as problem:
+        return _whole(job, problem.status, problem.message)
+    except Exception as exc:  # the last line of defence: one bad submission never stops the class
+        return _whole(job, "error", f"the grader could not grade this file: {type(exc).__name__}: "
+                                    f"{explain.one_line(exc)}")
+
+
+def _whole(job: Job, status: str, message: str) -> Result:
+    """Every graded cell at zero with the same reason (the notebook could not be run)."""
+    spec = job.spec
+    rows = [dict(student=job.student, notebook=spec.notebook, cell=c.grade_id, points=0, max_points=_num(c.points),
+                 status=status, message=message) for c in spec.graded]
+    text = _feedback(job, rows, [message])
+    return Result(rows, text)
+
+
+def _grade(job: Job) -> Result:
+    from nbgrader.api import Gradebook
+    from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds, LimitOutput,
+                                        OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+
+    spec = job.spec
+    nb = parse(job.data)
+    work = Path(tempfile.mkdtemp(prefix="course-grade-"))
+    try:
+        db = work / "gradebook.db"
+        shutil.copyfile(spec.gradebook, db)
+        url = f"sqlite:///{db}"
+        with Gradebook(url) as gb:
+            gb.add_student(job.student)
+            gb.add_submission(ASSIGNMENT, job.student)
+        notes, per_cell = repair(nb, spec)
+        resources = {"nbgrader": {"notebook": spec.notebook, "assignment": ASSIGNMENT, "student": job.student,
+                                  "db_url": url}, "metadata": {"path": str(work)}}
+        log = quiet_log()
+        for pp in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
+            nb, resources = pp(log=log).preprocess(nb, resources)
+        outcome = run(nb, str(work), job.timeout, job.memory)
+        stop = ""
+        if outcome.stopped:
+            stop = explain.stop_words(outcome, _label(nb, outcome.stopped_cell), job.timeout, job.memory)
+        _mark_not_run(nb, outcome, stop)
+        for pp in (LimitOutput, SaveAutoGrades):
+            nb, resources = pp(log=log).preprocess(nb, resources)
+        with Gradebook(url) as gb:
+            scores = {g.name: (g.auto_score, g.max_score)
+                      for g in gb.find_submission_notebook(spec.notebook, ASSIGNMENT, job.student).grades}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = _rows(job, nb, scores, outcome, per_cell)
+    if outcome.stopped:
+        notes.insert(0, stop)
+        rows.append(dict(student=job.student, notebook=spec.notebook, cell="", points=0, max_points=0,
+                         status={"memory": "memory", "timeout": "timeout"}.get(outcome.stopped, "crashed"),
+                         message=stop))
+    if outcome.truncated:
+        labels = ", ".join(_label(nb, i) for i in sorted(outcome.truncated))
+        notes.append(f"output was cut at {size_words(1_000_000)} per cell in {labels}")
+    if job.note:
+        notes.insert(0, job.note)
+    for note in notes[1:] if outcome.stopped else notes:
+        rows.append(dict(student=job.student, notebook=spec.notebook, cell="", points=0, max_points=0,
+                         status="warning", message=note))
+    return Result(rows, _feedback(job, rows, notes, nb))
+
+
+def _mark_not_run(nb: NotebookNode, outcome: Outcome, reason: str) -> None:
+    """Give cells the kernel never ran an error output, so nbgrader scores them 0 (not full marks)."""
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and cell.source.strip() and index not in outcome.executed:
+            cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=reason or "not run",
+                                                   traceback=[])]
+
+
+def _answer_trouble(nb: NotebookNode, index: int, timeout: float) -> str:
+    """The error of the answer cell nearest above a test cell, if it failed."""
+    for cell in reversed(nb.cells[:index]):
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            return ""
+        if meta.get("solution") and cell.cell_type == "code":
+            words = explain.cell_error_words(cell, timeout)
+            return f"{meta.get('grade_id')}: {words}" if words else ""
+    return ""
+
+
+def _rows(job: Job, nb: NotebookNode, scores: dict, outcome: Outcome, per_cell: dict[str, str]) -> list[dict]:
+    where = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(nb.cells)}
+    rows = []
+    for source in job.spec.graded:
+        index = where[source.grade_id]
+        cell = nb.cells[index]
+        auto, maximum = scores.get(source.grade_id, (0, source.points))
+        error = explain.first_error(cell)
+        if auto is None:
+            status, points, message = "manual", 0, "needs grading by hand"
+        elif index not in outcome.executed:
+            status, points = "not run", 0
+            message = (error.evalue if error is not None else "") or "not run"
+            if index == outcome.stopped_cell:
+                status = {"memory": "memory", "timeout": "timeout"}.get(outcome.stopped or "", "crashed")
+        elif auto >= maximum:
+            status, points, message = "passed", auto, ""
+        else:
+            points = auto
+            status = "timeout" if error is not None and error.ename == "CellTimeoutError" else (
+                "partial" if auto > 0 else "failed")
+            message = explain.cell_error_words(cell, job.timeout) or "failed"
+            trouble = _answer_trouble(nb, index, job.timeout)
+            if trouble and error is not None and error.ename != "AssertionError":
+                message += f" (answer {trouble})"
+        if source.grade_id in per_cell:
+            message = f"{message}; {per_cell[source.grade_id]}" if message else per_cell[source.grade_id]
+        rows.append(dict(student=job.student, notebook=job.spec.notebook, cell=source.grade_id,
+                         points=_num(points), max_points=_num(maximum), status=status, message=message))
+    return rows
+
+
+def _num(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(float(x), 2)
+
+
+def _feedback(job: Job, rows: list[dict], notes: list[str], nb: NotebookNode | None = None) -> str:
+    """A plain-text feedback sheet for one student and notebook."""
+    graded = [r for r in rows if r["cell"]]
+    got = sum(float(r["points"]) for r in graded)
+    total = sum(float(r["max_points"]) for r in graded)
+    lines = [f"Feedback for {job.student} on {job.spec.notebook} (file: {job.file})",
+             f"Score: {_num(got)} / {_num(total)} points", ""]
+    width = max([len(r["cell"]) for r in graded] + [4])
+    for r in graded:
+        line = f"  {r['cell']:<{width}}  {str(r['points']):>4} / {str(r['max_points']):<4} {r['status']}"
+        lines.append(line + (f": {r['message']}" if r["message"] else ""))
+    if nb is not None:
+        troubles = []
+        for index, cell in enumerate(nb.cells):
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and not meta.get("grade"):
+                words = explain.cell_error_words(cell, job.timeout)
+                if words and explain.first_error(cell) is not None and explain.first_error(cell).ename != "NotRun":
+                    troubles.append(f"  {_label(nb, index)}: {words}")
+        if troubles:
+            lines += ["", "Errors in your cells (other than the checks):"] + troubles
+    if notes:
+        lines += ["", "Notes:"] + [f"  - {n}" for n in notes]
+    lines += ["", "The checks used are the instructor's, including tests you did not see in your copy."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,60 @@
+"""The grading commands of `python -m course`: release, validate, grade (modules imported lazily)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    from course.grading.release import release
+
+    changes = release(args.solutions, args.notebooks, check=args.check)
+    if args.check:
+        print("notebooks/ is up to date with solutions/")
+    elif changes:
+        print(f"released: {', '.join(changes)}")
+    else:
+        print("notebooks/ was already up to date")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from course.grading.validate import validate
+
+    ok, lines = validate(args.notebook, timeout=args.timeout, memory=args.memory)
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from course.grading.grade import grade
+
+    print(grade(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout, workers=args.workers,
+                memory=args.memory, regrade=args.regrade, progress=sys.stderr.isatty()))
+    return 0
+
+
+def add_grading(commands) -> None:
+    """Add release, validate and grade to the course's command line."""
+    release = commands.add_parser("release", help="generate the student notebooks/ from solutions/ (nbgrader)")
+    release.add_argument("--check", action="store_true", help="only check that notebooks/ is up to date (exit 1 if not)")
+    release.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
+    release.add_argument("--notebooks", default=None, metavar="DIR", help="where student notebooks go (default notebooks/)")
+    release.set_defaults(func=cmd_release)
+
+    validate = commands.add_parser("validate", help="run your notebook and see which checks pass and why")
+    validate.add_argument("notebook", help="the notebook to check, e.g. notebooks/02_sgd.ipynb")
+    validate.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds per cell (default 300)")
+    validate.add_argument("--memory", default=None, metavar="SIZE", help="memory limit for the kernel (default 4G)")
+    validate.set_defaults(func=cmd_validate)
+
+    grade = commands.add_parser("grade", help="autograde SUBMISSIONS/<student>/<notebook>.ipynb into --out DIR")
+    grade.add_argument("submissions", help="the class folder: one folder per student with their notebooks")
+    grade.add_argument("--out", required=True, metavar="DIR", help="where grades.csv and feedback/ go")
+    grade.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
+    grade.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds per cell (default 300)")
+    grade.add_argument("--workers", type=int, default=None, metavar="N", help="parallel graders (default: the cores)")
+    grade.add_argument("--memory", default=None, metavar="SIZE", help="memory limit per kernel (default 4G)")
+    grade.add_argument("--regrade", action="store_true", help="grade everything again, not only what changed")
+    grade.set_defaults(func=cmd_grade)

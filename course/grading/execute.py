@@ -1,0 +1,216 @@
+"""Run a notebook under limits: nbgrader's `Execute` preprocessor plus a watchdog.
+
+Limits, so that one hostile notebook cannot stall or sink a grading run:
+- time: nbclient interrupts a cell after `timeout` seconds (nbgrader records CellTimeoutError); a
+  kernel that ignores the interrupt (a second timeout in a row, or `timeout + grace` seconds on one
+  cell) is killed;
+- memory: the resident memory of the kernel and every process it starts is polled; above the limit
+  the whole process tree is killed;
+- output: more than `max_output_bytes` per cell is dropped (errors are always kept);
+- processes: whatever the kernel started (ipyparallel engines, MPI ranks) is killed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import psutil
+from nbformat import NotebookNode
+from jupyter_core.utils import run_sync
+from nbgrader.preprocessors import Execute
+from traitlets import Integer
+
+from course import UserError
+from course.grading import quiet_log
+
+GRACE = 30  # seconds a timed-out cell's kernel gets to honour the interrupt before it is killed
+
+
+def parse_memory(text: str | int | float) -> int:
+    """Bytes from '4G', '512M', '1.5G' or a plain number of gigabytes."""
+    value = str(text).strip().upper().removesuffix("B")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    try:
+        if value and value[-1] in scale:
+            amount = float(value[:-1]) * scale[value[-1]]
+        else:
+            amount = float(value) * scale["G"]
+    except ValueError:
+        raise UserError(f"memory limit {text!r} is not a size; write it like 4G or 512M") from None
+    if amount < 64 * 2**20:
+        raise UserError(f"memory limit {text!r} is too small for a Python kernel; give at least 64M")
+    return int(amount)
+
+
+def size_words(n: int) -> str:
+    """A byte count as people say it (1.5 GB, 300 MB)."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
+
+
+@dataclass
+class Outcome:
+    """How a run ended: `stopped` is None (ran to the end), 'timeout', 'memory' or 'died'."""
+
+    executed: set[int] = field(default_factory=set)
+    stopped: str | None = None
+    stopped_cell: int | None = None
+    detail: str = ""
+    truncated: set[int] = field(default_factory=set)
+
+
+class Watchdog(threading.Thread):
+    """Polls the kernel's process tree: kills it above the memory limit or when a cell hangs."""
+
+    def __init__(self, memory: int, hang_after: float, interval: float = 0.1):
+        super().__init__(daemon=True)
+        self.memory, self.hang_after, self.interval = memory, hang_after, interval
+        self.me = psutil.Process()
+        self.seen: dict[int, psutil.Process] = {}
+        self.cell: int | None = None
+        self.cell_started: float | None = None
+        self.reason: str | None = None
+        self.reason_cell: int | None = None
+        self.peak = 0
+        self.done = threading.Event()
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            children = self.me.children(recursive=True)
+        except psutil.Error:
+            return []
+        for proc in children:
+            self.seen.setdefault(proc.pid, proc)
+        return children
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            rss = 0
+            for proc in self._tree():
+                try:
+                    rss += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, rss)
+            if rss > self.memory:
+                self.kill("memory")
+            started = self.cell_started
+            if started is not None and time.monotonic() - started > self.hang_after:
+                self.kill("timeout")
+
+    def kill(self, reason: str) -> None:
+        """Kill the kernel and everything it started, remembering why and in which cell."""
+        if self.reason is None:
+            self.reason, self.reason_cell = reason, self.cell
+        self.cell_started = None
+        for proc in self._tree():
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+    def stop(self) -> None:
+        """Stop polling and kill anything the kernel left behind (engines, ranks)."""
+        self.done.set()
+        self._tree()
+        for proc in list(self.seen.values()):
+            try:
+                if proc.is_running():
+                    proc.kill()
+            except psutil.Error:
+                pass
+
+
+class LimitedExecute(Execute):
+    """nbgrader's Execute preprocessor that reports to a watchdog and caps each cell's output."""
+
+    max_output_bytes = Integer(1_000_000, help="output kept per cell; the rest is dropped").tag(config=True)
+
+    def __init__(self, *args, watchdog: Watchdog, outcome: Outcome, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.watchdog, self.outcome = watchdog, outcome
+        self._output_bytes: dict[int, int] = {}
+        self._timeouts_in_a_row = 0
+
+    async def async_start_new_kernel(self, **kwargs):
+        # the kernel's own stdout/stderr (not the notebook's outputs) would flood the grader's terminal
+        kwargs.setdefault("stdout", subprocess.DEVNULL)
+        kwargs.setdefault("stderr", subprocess.DEVNULL)
+        return await super().async_start_new_kernel(**kwargs)
+
+    start_new_kernel = run_sync(async_start_new_kernel)
+
+    def on_cell_start(self, cell: NotebookNode, cell_index: int, **_) -> None:
+        if cell.cell_type == "code" and cell.source.strip():
+            self.watchdog.cell = cell_index
+            self.watchdog.cell_started = time.monotonic()
+
+    def on_cell_executed(self, **kwargs) -> None:
+        super().on_cell_executed(**kwargs)
+        self.watchdog.cell_started = None
+        self.outcome.executed.add(kwargs["cell_index"])
+        content = kwargs["execute_reply"]["content"]
+        if content.get("status") == "error" and content.get("ename") == "CellTimeoutError":
+            self._timeouts_in_a_row += 1
+            if self._timeouts_in_a_row >= 2:  # the interrupt was ignored: the kernel is stuck
+                self.watchdog.kill("timeout")
+        else:
+            self._timeouts_in_a_row = 0
+
+    def output(self, outs, msg, display_id, cell_index):
+        if msg["msg_type"] in ("stream", "display_data", "execute_result", "update_display_data"):
+            size = sum(len(str(v)) for v in msg["content"].get("data", {}).values()) + len(msg["content"].get("text", ""))
+            total = self._output_bytes.get(cell_index, 0) + size
+            self._output_bytes[cell_index] = total
+            if total > self.max_output_bytes:
+                if cell_index not in self.outcome.truncated:
+                    self.outcome.truncated.add(cell_index)
+                    note = NotebookNode(output_type="stream", name="stdout",
+                                        text=f"\n[output truncated by the grader: more than "
+                                             f"{size_words(self.max_output_bytes)}]\n")
+                    outs.append(note)
+                return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def run(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_name: str | None = None) -> Outcome:
+    """Execute `nb` in place (outputs land in its cells) under the limits; returns how it ended."""
+    from jupyter_client.kernelspec import NoSuchKernel
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    outcome = Outcome()
+    watchdog = Watchdog(memory, hang_after=timeout + GRACE)
+    executor = LimitedExecute(timeout=int(timeout), iopub_timeout=30, watchdog=watchdog, outcome=outcome,
+                              log=quiet_log(), **({"kernel_name": kernel_name} if kernel_name else {}))
+    resources = {"metadata": {"path": cwd}}
+    watchdog.start()
+    warnings.filterwarnings("ignore", module="nbgrader")
+    warnings.filterwarnings("ignore", message=".*not in session.*")
+    old = os.environ.get("NBGRADER_EXECUTION")
+    os.environ["NBGRADER_EXECUTION"] = "autograde"
+    try:
+        executor.preprocess(nb, resources)
+    except NoSuchKernel as exc:
+        raise UserError(f"the notebook's kernel {exc.name!r} is not installed here; "
+                        f"run `make setup` (it registers the ddl-hpc kernel)") from None
+    except (DeadKernelError, CellTimeoutError, RuntimeError, TimeoutError) as exc:
+        outcome.stopped = watchdog.reason or "died"
+        outcome.stopped_cell = watchdog.reason_cell if watchdog.reason else watchdog.cell
+        outcome.detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    finally:
+        watchdog.stop()
+        if old is None:
+            os.environ.pop("NBGRADER_EXECUTION", None)
+        else:
+            os.environ["NBGRADER_EXECUTION"] = old
+    if outcome.stopped is None and watchdog.reason:  # killed after the last cell, say
+        outcome.stopped, outcome.stopped_cell = watchdog.reason, watchdog.reason_cell
+    outcome.peak_memory = watchdog.peak  # type: ignore[attr-defined]
+    return outcome

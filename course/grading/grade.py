@@ -1,0 +1,304 @@
+"""`python -m course grade SUBMISSIONS --out DIR`: autograde a class folder, in parallel, incrementally.
+
+SUBMISSIONS/<student>/<notebook>.ipynb is read (never written, moved or deleted); each file's bytes
+are read once up front and graded from memory in worker processes (course.grading.autograde).
+Results go to DIR/grades.csv (one row per graded cell, plus rows for problems) and
+DIR/feedback/<student>/<notebook>.txt. DIR/.grading-state.json remembers what was graded with which
+solutions and limits, so a second run grades only what changed (unless regrade=True).
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import re
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course import UserError
+from course.grading import solutions_dir
+from course.grading.autograde import FIELDS, Job, Result, Spec
+
+STATE = ".grading-state.json"
+GRADER_VERSION = "1"  # bump when grading changes meaning, so old results are not reused
+
+
+@dataclass
+class Plan:
+    """What a run will do: jobs to grade, and rows known without running anything."""
+
+    jobs: list[Job] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+    students: list[str] = field(default_factory=list)
+
+
+def _row(student: str, notebook: str, status: str, message: str, cell: str = "", points=0, max_points=0) -> dict:
+    return dict(student=student, notebook=notebook, cell=cell, points=points, max_points=max_points,
+                status=status, message=message)
+
+
+def _normal(name: str) -> str:
+    """A notebook name without the usual accidents: case, spaces, ' (1)', '-Copy1', 'copy of'."""
+    name = name.lower().strip()
+    name = re.sub(r"^copy of ", "", name)
+    name = re.sub(r"(\s*\(\d+\)|[-_ ]copy\d*)+$", "", name)
+    return re.sub(r"[\s\-]+", "_", name)
+
+
+def _grade_ids(data: bytes) -> set[str]:
+    try:
+        raw = json.loads(data.decode("utf-8"))
+        return {c["metadata"]["nbgrader"]["grade_id"] for c in raw["cells"]
+                if isinstance(c, dict) and "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
+    except Exception:
+        return set()
+
+
+def identify(file: Path, data: bytes, names: list[str], ids: dict[str, set[str]]) -> tuple[str | None, str]:
+    """Which course notebook a file is: (name or None, how it was recognised if not by its name)."""
+    stem = file.stem
+    if stem in names:
+        return stem, ""
+    by_name = [n for n in names if _normal(n) == _normal(stem)]
+    if len(by_name) == 1:
+        return by_name[0], f"the file was named {file.name!r}; it was graded as {by_name[0]}.ipynb"
+    found = _grade_ids(data)
+    overlap = sorted(((len(found & ids[n]) / max(1, len(ids[n])), n) for n in names), reverse=True)
+    if overlap and overlap[0][0] >= 0.5:
+        name = overlap[0][1]
+        return name, f"the file was named {file.name!r}; its cells show it is {name}, and it was graded as that"
+    close = difflib.get_close_matches(_normal(stem), [_normal(n) for n in names], n=1, cutoff=0.8)
+    if close:
+        name = names[[_normal(n) for n in names].index(close[0])]
+        return name, f"the file was named {file.name!r}; it was graded as {name}.ipynb"
+    return None, ""
+
+
+def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memory: int) -> tuple[Plan, dict]:
+    """Read the class folder (bytes only) and decide what to grade."""
+    from course.grading import autograde
+    from course.grading.release import course_notebooks
+
+    if not submissions.is_dir():
+        raise UserError(f"no submissions folder at {submissions}; expected SUBMISSIONS/<student>/<notebook>.ipynb")
+    sources = {p.stem: p for p in course_notebooks(solutions)}
+    if not sources:
+        raise UserError(f"{solutions} has no notebooks to grade against")
+    names = sorted(sources)
+    ids: dict[str, set[str]] = {}
+    for name, path in sources.items():
+        ids[name] = _grade_ids(path.read_bytes())
+    result = Plan()
+    specs: dict[str, Spec] = {}
+    wanted: dict[str, list[tuple[Path, bytes, str]]] = {}
+    students = sorted(p for p in submissions.iterdir() if not p.name.startswith("."))
+    for entry in students:
+        if not entry.is_dir():
+            result.rows.append(_row("", entry.name, "misplaced",
+                                    f"{entry.name} is not in a student folder; put it in {submissions.name}/<student>/"))
+            continue
+        student = entry.name
+        result.students.append(student)
+        files = sorted(p for p in entry.iterdir() if not p.name.startswith(".") and p.is_file())
+        chosen: dict[str, tuple[Path, bytes, str]] = {}
+        for file in files:
+            if file.suffix.lower() != ".ipynb":
+                result.rows.append(_row(student, file.name, "not a notebook",
+                                        f"{file.name} is not a notebook (.ipynb), so it was not graded"))
+                continue
+            data = file.read_bytes()
+            name, how = identify(file, data, names, ids)
+            if name is None:
+                result.rows.append(_row(student, file.stem, "unknown",
+                                        f"{file.name} is not a notebook of this course, so it was not graded; "
+                                        f"the course notebooks are: {', '.join(n + '.ipynb' for n in names)}"))
+                continue
+            if name in chosen and (how or not chosen[name][2]):
+                result.rows.append(_row(student, name, "warning", f"{file.name} was not graded: "
+                                        f"{chosen[name][0].name} was graded for {name}"))
+                continue
+            if name in chosen:
+                result.rows.append(_row(student, name, "warning", f"{chosen[name][0].name} was not graded: "
+                                        f"{file.name} was graded for {name}"))
+            chosen[name] = (file, data, how)
+        wanted[student] = list(chosen.values())
+        for name in chosen:
+            if name not in specs:
+                specs[name] = autograde.gradebook(sources[name], workdir)
+    for student, picked in wanted.items():
+        for file, data, how in picked:
+            name = identify(file, data, names, ids)[0]
+            result.jobs.append(Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory, how))
+        submitted = {identify(f, d, names, ids)[0] for f, d, _ in picked}
+        for name in sorted(set(specs) - submitted):
+            empty = not picked
+            why = f"the folder {student}/ is empty" if empty else f"no {name}.ipynb in {student}/"
+            for cell in specs[name].graded:
+                result.rows.append(_row(student, name, "missing", why, cell.grade_id, 0, _num(cell.points)))
+        if not picked and not specs:
+            result.rows.append(_row(student, "", "empty", f"the folder {student}/ has no notebooks"))
+    return result, {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in sources.items()}
+
+
+def _num(x: float):
+    return int(x) if float(x).is_integer() else x
+
+
+def _key(job: Job, solution_hash: str) -> str:
+    h = hashlib.sha256(job.data)
+    h.update(json.dumps([solution_hash, job.timeout, job.memory, job.note, GRADER_VERSION]).encode())
+    return h.hexdigest()
+
+
+def _work(job: Job) -> Result:
+    from course.grading import autograde
+
+    return autograde.grade(job)
+
+
+def _init_worker(threads: int) -> None:
+    # N kernels on N cores: one thread each unless told otherwise (the placement lesson of the course)
+    for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        os.environ.setdefault(var, str(threads))
+
+
+def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, Result]:
+    """Grade jobs in `workers` processes; a crashed worker costs only the jobs it held (retried alone)."""
+    from tqdm import tqdm
+
+    results: dict[int, Result] = {}
+    pending = list(range(len(jobs)))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    context = multiprocessing.get_context("spawn")
+    bar = tqdm(total=len(jobs), unit="notebook", desc="grading", disable=not progress or None, leave=False)
+    alone = False
+    try:
+        while pending:
+            size = 1 if alone else workers
+            with ProcessPoolExecutor(size, mp_context=context, initializer=_init_worker,
+                                     initargs=(threads,)) as pool:
+                batch = pending[:1] if alone else pending
+                futures = {pool.submit(_work, jobs[i]): i for i in batch}
+                broken = []
+                for future in as_completed(futures):
+                    i = futures[future]
+                    try:
+                        results[i] = future.result()
+                        bar.update(1)
+                    except BrokenProcessPool:
+                        broken.append(i)
+                    except Exception as exc:  # never lose the class for one job
+                        from course.grading.autograde import _whole
+
+                        results[i] = _whole(jobs[i], "error", f"the grader failed on this file: {exc}")
+                        bar.update(1)
+            if alone and broken:  # this job alone kills its worker
+                from course.grading.autograde import _whole
+
+                results[broken[0]] = _whole(jobs[broken[0]], "error", "grading this file crashed the grader's worker")
+                bar.update(1)
+            pending = [i for i in pending if i not in results]
+            alone = alone or bool(broken)
+    finally:
+        bar.close()
+    return results
+
+
+def _csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: float | None = None,
+          workers: int | None = None, memory: str | int | None = None, regrade: bool = False,
+          progress: bool = True) -> str:
+    """Grade a class folder into OUT; returns the summary line."""
+    import tempfile
+
+    from course.grading import CELL_TIMEOUT, MEMORY_LIMIT
+    from course.grading.execute import parse_memory, size_words
+
+    started = time.monotonic()
+    submissions, out = Path(submissions).resolve(), Path(out).resolve()
+    solutions = solutions_dir(solutions).resolve()
+    timeout = CELL_TIMEOUT if timeout is None else timeout
+    if timeout <= 0:
+        raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
+    workers = workers or max(1, os.cpu_count() or 1)
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, not {workers}")
+    memory_bytes = parse_memory(MEMORY_LIMIT if memory is None else memory)
+    if out == submissions or submissions in out.parents:
+        raise UserError(f"--out {out} is inside the submissions folder; choose a folder outside {submissions}")
+    if submissions.is_dir() and (out in submissions.parents):
+        pass  # grading a subfolder of OUT is fine
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / STATE
+    try:
+        state = json.loads(state_path.read_text()) if state_path.exists() and not regrade else {}
+    except (OSError, json.JSONDecodeError):
+        state = {}
+    with tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
+        the_plan, hashes = plan(submissions, solutions, Path(workdir), timeout, memory_bytes)
+        keys = [_key(job, hashes[job.spec.notebook]) for job in the_plan.jobs]
+        todo = [i for i, job in enumerate(the_plan.jobs)
+                if state.get(job.file, {}).get("key") != keys[i]]
+        fresh = run_jobs([the_plan.jobs[i] for i in todo], workers, progress) if todo else {}
+    new_state = {}
+    for n, i in enumerate(todo):
+        job = the_plan.jobs[i]
+        new_state[job.file] = {"key": keys[i], "notebook": job.spec.notebook, "rows": fresh[n].rows,
+                               "feedback": fresh[n].feedback}
+    for i, job in enumerate(the_plan.jobs):
+        if job.file not in new_state:
+            new_state[job.file] = state[job.file]
+    rows = [r for entry in new_state.values() for r in entry["rows"]] + the_plan.rows
+    order = {s: n for n, s in enumerate(the_plan.students)}
+    rows.sort(key=lambda r: (order.get(r["student"], -1), r["notebook"], r["cell"] == "", ))
+    _write(out / "grades.csv", _csv(rows))
+    for file, entry in new_state.items():
+        student = file.split("/", 1)[0]
+        _write(out / "feedback" / student / f"{entry['notebook']}.txt", entry["feedback"])
+    for file, entry in state.items():  # feedback for submissions that are gone
+        if file not in new_state:
+            stale = out / "feedback" / file.split("/", 1)[0] / f"{entry.get('notebook', '')}.txt"
+            if stale.is_file() and not any(e["notebook"] == entry.get("notebook") and k.split("/")[0] == file.split("/")[0]
+                                           for k, e in new_state.items()):
+                stale.unlink()
+    _write(state_path, json.dumps(new_state, indent=1, sort_keys=True))
+    return _summary(rows, the_plan, len(todo), time.monotonic() - started, out, workers, timeout, memory_bytes,
+                    size_words)
+
+
+def _summary(rows, the_plan, graded, seconds, out, workers, timeout, memory, size_words) -> str:
+    reused = len(the_plan.jobs) - graded
+    per = {}
+    for r in rows:
+        if r["student"] and r["cell"]:
+            got, total = per.get((r["student"], r["notebook"]), (0.0, 0.0))
+            per[(r["student"], r["notebook"])] = (got + float(r["points"]), total + float(r["max_points"]))
+    full = sum(1 for got, total in per.values() if total and got >= total)
+    problems = sum(1 for r in rows if r["status"] not in ("passed", "failed", "partial", "warning"))
+    return (f"graded {graded} submission(s) in {seconds:.0f} s on {workers} worker(s)"
+            f"{f', reused {reused} unchanged' if reused else ''}; {len(the_plan.students)} student(s), "
+            f"{full} of {len(per)} notebook(s) with full marks, {problems} row(s) with problems "
+            f"(limits: {timeout:g} s per cell, {size_words(memory)} per kernel); "
+            f"wrote {out / 'grades.csv'} and {out / 'feedback'}/")
