@@ -515,6 +515,11 @@ class Cluster:
             process = getattr(launcher, "process", None)
             if process is not None and _process_alive(process):
                 procs.append(process)
+        for process in list(procs):  # the controller's schedulers and mpiexec's ranks are child processes
+            try:
+                procs += [child for child in process.children(recursive=True) if child not in procs]
+            except psutil.Error:
+                pass
         return procs
 
     def _wait_slurm_gone(self, job: str, timeout: float = 60) -> None:
@@ -836,6 +841,14 @@ def _stop_from_files(cluster_id: str) -> bool:
             jobs.add(str(record["slurm_job"]))
     except (OSError, ValueError, KeyError):
         pass
+    procs = []
+    for pid, created in pids:
+        if _pid_matches(pid, created):
+            try:
+                process = psutil.Process(pid)
+                procs += [process, *process.children(recursive=True)]
+            except psutil.Error:
+                pass
     if cluster_file.exists():
         try:
             ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
@@ -845,15 +858,11 @@ def _stop_from_files(cluster_id: str) -> bool:
             ipp_cluster.stop_cluster_sync()
         except Exception:
             pass  # launchers whose processes are gone; the pid and job clean-up below covers the rest
-    procs = []
-    for pid, created in pids:
-        if _pid_matches(pid, created):
-            try:
-                process = psutil.Process(pid)
-                process.terminate()
-                procs.append(process)
-            except psutil.Error:
-                pass
+    for process in procs:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
     _wait_gone(procs, timeout=10)
     for job in jobs:
         _scancel(job)

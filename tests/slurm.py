@@ -1,0 +1,46 @@
+"""A real single-node Slurm for the tests that need one (scripts/single-node-slurm.sh), as a session fixture.
+
+Use it with `from tests.slurm import slurm` and a `slurm` argument. It skips only where Slurm cannot run
+here (not root, or no apt to install slurm-wlm and munge), saying why. Slurm is left running afterwards
+(other sessions may use it); stop it with `bash scripts/single-node-slurm.sh stop`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "single-node-slurm.sh"
+
+
+def _node_up() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, timeout=30)
+    return out.returncode == 0 and out.stdout.strip().startswith(("idle", "mix", "alloc", "comp"))
+
+
+@pytest.fixture(scope="session")
+def slurm() -> str:
+    """Make sure a Slurm that takes jobs answers; returns its default partition name."""
+    if not _node_up():
+        if os.geteuid() != 0:
+            pytest.skip("Slurm is not running and starting a single-node Slurm needs root (munged, slurmctld, slurmd)")
+        if not shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin"):
+            if not shutil.which("apt-get"):
+                pytest.skip("Slurm is not installed and there is no apt-get to install slurm-wlm and munge")
+            setup = subprocess.run(["bash", str(ROOT / "scripts" / "setup-system.sh"), "slurm-wlm", "munge"],
+                                   capture_output=True, text=True, timeout=900)
+            if setup.returncode != 0:
+                pytest.skip(f"could not install slurm-wlm and munge: {setup.stderr.strip()[-300:]}")
+        started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=180)
+        if started.returncode == 3:
+            pytest.skip(started.stderr.strip())
+        assert started.returncode == 0, f"single-node Slurm did not start: {started.stdout}{started.stderr}"
+    out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
+    return out.stdout.split()[0].rstrip("*")

@@ -1,0 +1,376 @@
+"""course.cluster: real local, MPI and Slurm engine clusters start, work, report, survive faults and stop cleanly.
+
+No mocks: ipyparallel, Open MPI and Slurm are the real ones. Stray processes are checked by process id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+from ipyparallel import interactive
+
+from course import UserError, cluster
+from tests.conftest import ROOT, run_course
+from tests.slurm import slurm  # noqa: F401  (session fixture: a real single-node Slurm)
+
+KINDS = ["local", "mpi", "slurm"]
+
+
+@pytest.fixture(autouse=True)
+def own_ipython_dir(tmp_path, monkeypatch):
+    """Each test's clusters live in their own profile dir, so `stop --all` here never touches anyone else's."""
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.delenv("COURSE_CLUSTER_ID", raising=False)
+
+
+def needs(kind, request):
+    if kind == "slurm":
+        request.getfixturevalue("slurm")
+
+
+def processes_of(c: cluster.Cluster) -> list[psutil.Process]:
+    """Engine, controller and launcher (mpiexec) processes of a running cluster, by pid."""
+    pids = [e["pid"] for e in c.engines]
+    controller = c._ipp.controller
+    pids.append(controller.pid)
+    engine_set = c._engine_set()
+    if c.kind == "mpi":
+        pids.append(engine_set.pid)
+    procs = [psutil.Process(p) for p in pids]
+    for p in list(procs):
+        procs += p.children(recursive=True)
+    return procs
+
+
+def gone(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """The processes still running (a zombie counts as ended)."""
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def squeue(job: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
+# ------------------------------------------------------------------------------------------- pure logic
+
+def test_gpus_pinned_by_local_rank_one_each():
+    engines = [{"id": 0, "host": "n1", "gpus": ["0", "1"]}, {"id": 1, "host": "n1", "gpus": ["0", "1"]}]
+    plan = cluster.plan_devices(engines)
+    assert [plan[i]["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["0", "1"]
+    assert all(plan[i]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" for i in (0, 1))
+    assert "OMP_NUM_THREADS" not in plan[0]
+
+
+def test_gpu_pinning_uses_the_launchers_local_rank_and_a_scheduler_subset():
+    # MPI/Slurm say which local rank each engine is, whatever the engine ids; Slurm gave this job GPUs 2 and 3
+    engines = [{"id": 0, "host": "a", "gpus": ["2", "3"], "local_rank": 1},
+               {"id": 1, "host": "a", "gpus": ["2", "3"], "local_rank": 0},
+               {"id": 2, "host": "b", "gpus": ["0", "1"], "local_rank": 0},
+               {"id": 3, "host": "b", "gpus": ["0", "1"], "local_rank": 1}]
+    plan = cluster.plan_devices(engines)
+    assert {i: plan[i]["CUDA_VISIBLE_DEVICES"] for i in plan} == {0: "3", 1: "2", 2: "0", 3: "1"}
+    assert {i: plan[i]["COURSE_LOCAL_RANK"] for i in plan} == {0: "1", 1: "0", 2: "0", 3: "1"}
+
+
+def test_local_rank_is_the_position_on_each_host_when_no_launcher_says():
+    engines = [{"id": 5, "host": "b"}, {"id": 1, "host": "a"}, {"id": 3, "host": "b"}, {"id": 2, "host": "a"}]
+    assert cluster.local_ranks(engines) == {1: 0, 2: 1, 3: 0, 5: 1}
+
+
+def test_more_engines_than_gpus_says_so():
+    engines = [{"id": i, "host": "n1", "gpus": ["0", "1"]} for i in range(3)]
+    with pytest.raises(cluster.ClusterError, match=r"more engines than GPUs: 3 engine\(s\) on n1, which has 2 GPU"):
+        cluster.plan_devices(engines)
+
+
+def test_cpu_only_engines_get_a_thread_limit():
+    engines = [{"id": 0, "host": "n1", "gpus": []}, {"id": 1, "host": "n1", "gpus": []}]
+    plan = cluster.plan_devices(engines)
+    assert all(plan[i]["OMP_NUM_THREADS"] == "1" and plan[i]["TF_NUM_INTRAOP_THREADS"] == "1" for i in (0, 1))
+    assert "CUDA_VISIBLE_DEVICES" not in plan[0]
+    assert cluster.plan_devices(engines, threads=3)[1]["OMP_NUM_THREADS"] == "3"
+    with pytest.raises(cluster.ClusterError, match="threads"):
+        cluster.plan_devices(engines, threads=0)
+
+
+def test_visible_gpus_from_scheduler_or_driver(tmp_path):
+    driver = tmp_path / "gpus"
+    (driver / "0000:01:00.0").mkdir(parents=True)
+    (driver / "0000:02:00.0").mkdir()
+    assert cluster.visible_gpus({}, proc=str(driver)) == ["0", "1"]
+    assert cluster.visible_gpus({"CUDA_VISIBLE_DEVICES": "3,5"}, proc=str(driver)) == ["3", "5"]
+    assert cluster.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, proc=str(driver)) == []
+    assert cluster.visible_gpus({}, proc=str(tmp_path / "none")) == []
+
+
+def test_slurm_script_carries_the_options():
+    script = cluster.slurm_script("course-x", 4, partition="gpu", time_limit="0:30:00", account="proj",
+                                  gpus_per_node=2, tasks_per_node=2, srun_mpi="pmix")
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=0:30:00", "#SBATCH --account=proj",
+                 "#SBATCH --gpus-per-node=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --ntasks=4",
+                 "#SBATCH --job-name=ipengine-course-x", "srun --mpi=pmix {program_and_args}"):
+        assert line in script.splitlines()
+
+
+def test_cluster_ids_are_marked_as_the_courses(monkeypatch):
+    assert cluster.normalise_id("my run/1") == "course-my-run-1"
+    assert cluster.normalise_id("course-a") == "course-a"
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/u/notebooks/00_environment_and_cluster.ipynb")
+    assert cluster.default_cluster_id() == "course-00_environment_and_cluster"
+
+
+def test_bad_arguments_are_user_errors():
+    with pytest.raises(UserError, match="unknown engines 'pbs'"):
+        cluster.start(2, engines="pbs")
+    with pytest.raises(UserError, match="positive whole number"):
+        cluster.start(0)
+    with pytest.raises(UserError, match="only apply to engines='slurm'"):
+        cluster.start(2, partition="gpu")
+
+
+def test_more_engines_than_gpus_on_this_machine_is_refused_before_starting(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # as a scheduler would give this process one GPU
+    with pytest.raises(cluster.ClusterError, match=r"asked for 2 engines, this machine has 1 GPU"):
+        cluster.start(2, cluster_id="gpus")
+    assert cluster.running_ids() == []
+
+
+# ------------------------------------------------------------------------------------- real clusters
+
+# functions run on engines: `interactive` ships them by value (engines cannot import this test module)
+@interactive
+def _rank_size():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
+
+
+@interactive
+def _square(x):
+    return x * x
+
+
+@interactive
+def _omp_threads():
+    import os
+
+    return os.environ["OMP_NUM_THREADS"]
+
+
+@interactive
+def _pid():
+    import os
+
+    return os.getpid()
+
+
+@interactive
+def _sleep(seconds):
+    import time
+
+    time.sleep(seconds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_engines_start_work_report_and_stop_without_strays(kind, request):
+    needs(kind, request)
+    c = cluster.start(2, engines=kind, cluster_id=f"t-{kind}")
+    try:
+        assert cluster.current() is c
+        assert sorted(c.client.ids) == [0, 1]
+        assert c.view.apply_sync(_square, 7) == [49, 49]
+        # every engine was told its device: one thread each on this CPU machine
+        assert c.view.apply_sync(_omp_threads) == ["1", "1"]
+        status = c.status()
+        assert status.ok and status.alive == 2 and status.dead == [], str(status)
+        if kind in ("mpi", "slurm"):  # one MPI world across the engines
+            ranks = dict(zip(c.view.targets, c.view.apply_sync(_rank_size)))
+            assert sorted(ranks.values()) == [(0, 2), (1, 2)]
+            if kind == "mpi":
+                assert all(engine_id == rank for engine_id, (rank, _) in ranks.items()), ranks
+        procs = processes_of(c)
+        job = c._engine_set().job_id if kind == "slurm" else ""
+    finally:
+        c.stop()
+    assert gone(procs) == [], f"stray processes after stop: {gone(procs)}"
+    assert c.status().stopped and cluster.current() is None
+    assert cluster.running_ids() == []
+    if job:
+        assert squeue(job) == "", f"Slurm job {job} still listed after stop"
+
+
+@pytest.mark.slow
+def test_context_manager_stops():
+    with cluster.start(2, cluster_id="t-ctx") as c:
+        procs = processes_of(c)
+        assert c.view.apply_sync(_square, 1) == [1, 1]
+    assert gone(procs) == []
+
+
+@pytest.mark.slow
+def test_a_killed_engine_is_detected_work_fails_clearly_and_restart_works():
+    import ipyparallel as ipp
+
+    c = cluster.start(2, cluster_id="t-kill")
+    try:
+        victim = c.engines[1]
+        running = c.client[victim["id"]].apply_async(_sleep, 60)
+        os.kill(victim["pid"], signal.SIGKILL)
+        with pytest.raises(ipp.error.RemoteError, match=f"Engine {victim['id']} died"):
+            running.get(timeout=120)
+        status = c.status()
+        assert status.dead == [victim["id"]] and not status.ok
+        assert f"engine(s) {victim['id']} died" in str(status)
+        with pytest.raises(cluster.EngineLost, match=f"engine\\(s\\) {victim['id']} no longer running"):
+            c.view.apply_sync(_pid)
+        c.restart()
+        assert c.status().ok
+        assert len(c.view.apply_sync(_pid)) == 2
+        procs = processes_of(c)
+    finally:
+        c.stop()
+    assert gone(procs) == []
+
+
+CLIENT = textwrap.dedent("""
+    import json, os, sys
+    from course import cluster
+    c = cluster.start(2, engines=sys.argv[1], cluster_id="t-orphan", quiet=True)
+    pids = [e["pid"] for e in c.engines] + [c._ipp.controller.pid]
+    if sys.argv[1] == "mpi":
+        pids.append(c._engine_set().pid)
+    print(json.dumps({"pids": pids, "job": getattr(c._engine_set(), "job_id", "")}), flush=True)
+    os.kill(os.getpid(), 9)   # the client dies without stopping its cluster
+""")
+
+
+def orphan_cluster(kind: str) -> dict:
+    """Start a cluster from a client process that is then killed; returns its pids (with children) and job."""
+    out = subprocess.run([sys.executable, "-c", CLIENT, kind], capture_output=True, text=True, timeout=400, cwd=ROOT)
+    assert out.returncode == -9, out.stderr
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    procs = [psutil.Process(p) for p in facts["pids"]]
+    for p in list(procs):
+        procs += p.children(recursive=True)
+    assert len(gone(procs)) >= 3, "the orphaned cluster should still be running before stop --all"
+    facts["procs"] = procs
+    return facts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_stop_all_cleans_up_after_a_client_that_died(kind, request):
+    needs(kind, request)
+    facts = orphan_cluster(kind)
+    result = run_course("cluster", "stop", "--all")
+    assert result.returncode == 0, result.stderr
+    assert "course-t-orphan" in result.stdout
+    assert gone(facts["procs"]) == [], f"stray processes after stop --all: {gone(facts['procs'])}"
+    if facts["job"]:
+        assert squeue(facts["job"]) == ""
+    assert cluster.running_ids() == []
+
+
+@pytest.mark.slow
+def test_a_restarted_notebook_reattaches_to_its_running_cluster(capsys):
+    facts = orphan_cluster("local")  # as a kernel restart leaves a persistent cluster running
+    c = cluster.start(2, cluster_id="t-orphan")
+    try:
+        assert "Re-attached to running cluster course-t-orphan" in capsys.readouterr().out
+        assert set(c.view.apply_sync(_pid)) == set(facts["pids"][:2])
+        assert c.status().ok
+        with pytest.raises(cluster.ClusterError, match="already running with 2 local engine"):
+            cluster.start(3, cluster_id="t-orphan")
+    finally:
+        c.stop()
+    assert gone(facts["procs"]) == []
+
+
+@pytest.mark.slow
+def test_cli_start_status_stop():
+    started = run_course("cluster", "start", "-n", "2", "--engines", "mpi", "--id", "cli")
+    assert started.returncode == 0, started.stderr
+    assert "2 of 2 engines running" in started.stdout
+    record = json.loads((cluster.profile_dir() / "security" / "course-record-course-cli.json").read_text())
+    procs = [psutil.Process(e["pid"]) for e in record["engines"]] + [psutil.Process(record["launcher_pid"])]
+    status = run_course("cluster", "status")
+    assert status.returncode == 0 and "course-cli (mpi)" in status.stdout and "2 of 2" in status.stdout
+    stopped = run_course("cluster", "stop", "--id", "cli")
+    assert stopped.returncode == 0 and "stopped course-cli" in stopped.stdout
+    assert gone(procs) == []
+    assert run_course("cluster", "status").stdout.strip() == "no course clusters running"
+
+
+# ----------------------------------------------------------------------------------------- faults
+
+def test_cli_errors_are_one_line():
+    for args, code, text in [(["cluster", "start", "-n", "0"], 1, "positive whole number"),
+                             (["cluster", "start", "--engines", "pbs"], 2, "invalid choice"),
+                             (["cluster", "stop", "--id", "nothing"], 1, "no cluster course-nothing is running"),
+                             (["cluster"], 2, "required")]:
+        result = run_course(*args)
+        assert result.returncode == code, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and text in lines[0] and "Traceback" not in result.stderr, (args, result.stderr)
+
+
+def without_tools(*tools: str) -> dict:
+    """The environment with PATH limited to directories that hold none of `tools` (plus this Python's)."""
+    keep = [d for d in os.environ["PATH"].split(os.pathsep)
+            if d and not any(os.path.exists(os.path.join(d, t)) for t in tools)]
+    return dict(os.environ, PATH=os.pathsep.join(keep))
+
+
+def test_missing_mpiexec_names_what_to_install():
+    result = run_course("cluster", "start", "--engines", "mpi", "-n", "2", env=without_tools("mpiexec"))
+    assert result.returncode == 1
+    assert result.stderr.startswith("course: error: mpiexec not found: install Open MPI")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_slurm_names_what_to_install():
+    result = run_course("cluster", "start", "--engines", "slurm", "-n", "2", env=without_tools("sbatch", "squeue"))
+    assert result.returncode == 1
+    assert "Slurm not found" in result.stderr and "slurm-wlm" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_slurm_engines_that_cannot_start_in_time_say_why(slurm):
+    # another job holds every core, so the engine job stays PENDING (Resources)
+    cores = os.cpu_count()
+    blocker = subprocess.run(["sbatch", "--parsable", "-n", str(cores), "-o", "/dev/null", "--wrap", "sleep 600"],
+                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    try:
+        with pytest.raises(cluster.ClusterError) as info:
+            cluster.start(2, engines="slurm", cluster_id="t-pending", timeout=20)
+        message = str(info.value)
+        assert "only 0 of 2 engines connected within 20 s" in message
+        assert "is PENDING (" in message, message
+    finally:
+        subprocess.run(["scancel", blocker], check=False)
+    assert cluster.running_ids() == []
+    assert not [line for line in subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout.split()
+                if line == "ipengine-course-t-pending"]
+
+
+@pytest.mark.slow
+def test_slurm_refusing_the_job_is_one_clear_error(slurm):
+    with pytest.raises(cluster.ClusterError, match="Slurm refused the engine job"):
+        cluster.start(1, engines="slurm", cluster_id="t-gpus", gpus_per_node=1, timeout=60)  # this node has no GPUs
+    assert cluster.running_ids() == []
