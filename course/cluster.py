@@ -421,7 +421,7 @@ class Cluster:
                 raise ClusterError(f"only {have} of {n} engines connected within {timeout:.0f} s{why}; "
                                    f"pass timeout=... to wait longer")
             try:
-                self.client.wait_for_engines(n + len(before), timeout=0.5)
+                self.client.wait_for_engines(n + len(before), timeout=0.5, interactive=False)
             except TimeoutError:
                 pass
 
