@@ -38,3 +38,29 @@ def quiet_log():
     log.propagate = False
     log.setLevel(logging.CRITICAL)
     return log
+
+
+def parse_memory(text: str | int | float) -> int:
+    """Bytes from '4G', '512M', '1.5G' or a plain number of gigabytes."""
+    from course import UserError
+
+    value = str(text).strip().upper().removesuffix("B")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    try:
+        if value and value[-1] in scale:
+            amount = float(value[:-1]) * scale[value[-1]]
+        else:
+            amount = float(value) * scale["G"]
+    except ValueError:
+        raise UserError(f"memory limit {text!r} is not a size; write it like 4G or 512M") from None
+    if amount < 64 * 2**20:
+        raise UserError(f"memory limit {text!r} is too small for a Python kernel; give at least 64M")
+    return int(amount)
+
+
+def size_words(n: int) -> str:
+    """A byte count as people say it (1.5 GB, 300 MB)."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"

@@ -23,7 +23,7 @@ from nbformat import NotebookNode
 
 from course.grading import ASSIGNMENT, quiet_log
 from course.grading import explain
-from course.grading.execute import Outcome, run, size_words
+from course.grading.execute import MAX_OUTPUT, Outcome, run, size_words
 
 warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's add_submission, harmless
 FIELDS = ("student", "notebook", "cell", "points", "max_points", "status", "message")
@@ -95,7 +95,7 @@ def gradebook(source: Path, workdir: Path) -> Spec:
 
     from course.grading.release import read_source, render, student_version
 
-    _alembic_on_path()
+    _alembic_in_process()
     notebook = source.stem
     db = workdir / f"{notebook}.gradebook.db"
     db.unlink(missing_ok=True)
@@ -115,14 +115,23 @@ def gradebook(source: Path, workdir: Path) -> Spec:
     return Spec(notebook, cells, str(db), render(released))
 
 
-def _alembic_on_path() -> None:
-    """nbgrader runs the `alembic` command when it creates a gradebook; find it next to our Python."""
-    import os
-    import sys
+def _alembic_in_process() -> None:
+    """nbgrader asks the `alembic` command for its schema head when it creates a gradebook (a new
+    Python process, seconds on a busy node); ask alembic's own Python API the same question instead."""
+    import nbgrader.api as api
 
-    bindir = str(Path(sys.executable).parent)
-    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    if getattr(api.get_alembic_version, "in_process", False):
+        return
+
+    def get_alembic_version() -> str:
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+
+        with api._temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:
+            return ScriptDirectory.from_config(Config(ini)).get_current_head()
+
+    get_alembic_version.in_process = True  # type: ignore[attr-defined]
+    api.get_alembic_version = get_alembic_version
 
 
 def parse(data: bytes) -> NotebookNode:
@@ -198,7 +207,7 @@ def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
             per_cell[grade_id] = f"this {kind} was edited; the instructor's version was used"
         elif any(meta.get(k) != v for k, v in _metadata(source).items() if k not in ("checksum", "schema_version")):
             per_cell[grade_id] = "its grading metadata was changed; the instructor's was used"
-        cell.metadata["nbgrader"] = _metadata(source)
+        cell.metadata["nbgrader"] = nbformat.from_dict(_metadata(source))
         if source.locked:
             cell.metadata["deletable"] = False
             cell.metadata["editable"] = False
@@ -217,9 +226,9 @@ def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
 
         with Gradebook(f"sqlite:///{spec.gradebook}") as gb:
             stored = gb.find_source_cell(source.grade_id, spec.notebook, ASSIGNMENT)
-            new = restore.missing_cell_transform(stored, source.points, is_solution=source.solution)
+            new = nbformat.from_dict(restore.missing_cell_transform(stored, source.points, is_solution=source.solution))
         new.source = stored.source  # run the instructor's test as it is (no added comment line)
-        new.metadata["nbgrader"] = _metadata(source)
+        new.metadata["nbgrader"] = nbformat.from_dict(_metadata(source))
         earlier = [present[g] for g in order[:position] if g in present]
         at = max(earlier) + 1 if earlier else 0
         nb.cells.insert(at, new)
@@ -298,7 +307,7 @@ def _grade(job: Job) -> Result:
                          message=stop))
     if outcome.truncated:
         labels = ", ".join(_label(nb, i) for i in sorted(outcome.truncated))
-        notes.append(f"output was cut at {size_words(1_000_000)} per cell in {labels}")
+        notes.append(f"output was cut at {size_words(MAX_OUTPUT)} per cell in {labels}")
     if job.note:
         notes.insert(0, job.note)
     for note in notes[1:] if outcome.stopped else notes:
@@ -342,6 +351,9 @@ def _rows(job: Job, nb: NotebookNode, scores: dict, outcome: Outcome, per_cell: 
             message = (error.evalue if error is not None else "") or "not run"
             if index == outcome.stopped_cell:
                 status = {"memory": "memory", "timeout": "timeout"}.get(outcome.stopped or "", "crashed")
+        elif index in outcome.timed_out:
+            status, points = "timeout", 0
+            message = explain.error_words("CellTimeoutError", "", job.timeout)
         elif auto >= maximum:
             status, points, message = "passed", auto, ""
         else:

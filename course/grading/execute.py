@@ -20,39 +20,16 @@ import warnings
 from dataclasses import dataclass, field
 
 import psutil
+from nbclient.util import run_sync
 from nbformat import NotebookNode
-from jupyter_core.utils import run_sync
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
 from course import UserError
-from course.grading import quiet_log
+from course.grading import parse_memory, quiet_log, size_words  # noqa: F401  (re-exported)
 
+MAX_OUTPUT = 2**20  # bytes of output kept per cell
 GRACE = 30  # seconds a timed-out cell's kernel gets to honour the interrupt before it is killed
-
-
-def parse_memory(text: str | int | float) -> int:
-    """Bytes from '4G', '512M', '1.5G' or a plain number of gigabytes."""
-    value = str(text).strip().upper().removesuffix("B")
-    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    try:
-        if value and value[-1] in scale:
-            amount = float(value[:-1]) * scale[value[-1]]
-        else:
-            amount = float(value) * scale["G"]
-    except ValueError:
-        raise UserError(f"memory limit {text!r} is not a size; write it like 4G or 512M") from None
-    if amount < 64 * 2**20:
-        raise UserError(f"memory limit {text!r} is too small for a Python kernel; give at least 64M")
-    return int(amount)
-
-
-def size_words(n: int) -> str:
-    """A byte count as people say it (1.5 GB, 300 MB)."""
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} bytes"
 
 
 @dataclass
@@ -64,6 +41,7 @@ class Outcome:
     stopped_cell: int | None = None
     detail: str = ""
     truncated: set[int] = field(default_factory=set)
+    timed_out: set[int] = field(default_factory=set)
 
 
 class Watchdog(threading.Thread):
@@ -131,7 +109,7 @@ class Watchdog(threading.Thread):
 class LimitedExecute(Execute):
     """nbgrader's Execute preprocessor that reports to a watchdog and caps each cell's output."""
 
-    max_output_bytes = Integer(1_000_000, help="output kept per cell; the rest is dropped").tag(config=True)
+    max_output_bytes = Integer(MAX_OUTPUT, help="output kept per cell; the rest is dropped").tag(config=True)
 
     def __init__(self, *args, watchdog: Watchdog, outcome: Outcome, **kwargs):
         super().__init__(*args, **kwargs)
@@ -159,6 +137,7 @@ class LimitedExecute(Execute):
         content = kwargs["execute_reply"]["content"]
         if content.get("status") == "error" and content.get("ename") == "CellTimeoutError":
             self._timeouts_in_a_row += 1
+            self.outcome.timed_out.add(kwargs["cell_index"])
             if self._timeouts_in_a_row >= 2:  # the interrupt was ignored: the kernel is stuck
                 self.watchdog.kill("timeout")
         else:

@@ -99,6 +99,7 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
     result = Plan()
     specs: dict[str, Spec] = {}
     wanted: dict[str, list[tuple[Path, bytes, str]]] = {}
+    empty_folders: set[str] = set()
     students = sorted(p for p in submissions.iterdir() if not p.name.startswith("."))
     for entry in students:
         if not entry.is_dir():
@@ -130,6 +131,8 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
                                         f"{file.name} was graded for {name}"))
             chosen[name] = (file, data, how)
         wanted[student] = list(chosen.values())
+        if not files:
+            empty_folders.add(student)
         for name in chosen:
             if name not in specs:
                 specs[name] = autograde.gradebook(sources[name], workdir)
@@ -139,11 +142,11 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
             result.jobs.append(Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory, how))
         submitted = {identify(f, d, names, ids)[0] for f, d, _ in picked}
         for name in sorted(set(specs) - submitted):
-            empty = not picked
+            empty = student in empty_folders
             why = f"the folder {student}/ is empty" if empty else f"no {name}.ipynb in {student}/"
             for cell in specs[name].graded:
                 result.rows.append(_row(student, name, "missing", why, cell.grade_id, 0, _num(cell.points)))
-        if not picked and not specs:
+        if student in empty_folders and not specs:
             result.rows.append(_row(student, "", "empty", f"the folder {student}/ has no notebooks"))
     return result, {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in sources.items()}
 
@@ -177,7 +180,8 @@ def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, 
     results: dict[int, Result] = {}
     pending = list(range(len(jobs)))
     threads = max(1, (os.cpu_count() or 1) // workers)
-    context = multiprocessing.get_context("spawn")
+    # fork: workers start at once with nbgrader already imported (the parent never runs a kernel)
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     bar = tqdm(total=len(jobs), unit="notebook", desc="grading", disable=not progress or None, leave=False)
     alone = False
     try:
@@ -233,8 +237,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: 
     """Grade a class folder into OUT; returns the summary line."""
     import tempfile
 
-    from course.grading import CELL_TIMEOUT, MEMORY_LIMIT
-    from course.grading.execute import parse_memory, size_words
+    from course.grading import CELL_TIMEOUT, MEMORY_LIMIT, parse_memory, size_words
 
     started = time.monotonic()
     submissions, out = Path(submissions).resolve(), Path(out).resolve()
@@ -242,14 +245,16 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: 
     timeout = CELL_TIMEOUT if timeout is None else timeout
     if timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
-    workers = workers or max(1, os.cpu_count() or 1)
+    workers = max(1, os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise UserError(f"--workers must be at least 1, not {workers}")
     memory_bytes = parse_memory(MEMORY_LIMIT if memory is None else memory)
     if out == submissions or submissions in out.parents:
         raise UserError(f"--out {out} is inside the submissions folder; choose a folder outside {submissions}")
-    if submissions.is_dir() and (out in submissions.parents):
-        pass  # grading a subfolder of OUT is fine
+    if not submissions.is_dir():
+        raise UserError(f"no submissions folder at {submissions}; expected SUBMISSIONS/<student>/<notebook>.ipynb")
+    if not solutions.is_dir():
+        raise UserError(f"no solutions folder at {solutions}; run from the course checkout or pass --solutions DIR")
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE
     try:

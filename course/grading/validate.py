@@ -11,17 +11,12 @@ import tempfile
 from pathlib import Path
 
 from course import UserError
-from course.grading import CELL_TIMEOUT, MEMORY_LIMIT
+from course.grading import CELL_TIMEOUT, MEMORY_LIMIT, parse_memory
 from course.grading import explain
 
 
 def validate(path: Path, timeout: float | None = None, memory: str | None = None) -> tuple[bool, list[str]]:
     """Run the notebook at PATH (a copy: the file is not changed); returns (all passed, report lines)."""
-    from nbgrader.utils import compute_checksum, determine_grade, is_grade, is_locked, is_solution
-
-    from course.grading.autograde import Problem, parse
-    from course.grading.execute import parse_memory, run
-
     path = Path(path)
     timeout = CELL_TIMEOUT if timeout is None else timeout
     memory_bytes = parse_memory(MEMORY_LIMIT if memory is None else memory)
@@ -29,6 +24,10 @@ def validate(path: Path, timeout: float | None = None, memory: str | None = None
         raise UserError(f"no notebook at {path}")
     if path.suffix.lower() != ".ipynb":
         raise UserError(f"{path} is not a notebook (.ipynb)")
+
+    from course.grading.autograde import Problem, parse
+    from course.grading.execute import run
+    from nbgrader.utils import compute_checksum, determine_grade, is_grade, is_locked, is_solution
     try:
         nb = parse(path.read_bytes())
     except Problem as problem:

@@ -1,0 +1,85 @@
+"""Helpers for the grading tests: the fixture course, class folders, and reading grades.csv."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from tests.conftest import ROOT, run_course
+
+FIXTURES = ROOT / "tests" / "fixtures"
+FIXTURE_COURSE = FIXTURES / "course"            # 99_fixture.ipynb: two quick exercises
+HOSTILE = FIXTURES / "hostile"                  # one folder per way a submission goes wrong
+WRONG = FIXTURES / "wrong_answers"              # <notebook>.json: plausible wrong answers
+
+
+def course_notebooks() -> list[Path]:
+    """Every instructor notebook the checks must hold for: the fixture and all of solutions/."""
+    return [FIXTURE_COURSE / "99_fixture.ipynb", *sorted((ROOT / "solutions").glob("*.ipynb"))]
+
+
+def grade(submissions: Path, out: Path, *args: str, solutions: Path = FIXTURE_COURSE, env: dict | None = None,
+          timeout: float = 1800):
+    """Run `python -m course grade` as an instructor would."""
+    return run_course("grade", str(submissions), "--out", str(out), "--solutions", str(solutions), *args,
+                      env=env, timeout=timeout)
+
+
+def rows(out: Path) -> list[dict]:
+    with open(out / "grades.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def by_cell(out: Path) -> dict[tuple[str, str, str], dict]:
+    """grades.csv rows keyed by (student, notebook, cell); notebook-wide rows by status in place of cell."""
+    result = {}
+    for row in rows(out):
+        key = (row["student"], row["notebook"], row["cell"] or f"*{row['status']}")
+        result[key] = row
+    return result
+
+
+def graded_cells(nb_path: Path) -> dict[str, float]:
+    """grade_id -> points of the graded cells of a notebook."""
+    nb = nbformat.read(str(nb_path), as_version=4)
+    return {c.metadata.nbgrader["grade_id"]: float(c.metadata.nbgrader["points"])
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def with_answers(nb_path: Path, answers: dict[str, str]) -> str:
+    """The notebook with some answer cells' sources replaced (grade_id -> source), as text."""
+    nb = nbformat.read(str(nb_path), as_version=4)
+    ids = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    for grade_id, source in answers.items():
+        assert grade_id in ids, f"{nb_path.name} has no cell {grade_id!r} (fix tests/fixtures/wrong_answers)"
+        ids[grade_id].source = source
+    return nbformat.writes(nb)
+
+
+def wrong_answers(notebook: str) -> list[dict]:
+    path = WRONG / f"{notebook}.json"
+    assert path.is_file(), (f"no plausible wrong answers for {notebook}: add {path.relative_to(ROOT)} "
+                            f"(see {WRONG.relative_to(ROOT)}/README.md)")
+    return json.loads(path.read_text())
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """Every file under FOLDER with its sha256 (to prove grading changed nothing)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def copy_tree(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def tagged_env(tag: str) -> dict:
+    """The environment with a marker every process of a grading run inherits (to find leftovers)."""
+    return {**os.environ, "COURSE_TEST_GRADE_TAG": tag}

@@ -1,0 +1,225 @@
+"""`python -m course grade` and `validate`: real nbgrader, real kernels, the hostile corpus.
+
+The corpus (tests/fixtures/hostile/, described in tests/fixtures/hostile.md) is graded in one run
+on 2 workers; every way a submission can go wrong must show up on its own rows while the rest of
+the class is graded normally.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+
+import psutil
+import pytest
+
+from tests.conftest import run_course
+from tests.grading_support import (FIXTURE_COURSE, HOSTILE, by_cell, copy_tree, grade, rows, tagged_env,
+                                   tree_digest)
+
+NB = "99_fixture"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """Grade a copy of the hostile corpus once: (submissions, out, process, digest before, tag)."""
+    base = tmp_path_factory.mktemp("hostile")
+    submissions = copy_tree(HOSTILE, base / "class")
+    before = tree_digest(submissions)
+    tag = uuid.uuid4().hex
+    result = grade(submissions, base / "out", "--timeout", "10", "--memory", "1G", "--workers", "2",
+                   env=tagged_env(tag))
+    return submissions, base / "out", result, before, tag
+
+
+def _cell(table, student, cell):
+    key = (student, NB, cell)
+    assert key in table, f"no row for {key}; rows: {sorted(table)}"
+    return table[key]
+
+
+def _expect(table, student, cell, points, statuses, words=""):
+    row = _cell(table, student, cell)
+    statuses = (statuses,) if isinstance(statuses, str) else statuses
+    assert float(row["points"]) == points and row["status"] in statuses, f"{student}/{cell}: {row}"
+    assert words.lower() in row["message"].lower(), f"{student}/{cell}: expected {words!r} in {row['message']!r}"
+
+
+def test_the_run_finishes_with_a_summary(hostile):
+    _, out, result, _, _ = hostile
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    summary = result.stdout.strip().splitlines()[-1]
+    assert summary.startswith("graded 14 submission(s)") and "16 student(s)" in summary, summary
+    assert (out / "grades.csv").is_file()
+
+
+def test_good_and_unanswered_submissions_are_graded_normally(hostile):
+    table = by_cell(hostile[1])
+    _expect(table, "good", "ex1-check", 2, "passed")
+    _expect(table, "good", "ex2-check", 3, "passed")
+    _expect(table, "unanswered", "ex1-check", 0, "failed", "not answered yet")
+    _expect(table, "unanswered", "ex2-check", 0, "failed", "not answered yet")
+
+
+def test_an_endless_loop_costs_only_its_cell(hostile):
+    table = by_cell(hostile[1])
+    _expect(table, "loop", "ex1-check", 0, "timeout", "longer than 10 s")
+    _expect(table, "loop", "ex2-check", 3, "passed")
+
+
+def test_a_loop_that_ignores_the_interrupt_gets_its_kernel_killed(hostile):
+    table = by_cell(hostile[1])
+    _expect(table, "stubborn_loop", "ex1-check", 0, ("timeout", "not run"))
+    _expect(table, "stubborn_loop", "ex2-check", 0, "not run", "ignored the interrupt")
+    _expect(table, "stubborn_loop", "*timeout", 0, "timeout", "ignored the interrupt")
+
+
+@pytest.mark.parametrize("student,dead_cell", [("os_exit", "ex2"), ("kernel_kill", "ex1")])
+def test_a_dying_kernel_is_reported_and_earlier_work_counts(hostile, student, dead_cell):
+    table = by_cell(hostile[1])
+    _expect(table, student, "*crashed", 0, "crashed", f"the kernel died while running cell")
+    assert f"{dead_cell}-answer" in _cell(table, student, "*crashed")["message"]
+    if dead_cell == "ex2":
+        _expect(table, student, "ex1-check", 2, "passed")
+    _expect(table, student, "ex2-check", 0, "not run", "kernel died")
+
+
+def test_megabytes_of_output_are_cut_and_the_work_still_counts(hostile):
+    table = by_cell(hostile[1])
+    _expect(table, "flood", "ex1-check", 2, "passed")
+    _expect(table, "flood", "ex2-check", 3, "passed")
+    _expect(table, "flood", "*warning", 0, "warning", "output was cut at 1 MB")
+
+
+def test_a_memory_bomb_hits_the_memory_limit(hostile):
+    table = by_cell(hostile[1])
+    _expect(table, "memory_bomb", "*memory", 0, "memory", "more than 1 GB of memory")
+    _expect(table, "memory_bomb", "ex1-check", 0, "not run")
+    _expect(table, "memory_bomb", "ex2-check", 0, "not run")
+
+
+def test_edited_deleted_or_relabelled_tests_are_reported_and_the_instructors_are_used(hostile):
+    table = by_cell(hostile[1])
+    _expect(table, "edited_tests", "ex1-check", 0, "failed", "this test cell was edited")
+    _expect(table, "edited_tests", "ex2-check", 3, "passed")
+    _expect(table, "deleted_tests", "ex1-check", 2, "passed")
+    _expect(table, "deleted_tests", "ex2-check", 0, "failed", "had been deleted")
+    _expect(table, "metadata_hack", "ex1-check", 0, "failed", "grading metadata was changed")
+    assert float(_cell(table, "metadata_hack", "ex1-check")["max_points"]) == 2  # not the 100 it claimed
+
+
+def test_broken_files_get_rows_that_say_what_is_wrong(hostile):
+    table = by_cell(hostile[1])
+    for cell in ("ex1-check", "ex2-check"):
+        _expect(table, "malformed", cell, 0, "invalid", "not valid notebook JSON")
+        _expect(table, "not_a_notebook", cell, 0, "invalid", "not a notebook")
+        _expect(table, "empty", cell, 0, "missing", "empty/ is empty")
+        _expect(table, "unknown", cell, 0, "missing", f"no {NB}.ipynb in unknown/")
+    assert table[("not_a_notebook", "notes.txt", "*not a notebook")]["points"] == "0"
+    assert "not a notebook of this course" in table[("unknown", "homework", "*unknown")]["message"]
+
+
+def test_a_misnamed_notebook_is_graded_under_its_real_name(hostile):
+    table = by_cell(hostile[1])
+    _expect(table, "misnamed", "ex1-check", 2, "passed")
+    _expect(table, "misnamed", "ex2-check", 3, "passed")
+    _expect(table, "misnamed", "*warning", 0, "warning", "99_Fixture (1).ipynb")
+
+
+def test_submissions_are_never_modified_moved_or_deleted(hostile):
+    submissions, _, _, before, _ = hostile
+    assert tree_digest(submissions) == before
+
+
+def test_every_graded_submission_gets_a_readable_feedback_file(hostile):
+    _, out, _, _, _ = hostile
+    for student in ("good", "unanswered", "loop", "memory_bomb", "malformed", "misnamed", "deleted_tests"):
+        text = (out / "feedback" / student / f"{NB}.txt").read_text()
+        assert text.startswith(f"Feedback for {student} on {NB}") and "Score:" in text
+        assert "Traceback" not in text and "\x1b[" not in text
+    assert "Score: 5 / 5 points" in (out / "feedback" / "good" / f"{NB}.txt").read_text()
+    assert "more than 1 GB" in (out / "feedback" / "memory_bomb" / f"{NB}.txt").read_text()
+
+
+def test_no_kernel_or_child_process_outlives_the_run(hostile):
+    tag = hostile[4]
+    deadline = time.monotonic() + 30  # kernels that were killed may take a moment to be reaped
+    while True:
+        left = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if proc.environ().get("COURSE_TEST_GRADE_TAG") == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(" ".join(proc.info["cmdline"] or [])[:120])
+            except psutil.Error:
+                continue
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert not left, f"processes left behind by grading: {left}"
+
+
+def test_a_second_run_grades_only_what_changed(hostile, tmp_path):
+    submissions, out, _, _, _ = hostile
+    first = (out / "grades.csv").read_text()
+    again = grade(submissions, out, "--timeout", "10", "--memory", "1G", "--workers", "2")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().splitlines()[-1].startswith("graded 0 submission(s)")
+    assert "reused 14 unchanged" in again.stdout
+    assert (out / "grades.csv").read_text() == first
+    # a student hands in a new version: only that one is graded again
+    changed = copy_tree(submissions, tmp_path / "class")
+    shutil.copyfile(changed / "good" / f"{NB}.ipynb", changed / "unanswered" / f"{NB}.ipynb")
+    shutil.copytree(out, tmp_path / "out")
+    third = grade(changed, tmp_path / "out", "--timeout", "10", "--memory", "1G", "--workers", "2")
+    assert third.returncode == 0, third.stderr
+    assert third.stdout.strip().splitlines()[-1].startswith("graded 1 submission(s)"), third.stdout
+    _expect(by_cell(tmp_path / "out"), "unanswered", "ex2-check", 3, "passed")
+
+
+def test_regrade_grades_everything_again(tmp_path):
+    submissions = tmp_path / "class"
+    for student in ("good", "unanswered"):
+        shutil.copytree(HOSTILE / student, submissions / student)
+    first = grade(submissions, tmp_path / "out", "--workers", "2")
+    assert first.returncode == 0 and first.stdout.startswith("graded 2 submission(s)"), first.stdout + first.stderr
+    again = grade(submissions, tmp_path / "out", "--workers", "2", "--regrade")
+    assert again.returncode == 0 and again.stdout.startswith("graded 2 submission(s)"), again.stdout
+    assert [r["points"] for r in rows(tmp_path / "out")] == ["2", "3", "0", "0"]
+
+
+def test_validate_says_which_checks_fail_and_why():
+    result = run_course("validate", str(HOSTILE / "unanswered" / f"{NB}.ipynb"))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{NB}.ipynb: 0 of 2 checks pass (0 of 5 points)"
+    assert "  FAIL  ex1-check (2 points): not answered yet (the answer cell still raises NotImplementedError)" in lines
+
+
+def test_validate_passes_a_correct_notebook_and_reports_edited_checks():
+    good = run_course("validate", str(HOSTILE / "good" / f"{NB}.ipynb"))
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert good.stdout.splitlines()[0] == f"{NB}.ipynb: 2 of 2 checks pass (5 of 5 points)"
+    edited = run_course("validate", str(HOSTILE / "edited_tests" / f"{NB}.ipynb"))
+    assert "NOTE  check ex1-check was changed" in edited.stdout
+
+
+@pytest.mark.parametrize("args,words", [
+    (["grade", "no/such/folder", "--out", "x", "--solutions", str(FIXTURE_COURSE)], "no submissions folder"),
+    (["grade", str(HOSTILE), "--out", str(HOSTILE / "good" / "out")], "inside the submissions folder"),
+    (["grade", str(HOSTILE), "--out", "x", "--memory", "lots"], "is not a size"),
+    (["grade", str(HOSTILE), "--out", "x", "--timeout", "0"], "--timeout must be"),
+    (["grade", str(HOSTILE), "--out", "x", "--solutions", "no/such/solutions"], "no solutions folder"),
+    (["validate", "no/such.ipynb"], "no notebook at"),
+    (["validate", str(HOSTILE / "malformed" / f"{NB}.ipynb")], "not valid notebook JSON"),
+    (["validate", str(HOSTILE / "not_a_notebook" / "notes.txt")], "is not a notebook"),
+    (["release", "--solutions", "no/such/solutions"], "no solutions folder"),
+])
+def test_user_mistakes_are_one_line(args, words, tmp_path):
+    result = run_course(*args, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("course: error:") and words in lines[0], result.stderr
