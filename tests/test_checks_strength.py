@@ -1,0 +1,66 @@
+"""Strength of the checks, for every graded exercise of every notebook in solutions/ (and the fixture).
+
+For each notebook: the solution scores full marks on every graded cell; the released, unanswered
+notebook scores zero on every graded cell; every plausible wrong answer in
+tests/fixtures/wrong_answers/<notebook>.json loses points, and together they lose points on every
+graded cell. Graded with `python -m course grade` (hidden tests restored). nbgrader's own
+`nbgrader validate` must accept every solution notebook. Notebooks added to solutions/ join here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course.grading.release import render, student_version
+from tests.conftest import ROOT
+from tests.grading_support import FIXTURE_COURSE, by_cell, course_notebooks, grade, graded_cells, with_answers, \
+    wrong_answers
+
+
+def _params():
+    return [pytest.param(p, id=p.stem, marks=() if p.parent == FIXTURE_COURSE else (pytest.mark.slow,))
+            for p in course_notebooks()]
+
+
+@pytest.mark.parametrize("source", _params())
+def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, tmp_path):
+    notebook = source.stem
+    wrong = wrong_answers(notebook)
+    cells = graded_cells(source)
+    assert cells, f"{source.name} has no graded cells"
+    submissions = tmp_path / "class"
+    entries = {"solution": source.read_text(),
+               "unanswered": render(student_version(nbformat.read(str(source), as_version=4), notebook))}
+    for k, answer in enumerate(wrong):
+        entries[f"wrong{k}"] = with_answers(source, {g: s for g, s in answer.items() if g != "why"})
+    for student, text in entries.items():
+        (submissions / student).mkdir(parents=True)
+        (submissions / student / source.name).write_text(text)
+    result = grade(submissions, tmp_path / "out", "--workers", "2", solutions=source.parent)
+    assert result.returncode == 0, result.stderr
+    table = by_cell(tmp_path / "out")
+    for cell, points in cells.items():
+        row = table[("solution", notebook, cell)]
+        assert float(row["points"]) == points, f"the solution loses points on {cell}: {row['message']}"
+        row = table[("unanswered", notebook, cell)]
+        assert float(row["points"]) == 0, f"the unanswered notebook scores on {cell}: the check is too weak"
+    lowered = set()
+    for k, answer in enumerate(wrong):
+        lost = {cell for cell, points in cells.items() if float(table[(f"wrong{k}", notebook, cell)]["points"]) < points}
+        assert lost, f"wrong answer {k} of {notebook} ({answer.get('why')}) scores full marks: the checks miss it"
+        lowered |= lost
+    assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {notebook}"
+
+
+@pytest.mark.parametrize("source", _params())
+def test_nbgrader_validate_accepts_the_solution(source):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(source)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=1800)
+    assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout[-3000:]
