@@ -217,6 +217,7 @@ def test_two_engines_start_work_report_and_stop_without_strays(kind, request):
 @pytest.mark.slow
 def test_context_manager_stops():
     with cluster.start(2, cluster_id="t-ctx") as c:
+        assert cluster.ensure() is c  # ensure() reuses the running cluster rather than starting another
         procs = processes_of(c)
         assert c.view.apply_sync(_square, 1) == [1, 1]
     assert gone(procs) == []
