@@ -16,6 +16,7 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 import warnings
 from dataclasses import dataclass, field
 
@@ -172,8 +173,11 @@ def run(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_name: st
     watchdog.start()
     warnings.filterwarnings("ignore", module="nbgrader")
     warnings.filterwarnings("ignore", message=".*not in session.*")
-    old = os.environ.get("NBGRADER_EXECUTION")
+    # The kernel inherits these: nbgrader's marker, and a cluster id of its own, so that notebooks graded
+    # side by side never re-attach to (or stop) each other's cluster, nor a learner's running one.
+    saved = {k: os.environ.get(k) for k in ("NBGRADER_EXECUTION", "COURSE_CLUSTER_ID")}
     os.environ["NBGRADER_EXECUTION"] = "autograde"
+    os.environ["COURSE_CLUSTER_ID"] = f"grading-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         executor.preprocess(nb, resources)
     except NoSuchKernel as exc:
@@ -185,10 +189,11 @@ def run(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_name: st
         outcome.detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     finally:
         watchdog.stop()
-        if old is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = old
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     if outcome.stopped is None and watchdog.reason:  # killed after the last cell, say
         outcome.stopped, outcome.stopped_cell = watchdog.reason, watchdog.reason_cell
     outcome.peak_memory = watchdog.peak  # type: ignore[attr-defined]

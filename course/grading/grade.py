@@ -135,6 +135,7 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
             empty_folders.add(student)
         for name in chosen:
             if name not in specs:
+                _check_kernel(sources[name])
                 specs[name] = autograde.gradebook(sources[name], workdir)
     for student, picked in wanted.items():
         for file, data, how in picked:
@@ -149,6 +150,18 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
         if student in empty_folders and not specs:
             result.rows.append(_row(student, "", "empty", f"the folder {student}/ has no notebooks"))
     return result, {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in sources.items()}
+
+
+def _check_kernel(source: Path) -> None:
+    """Stop before grading anything if the notebook's kernel is not installed (a set-up problem)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    name = json.loads(source.read_text()).get("metadata", {}).get("kernelspec", {}).get("name", "python3")
+    try:
+        KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        raise UserError(f"{source.name} runs on the Jupyter kernel {name!r}, which is not installed here; "
+                        f"run `make setup` (it registers the course kernel)") from None
 
 
 def _num(x: float):
