@@ -160,9 +160,13 @@ def warmup_lr(step: int, target_lr: float, warmup_steps: int, start_lr: float | 
 def steps_to_target(params: Params, x: np.ndarray, y: np.ndarray, batch_size: int, learning_rate: float,
                     target: float, max_steps: int, eval_every: int = 5, seed: int = 0,
                     x_eval: np.ndarray | None = None, y_eval: np.ndarray | None = None) -> int | None:
-    """SGD steps until the loss on (x_eval, y_eval) (default: x, y) falls to `target`; None if not within max_steps."""
+    """SGD steps until the loss on (x_eval, y_eval) (default: x, y) falls to `target`.
+
+    None if it does not within `max_steps`, or if training diverges (the loss doubles or stops being finite).
+    """
     x = flatten(x)
     x_eval, y_eval = (x, y) if x_eval is None else (flatten(x_eval), y_eval)
+    start = loss(params, x_eval, y_eval)
     rng = np.random.default_rng(seed)
     stream = batches(len(x), batch_size, rng)
     for step in range(1, max_steps + 1):
@@ -171,7 +175,7 @@ def steps_to_target(params: Params, x: np.ndarray, y: np.ndarray, batch_size: in
         params = sgd_update(params, grads, learning_rate)
         if step % eval_every == 0:
             current = loss(params, x_eval, y_eval)
-            if not np.isfinite(current):
+            if not np.isfinite(current) or current > 2 * start:
                 return None
             if current <= target:
                 return step
