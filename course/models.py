@@ -22,3 +22,26 @@ def mnist_cnn(input_shape: tuple[int, int, int] = (28, 28, 1), classes: int = 10
     model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
+
+
+RESNETS = {"resnet50v2": "ResNet50V2", "resnet101v2": "ResNet101V2", "resnet152v2": "ResNet152V2"}
+
+
+def resnet(name: str = "resnet50v2", input_shape: tuple[int, int, int] = (128, 128, 3), classes: int = 10,
+           learning_rate: float = 0.01):
+    """Keras' ResNet-V2 (`name`: resnet50v2 or resnet152v2) with weights=None, compiled with SGD as in seed 004.
+
+    Build it inside `strategy.scope()` to create its variables mirrored across replicas.
+    """
+    import tensorflow as tf
+
+    from course import UserError
+
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    if key not in RESNETS:
+        raise UserError(f"unknown ResNet {name!r}; known: {', '.join(RESNETS)}")
+    model = getattr(tf.keras.applications, RESNETS[key])(include_top=True, weights=None, input_shape=input_shape,
+                                                         classes=classes)
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model

@@ -1,0 +1,97 @@
+"""The MNIST CNN trained with Horovod, as a standalone program (seed 001's code changes, in one file).
+
+    horovodrun -np 2 -H localhost:2 python -m course.horovod_mnist --epochs 3
+    mpiexec -n 2 --bind-to none python -m course.horovod_mnist --epochs 3      # what a Slurm job runs
+    HOROVOD_TIMELINE=timeline.json horovodrun -np 2 ... python -m course.horovod_mnist   # a timeline from rank 0
+
+Every rank runs this same file. Output paths may contain {rank}; only rank 0 writes checkpoints, TensorBoard
+logs, the saved model and the summary (so e.g. --checkpoint-dir ckpt-{rank} shows that only ckpt-0 appears).
+A second run with the same --checkpoint-dir continues from rank 0's newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m course.horovod_mnist", description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=3, help="total epochs (a resumed run stops at the same total)")
+    parser.add_argument("--batch", type=int, default=100, help="batch per rank (the global batch is batch x ranks)")
+    parser.add_argument("--lr", type=float, default=0.05, help="learning rate of ONE worker; scaled by the ranks")
+    parser.add_argument("--momentum", type=float, default=0.0)
+    parser.add_argument("--warmup-epochs", type=int, default=0, help="ramp the learning rate up over these epochs")
+    parser.add_argument("--limit", type=int, default=None, help="use at most this many samples per split")
+    parser.add_argument("--dataset", default="mnist")
+    parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank on CPU")
+    parser.add_argument("--checkpoint-dir", default=None)
+    parser.add_argument("--log-dir", default=None, help="TensorBoard logs")
+    parser.add_argument("--save", default=None, help="save the trained model here (rank 0)")
+    parser.add_argument("--summary", default=None, help="write a JSON summary here (rank 0)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.epochs < 1 or args.batch < 1 or args.threads < 1:
+        parser.error("--epochs, --batch and --threads must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from course import training
+
+    hvd = training.horovod_init(threads=args.threads)        # 1. initialise, pin the device by local rank
+    import tensorflow as tf
+
+    from course import data, models, perf
+
+    rank, size = hvd.rank(), hvd.size()
+    paths = {k: (v.format(rank=rank) if v else None) for k, v in
+             dict(checkpoint_dir=args.checkpoint_dir, log_dir=args.log_dir, save=args.save, summary=args.summary).items()}
+    print(f"rank {rank} of {size}, local rank {hvd.local_rank()}, device {training.horovod_device()}", flush=True)
+
+    (x_train, y_train), (x_test, y_test) = data.load(args.dataset, limit=args.limit)
+    x, y = data.shard((x_train, y_train), rank, size)             # 2. each rank its own part of the data
+    lr = training.scaled_learning_rate(args.lr, size)             # 3. learning rate x workers
+    steps = training.steps_per_epoch(len(x_train), args.batch, size)  # 4. steps / workers: one pass per epoch
+
+    tf.keras.utils.set_random_seed(args.seed)
+    model = models.mnist_cnn(x.shape[1:], 10)
+    model.compile(optimizer=training.distributed_sgd(lr, args.momentum),   # 5. average gradients
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    initial_epoch = training.resume(model, paths["checkpoint_dir"])         # 6. continue from rank 0's checkpoint
+    if initial_epoch:
+        training.root_print(f"resumed from rank 0's checkpoint at epoch {initial_epoch}")
+    if initial_epoch >= args.epochs:
+        training.root_print(f"already trained for {initial_epoch} epochs (asked for {args.epochs}): nothing to do")
+        return 0
+
+    timer = perf.timing_callback(steps * args.batch * size)
+    callbacks = training.horovod_callbacks(checkpoint_dir=paths["checkpoint_dir"], log_dir=paths["log_dir"],
+                                           warmup_epochs=args.warmup_epochs, initial_lr=args.lr)  # 7. rank 0 writes
+    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat().batch(args.batch)
+    history = model.fit(train, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
+                        callbacks=callbacks + [timer], verbose=2 if rank == 0 else 0)
+    loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
+    summary = timer.summary()
+    if rank == 0:                                                             # 8. only rank 0 saves and reports
+        if paths["save"]:
+            model.save(paths["save"])
+        result = {"size": size, "batch_per_rank": args.batch, "global_batch": args.batch * size, "learning_rate": lr,
+                  "steps_per_epoch": steps, "initial_epoch": initial_epoch,
+                  "epochs_run": [initial_epoch + i + 1 for i in range(len(history.history["loss"]))],
+                  "epoch_times": summary.epoch_times, "epoch_time": summary.epoch_time,
+                  "images_per_second": summary.images_per_second, "test_accuracy": float(accuracy),
+                  "test_loss": float(loss)}
+        if paths["summary"]:
+            with open(paths["summary"], "w") as handle:
+                json.dump(result, handle)
+        print(f"SUMMARY {json.dumps(result)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

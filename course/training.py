@@ -1,0 +1,331 @@
+"""Training helpers the notebooks share, one section per way of training in parallel.
+
+- Horovod (notebook 05): `horovod_init` (hvd.init, one GPU per process by local rank with memory growth, or a
+  few CPU threads per rank), rank-0-only output (`is_root`, `root_print`, `horovod_callbacks`), scaled batch and
+  learning rate, steps per epoch, resuming from rank 0's checkpoint.
+- MirroredStrategy (notebook 06): one replica per GPU, or per logical CPU device where there is no GPU
+  (`logical_cpus` must run before TensorFlow initialises: use `in_fresh_process`), `mirrored_run`,
+  `largest_batch`.
+TensorFlow and Horovod are imported inside the functions: they take seconds to import.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from course import UserError
+
+# ============================================================================================ Horovod
+
+
+def horovod_init(threads: int = 1):
+    """hvd.init(), then pin this process's device; returns the `horovod.tensorflow.keras` module.
+
+    With GPUs: memory growth on every GPU (else TensorFlow reserves all memory of all of them in every process)
+    and only the GPU at this process's local rank visible. Without GPUs: `threads` TensorFlow threads per rank,
+    so that N ranks on N cores do not oversubscribe them.
+    """
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    try:
+        if gpus:
+            for gpu in gpus:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+        else:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        pass  # TensorFlow already started in this process (e.g. an engine that trained before): keep its set-up
+    return hvd
+
+
+def horovod_device() -> str:
+    """What this rank computes on, for printing: 'GPU <n>' or 'CPU (<k> threads)'."""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    gpus = tf.config.get_visible_devices("GPU")
+    if gpus:
+        return f"GPU {gpus[0].name.split(':')[-1]} (local rank {hvd.local_rank()})"
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+    return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
+
+
+def is_root() -> bool:
+    """True on Horovod rank 0 (and in a process that never called hvd.init)."""
+    import horovod.tensorflow.keras as hvd
+
+    try:
+        return hvd.rank() == 0
+    except ValueError:  # Horovod not initialised: a single process is its own rank 0
+        return True
+
+
+def root_print(*args: Any, **kwargs: Any) -> None:
+    """print() on rank 0 only: every rank runs the same program, one copy of the output is enough."""
+    if is_root():
+        print(*args, **kwargs, flush=True)
+
+
+def scaled_learning_rate(base_lr: float, size: int) -> float:
+    """The learning rate for `size` workers: base x size (Goyal et al.: the global batch is size x larger)."""
+    return base_lr * size
+
+
+def steps_per_epoch(samples: int, batch_per_rank: int, size: int) -> int:
+    """Steps each rank takes so that one epoch sees the dataset once over all ranks (at least 1)."""
+    return max(1, samples // (batch_per_rank * size))
+
+
+def distributed_sgd(learning_rate: float, momentum: float = 0.0):
+    """Horovod's DistributedOptimizer around the legacy Keras SGD (the one Horovod's callbacks work with on TF 2.15)."""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    return hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=learning_rate, momentum=momentum))
+
+
+CHECKPOINT = "checkpoint-{epoch:03d}.h5"
+_CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)\.h5$")
+
+
+def horovod_callbacks(*, checkpoint_dir: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
+                      warmup_epochs: int = 0, initial_lr: float | None = None, verbose: int = 0) -> list:
+    """The callbacks of seed 001, in order: broadcast rank 0's variables, average metrics, learning-rate warm-up;
+    and on rank 0 only, a checkpoint per epoch and TensorBoard logs.
+
+    warmup_epochs > 0 ramps the learning rate from `initial_lr` (the single-worker rate) to the scaled rate.
+    """
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
+    if warmup_epochs > 0:
+        if initial_lr is None:
+            raise UserError("warm-up needs initial_lr: the learning rate of one worker")
+        callbacks.append(hvd.callbacks.LearningRateWarmupCallback(initial_lr=initial_lr, warmup_epochs=warmup_epochs,
+                                                                  verbose=verbose))
+    if hvd.rank() == 0:
+        if checkpoint_dir is not None:
+            Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            callbacks.append(tf.keras.callbacks.ModelCheckpoint(str(Path(checkpoint_dir) / CHECKPOINT)))
+        if log_dir is not None:
+            callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(log_dir), histogram_freq=1))
+    return callbacks
+
+
+def latest_checkpoint(checkpoint_dir: str | os.PathLike | None) -> tuple[Path | None, int]:
+    """(file, epoch) of the newest `checkpoint-NNN.h5` in `checkpoint_dir`, or (None, 0) when there is none."""
+    if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
+        return None, 0
+    found = [(int(m.group(1)), p) for p in Path(checkpoint_dir).iterdir() if (m := _CHECKPOINT_RE.search(p.name))]
+    if not found:
+        return None, 0
+    epoch, path = max(found)
+    return path, epoch
+
+
+def resume(model, checkpoint_dir: str | os.PathLike | None) -> int:
+    """Continue from rank 0's newest checkpoint: rank 0 loads its weights, every rank gets them and the epoch.
+
+    Returns the epoch to pass as `fit(initial_epoch=...)` (0 when there is no checkpoint). Only rank 0 reads the
+    directory, so it need not be shared between nodes.
+    """
+    import horovod.tensorflow as hvd
+
+    path, epoch = latest_checkpoint(checkpoint_dir) if hvd.rank() == 0 else (None, 0)
+    epoch = int(hvd.broadcast_object(epoch, root_rank=0, name="resume_epoch"))
+    if epoch > 0:
+        if hvd.rank() == 0:
+            model.load_weights(str(path))
+        hvd.broadcast_variables(model.variables, root_rank=0)
+    return epoch
+
+
+def broadcast_weights(model) -> None:
+    """Give every rank rank 0's weights now (BroadcastGlobalVariablesCallback does it after the first batch)."""
+    import horovod.tensorflow as hvd
+
+    hvd.broadcast_variables(model.variables, root_rank=0)
+
+
+# ==================================================================================== MirroredStrategy
+
+
+def logical_cpus(n: int) -> list[str]:
+    """Split this process's CPU into `n` logical devices (one replica each); must run before TensorFlow starts."""
+    import tensorflow as tf
+
+    if n < 1:
+        raise UserError(f"the number of logical CPU devices must be at least 1, not {n}")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < n:
+            raise UserError(f"TensorFlow has already started in this process with {have} CPU device(s); logical "
+                            f"devices must be set before it starts: run this in a fresh process "
+                            f"(course.training.in_fresh_process) or restart the kernel") from None
+    return [d.name for d in tf.config.list_logical_devices("CPU")][:n]
+
+
+def replica_devices(n: int) -> list[str]:
+    """`n` devices for MirroredStrategy: the first n GPUs, or n logical CPU devices on a machine without GPUs."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if n > len(gpus):
+            raise UserError(f"asked for {n} replicas but this machine has {len(gpus)} GPU(s): one replica per GPU")
+        for gpu in gpus:
+            try:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            except RuntimeError:
+                pass
+        return [d.name for d in tf.config.list_logical_devices("GPU")][:n]
+    return logical_cpus(n)
+
+
+def mirrored_strategy(n: int):
+    """A MirroredStrategy with `n` replicas (GPUs, else logical CPUs); on CPU its all-reduce is done on the host."""
+    import tensorflow as tf
+
+    devices = replica_devices(n)
+    gpus = tf.config.list_physical_devices("GPU")
+    ops = None if gpus else tf.distribute.ReductionToOneDevice(reduce_to_device=devices[0])
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=ops)
+
+
+@dataclass
+class MirroredResult:
+    """One MirroredStrategy run: replicas, batches, learning rate and epoch times (see `course.perf.Summary`)."""
+
+    model: str
+    replicas: int
+    per_replica_batch: int
+    global_batch: int
+    learning_rate: float
+    input_size: int
+    epoch_times: list[float]
+    images_per_epoch: int
+    epoch_time: float
+    images_per_second: float
+    final_loss: float
+    devices: list[str] = field(default_factory=list)
+
+
+def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch: int = 32, base_lr: float = 0.01,
+                 input_size: int = 32, epochs: int = 2, steps: int | None = None, limit: int | None = None,
+                 dataset: str = "cifar10", seed: int = 0) -> MirroredResult:
+    """Train `model` with MirroredStrategy on `replicas` devices as seed 004 does, and time it.
+
+    Global batch = per-replica batch x replicas; learning rate = base x replicas; variables created in the
+    strategy's scope; epoch time excludes the first epoch. Needs a process where TensorFlow has not started
+    (logical CPU devices), e.g. `in_fresh_process(mirrored_run, 2, ...)`.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from course import data, models, perf
+
+    strategy = mirrored_strategy(replicas)
+    global_batch = per_replica_batch * strategy.num_replicas_in_sync
+    lr = base_lr * strategy.num_replicas_in_sync
+    (x, y), _ = data.load(dataset, limit=limit)
+    if steps is not None:  # exactly `steps` global batches per epoch, repeating the data if there is too little
+        index = np.arange(steps * global_batch) % len(x)
+        x, y = x[index], y[index]
+    x = tf.image.resize(x, (input_size, input_size)).numpy() if x.shape[1] != input_size else x
+    if x.shape[-1] == 1:
+        x = x.repeat(3, axis=-1)
+    tf.keras.utils.set_random_seed(seed)
+    with strategy.scope():  # variables (weights, optimizer slots) are created mirrored, one copy per replica
+        net = models.resnet(model, input_shape=(input_size, input_size, 3), classes=10, learning_rate=lr)
+    train = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True).prefetch(2)
+    images = (len(x) // global_batch) * global_batch
+    if images == 0:
+        raise UserError(f"the global batch {global_batch} is larger than the {len(x)} training images: use more data")
+    timer = perf.timing_callback(images)
+    history = net.fit(train, epochs=epochs, verbose=0, callbacks=[timer])
+    summary = timer.summary()
+    return MirroredResult(model, strategy.num_replicas_in_sync, per_replica_batch, global_batch, lr, input_size,
+                          summary.epoch_times, images, summary.epoch_time, summary.images_per_second,
+                          float(history.history["loss"][-1]), list(strategy.extended.worker_devices))
+
+
+def in_fresh_process(function: Callable, *args: Any, timeout: float | None = 1800, **kwargs: Any) -> Any:
+    """Run an importable `function(*args, **kwargs)` in a new Python process and return its result.
+
+    TensorFlow fixes its devices when it starts, so each MirroredStrategy set-up needs a process of its own.
+    Out-of-memory or a crash of that process is reported as `OutOfMemory` / `UserError`, not a dead kernel.
+    """
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        future = pool.submit(function, *args, **kwargs)
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.process.BrokenProcessPool:
+            raise OutOfMemory(f"the process running {function.__name__} died (killed, most likely out of memory)") from None
+
+
+class OutOfMemory(UserError):
+    """A training run did not fit in memory."""
+
+
+def _is_oom(exc: BaseException) -> bool:
+    try:
+        import tensorflow as tf
+
+        if isinstance(exc, tf.errors.ResourceExhaustedError):
+            return True
+    except ImportError:
+        pass
+    return isinstance(exc, (MemoryError, OutOfMemory)) or "out of memory" in str(exc).lower() or "OOM" in str(exc)
+
+
+@dataclass
+class BatchSearch:
+    """The result of a largest-batch search: what fitted, what did not, and why the search stopped."""
+
+    fits: list[int]
+    failed: dict[int, str]
+    largest: int | None
+    stopped_because: str
+
+    def __str__(self) -> str:
+        lines = [f"batch {b}: fits" for b in self.fits] + [f"batch {b}: {why}" for b, why in self.failed.items()]
+        lines.append(f"largest batch that fits: {self.largest} ({self.stopped_because})")
+        return "\n".join(lines)
+
+
+def largest_batch(trial: Callable[[int], Any], candidates: Sequence[int]) -> BatchSearch:
+    """Try `trial(batch)` for increasing batches (seed 004: 16, 32, 64, ...) until one runs out of memory.
+
+    Out-of-memory errors (TensorFlow's ResourceExhaustedError, MemoryError, a killed process) end the search
+    with a one-line report; any other error is a real bug and is raised.
+    """
+    fits: list[int] = []
+    for batch in sorted(candidates):
+        try:
+            trial(batch)
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is expected; others are re-raised
+            if not _is_oom(exc):
+                raise
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return BatchSearch(fits, {batch: f"out of memory ({type(exc).__name__}: {first[:160]})"},
+                               fits[-1] if fits else None, f"batch {batch} ran out of memory")
+        fits.append(batch)
+    return BatchSearch(fits, {}, fits[-1] if fits else None,
+                       f"every candidate up to {max(candidates)} fitted: the search was capped there")

@@ -1,0 +1,157 @@
+"""Horovod and MirroredStrategy training (issue 7), on real MPI ranks and real logical devices.
+
+- Two Horovod ranks, each on half of every batch, end with the weights of one process on the whole batches.
+- Only rank 0 writes checkpoints, TensorBoard logs and the model; a second run resumes from rank 0's checkpoint.
+- The Horovod timeline is written and parsed into negotiation / all-reduce / compute.
+- MirroredStrategy on 2 logical CPU devices gives the weights of 1 device at the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from course import UserError, mpi, perf, training
+from tests.conftest import PROGRAMS, ROOT
+
+TIMEOUT = 600  # seconds per launch: the machine is shared
+
+
+def weights(path) -> list[np.ndarray]:
+    with np.load(path) as npz:
+        return [npz[f"arr_{i}"] for i in range(len(npz.files))]
+
+
+def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    assert [x.shape for x in a] == [x.shape for x in b]
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
+
+
+def run(command: list[str], env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    env = dict(mpi.env() if env is None else env)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=cwd or ROOT)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr[-4000:]}"
+    return result
+
+
+# ------------------------------------------------------------------------------------------- Horovod
+
+@pytest.mark.slow
+def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path):
+    run(mpi.command(2, sys.executable, str(PROGRAMS / "hvd_same_as_one.py"), str(tmp_path)))
+    one = weights(tmp_path / "one-process.npz")
+    assert max_difference(one, weights(tmp_path / "initial.npz")) > 1e-3, "training did not change the weights"
+    for rank in (0, 1):
+        difference = max_difference(weights(tmp_path / f"horovod-rank{rank}.npz"), one)
+        assert difference <= 1e-5, f"rank {rank} differs from one process by {difference}"
+
+
+def summary_line(output: str) -> list[dict]:
+    return [json.loads(m) for m in re.findall(r"^SUMMARY (\{.*\})$", output, flags=re.M)]
+
+
+@pytest.mark.slow
+def test_rank0_only_outputs_resume_and_timeline(tmp_path):
+    timeline = tmp_path / "timeline.json"
+    args = ["-m", "course.horovod_mnist", "--limit", "400", "--batch", "50",
+            "--checkpoint-dir", str(tmp_path / "ckpt-{rank}"), "--log-dir", str(tmp_path / "tb-{rank}"),
+            "--save", str(tmp_path / "model-{rank}.h5"), "--summary", str(tmp_path / "summary-{rank}.json")]
+    env = dict(mpi.env(), HOROVOD_TIMELINE=str(timeline))
+    first = run(mpi.command(2, sys.executable, *args, "--epochs", "2"), env=env, cwd=tmp_path)
+
+    # Both ranks ran, but only rank 0 wrote: checkpoints, TensorBoard logs, the model, the summary.
+    assert sorted(re.findall(r"rank (\d) of 2, local rank", first.stdout)) == ["0", "1"], first.stdout
+    assert sorted(p.name for p in (tmp_path / "ckpt-0").iterdir()) == ["checkpoint-001.h5", "checkpoint-002.h5"]
+    assert any((tmp_path / "tb-0").rglob("events.out.tfevents.*")), "rank 0 wrote no TensorBoard events"
+    assert (tmp_path / "model-0.h5").is_file() and (tmp_path / "summary-0.json").is_file()
+    for written_by_rank1 in ("ckpt-1", "tb-1", "model-1.h5", "summary-1.json"):
+        assert not (tmp_path / written_by_rank1).exists(), f"rank 1 wrote {written_by_rank1}"
+    (report,) = summary_line(first.stdout)  # printed once: by rank 0
+    assert report["size"] == 2 and report["global_batch"] == 100 and report["epochs_run"] == [1, 2]
+    assert report["steps_per_epoch"] == training.steps_per_epoch(400, 50, 2) == 4
+
+    # The timeline (written by rank 0) parses into negotiation / all-reduce / compute for both ranks.
+    breakdown = perf.timeline_breakdown(timeline)
+    assert breakdown.tensors >= 6  # the CNN's 6 gradient tensors at least
+    assert sorted(breakdown.ranks) == [0, 1]
+    assert breakdown.allreduce > 0 and breakdown.negotiation > 0
+    assert abs(breakdown.negotiation + breakdown.allreduce + breakdown.compute - breakdown.span) < breakdown.span
+    assert "MPI_ALLREDUCE" in breakdown.phases
+
+    # A second run continues from rank 0's checkpoint at epoch 2 and trains only epoch 3.
+    second = run(mpi.command(2, sys.executable, *args, "--epochs", "3"), cwd=tmp_path)
+    assert "resumed from rank 0's checkpoint at epoch 2" in second.stdout
+    (report,) = summary_line(second.stdout)
+    assert report["initial_epoch"] == 2 and report["epochs_run"] == [3]
+    assert (tmp_path / "ckpt-0" / "checkpoint-003.h5").is_file() and not (tmp_path / "ckpt-1").exists()
+
+
+# ---------------------------------------------------------------------------------- MirroredStrategy
+
+@pytest.mark.slow
+def test_mirrored_two_logical_devices_equal_one_device(tmp_path):
+    result = run([sys.executable, str(PROGRAMS / "mirrored_same_as_one.py"), str(tmp_path)], env=dict(os.environ))
+    assert "REPLICAS 2 DEVICES" in result.stdout and "device:CPU:1" in result.stdout, result.stdout
+    one, two = weights(tmp_path / "replicas1.npz"), weights(tmp_path / "replicas2.npz")
+    assert max_difference(one, weights(tmp_path / "initial.npz")) > 1e-3, "training did not change the weights"
+    # Tolerance: float32 sums in a different order (per-replica gradients summed, divided by the global batch).
+    assert max_difference(one, two) <= 1e-5
+
+
+def test_logical_cpus_after_tensorflow_started_is_a_clear_error(tmp_path):
+    code = ("import tensorflow as tf; tf.constant(1.0)\n"
+            "from course import training, UserError\n"
+            "try:\n    training.logical_cpus(2)\nexcept UserError as e:\n    print('USERERROR', e)\n")
+    result = run([sys.executable, "-c", code], env=dict(os.environ))
+    assert "USERERROR" in result.stdout and "fresh process" in result.stdout
+
+
+# ------------------------------------------------------------------------------ pure helpers
+
+def test_summary_excludes_first_epoch():
+    summary = perf.summarize([10.0, 2.0, 4.0, 3.0], images_per_epoch=600)
+    assert summary.epoch_time == 3.0 and summary.images_per_second == 200.0 and summary.excluded_first
+    assert perf.summarize([5.0], 100).epoch_time == 5.0
+    with pytest.raises(UserError):
+        perf.summarize([], 100)
+
+
+def test_scaling_figures():
+    assert training.scaled_learning_rate(0.01, 4) == pytest.approx(0.04)
+    assert training.steps_per_epoch(60000, 100, 4) == 150
+    assert perf.weak_scaling_efficiency(180.0, 100.0, 2) == pytest.approx(0.9)
+    assert perf.efficiency(perf.speedup(45.0, 12.0), 4) == pytest.approx(0.9375)
+    assert perf.median_ratio([(2, 1), (3, 1), (10, 1)]) == 3
+
+
+def test_largest_batch_stops_at_real_memory_error():
+    def trial(batch):  # 1 GiB per batch unit of address space: batch 2**16 asks for 64 TiB and is refused
+        np.empty((batch, 2**27), dtype=np.float64)
+
+    search = training.largest_batch(trial, [1, 2, 4, 2**16])
+    assert search.fits == [1, 2, 4] and search.largest == 4 and list(search.failed) == [2**16]
+    assert "out of memory" in str(search)
+    capped = training.largest_batch(trial, [1, 2])
+    assert capped.largest == 2 and "capped" in capped.stopped_because
+
+    def buggy(batch):
+        raise ValueError("a bug, not memory")
+
+    with pytest.raises(ValueError):
+        training.largest_batch(buggy, [1])
+
+
+def test_timeline_errors_are_clear(tmp_path):
+    with pytest.raises(UserError, match="HOROVOD_TIMELINE"):
+        perf.read_timeline(tmp_path / "missing.json")
+    (tmp_path / "t.json").write_text('[\n{"name": "process_name", "ph": "M", "pid": 0, "args": {}},\n')
+    with pytest.raises(UserError, match="no events"):
+        perf.timeline_breakdown(tmp_path / "t.json")
