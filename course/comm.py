@@ -135,9 +135,15 @@ def alpha_beta_parameter_server(nbytes: float, ranks: int, alpha: float, beta: f
 
 
 def fit_alpha_beta(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
-    """Least-squares alpha (s) and beta (s/byte) from point-to-point timings t = alpha + n beta."""
-    design = np.column_stack([np.ones(len(nbytes)), np.asarray(nbytes, dtype=float)])
-    (alpha, beta), *_ = np.linalg.lstsq(design, np.asarray(seconds, dtype=float), rcond=None)
+    """Least-squares alpha (s) and beta (s/byte) from point-to-point timings t = alpha + n beta.
+
+    Errors are weighted relative to each time, so that sizes spanning several orders of magnitude all count:
+    an unweighted fit lets the largest messages decide and leaves the latency alpha at noise level.
+    """
+    nbytes, seconds = np.asarray(nbytes, dtype=float), np.asarray(seconds, dtype=float)
+    weights = 1.0 / np.maximum(seconds, np.finfo(float).tiny)
+    design = np.column_stack([np.ones(len(nbytes)), nbytes]) * weights[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(design, seconds * weights, rcond=None)
     return float(max(alpha, 0.0)), float(beta)
 
 

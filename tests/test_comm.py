@@ -63,3 +63,12 @@ def test_fit_alpha_beta_recovers_a_line():
     sizes = np.array([1e3, 1e4, 1e5, 1e6, 1e7])
     alpha, beta = comm.fit_alpha_beta(sizes, 2e-6 + sizes * 5e-10)
     assert alpha == pytest.approx(2e-6, rel=1e-3) and beta == pytest.approx(5e-10, rel=1e-6)
+
+
+def test_fit_alpha_beta_keeps_the_latency_under_noise():
+    # Timings from 16 B to 4 MB with 5% multiplicative noise: the latency must survive the large messages' noise.
+    sizes = 2.0 ** np.arange(4, 23, 2)
+    noise = 1 + 0.05 * np.random.default_rng(0).standard_normal(len(sizes))
+    alpha, beta = comm.fit_alpha_beta(sizes, (2e-6 + sizes * 5e-10) * noise)
+    assert alpha == pytest.approx(2e-6, rel=0.2)
+    assert beta == pytest.approx(5e-10, rel=0.2)
