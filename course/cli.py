@@ -124,6 +124,113 @@ def add_data(commands) -> None:
     where.set_defaults(func=cmd_data_where)
 
 
+def cmd_results(args: argparse.Namespace) -> int:
+    from course import results
+
+    if args.results_command == "collect":
+        table = results.collect(args.dir, exclude=args.out)
+        for problem in table.problems:
+            print(f"skipped {problem}", file=sys.stderr)
+        if args.out:
+            table.write(args.out)
+            print(f"merged {len(table.rows)} row(s) from {len(table.files)} file(s) into {args.out}"
+                  + (f"; {len(table.problems)} problem(s) reported above" if table.problems else ""))
+            print(table.show())
+        else:
+            sys.stdout.write(table.to_csv())
+        return 0
+    source = args.file
+    table = results.collect(source)
+    for problem in table.problems:
+        print(f"skipped {problem}", file=sys.stderr)
+    results.plot(table, out=args.out)
+    print(table.show())
+    print(f"plot saved to {args.out}")
+    return 0
+
+
+def add_results(commands) -> None:
+    parser = commands.add_parser("results", help="the class results table: merge learners' CSVs, plot them")
+    sub = parser.add_subparsers(dest="results_command", required=True, metavar="{collect,plot}")
+    collect = sub.add_parser("collect", help="merge the result CSVs in DIR (bad rows reported and skipped)")
+    collect.add_argument("dir", metavar="DIR", help="folder of result CSVs (searched recursively), or one CSV")
+    collect.add_argument("--out", default=None, metavar="FILE", help="write the merged CSV here (default: stdout)")
+    collect.set_defaults(func=cmd_results)
+    plot = sub.add_parser("plot", help="accuracy and elapsed time against workers, per strategy")
+    plot.add_argument("file", nargs="?", default="results.csv", metavar="FILE",
+                      help="a results CSV or a folder of them (default results.csv)")
+    plot.add_argument("--out", default="results.png", metavar="PNG", help="image file (default results.png)")
+    plot.set_defaults(func=cmd_results)
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    from course import jobs
+
+    extra = list(getattr(args, "workload_args", None) or []) + list(args.args)
+    if args.workload in jobs.ACTIONS:
+        if len(extra) != 1:
+            raise UserError(f"job {args.workload} takes one job id, e.g.: python -m course job {args.workload} 1234")
+        job_id = extra[0]
+        if args.workload == "status":
+            print(jobs.status(job_id))
+            return 0
+        if args.workload == "wait":
+            final = jobs.wait(job_id, timeout=args.wait_timeout)
+            print(final)
+            return 0 if final.state == "COMPLETED" else 1
+        if args.workload == "output":
+            out, err = jobs.output(job_id)
+            current = jobs.status(job_id)
+            print(f"==> {current.stdout or 'stdout'} <==\n{out}", end="" if out.endswith("\n") else "\n")
+            print(f"==> {current.stderr or 'stderr'} <==\n{err}", end="" if err.endswith("\n") or not err else "\n")
+            return 0
+        print(jobs.cancel(job_id))
+        return 0
+    request = jobs.Request(args.workload, extra, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                           tasks_per_node=args.tasks_per_node, cpus_per_task=args.cpus_per_task, mem=args.mem,
+                           time=args.time, partition=args.partition, account=args.account, job_name=args.job_name,
+                           output_dir=args.output_dir, launcher=args.launcher, python=args.python or sys.executable,
+                           timeline=args.timeline)
+    line = jobs.command_line(args.argv) if getattr(args, "argv", None) else None
+    text = jobs.script(request, line)
+    if args.submit:
+        job_id = jobs.submit(request, line)
+        print(job_id)
+        return 0
+    print(text, end="")
+    return 0
+
+
+def add_job(commands) -> None:
+    parser = commands.add_parser(
+        "job", help="Slurm batch scripts for the course workloads: print, submit, follow",
+        description="python -m course job WORKLOAD [options] [--print|--submit] [-- WORKLOAD ARGS]  "
+                    "(WORKLOAD: train, horovod, mirrored or a .py script);  "
+                    "python -m course job status|wait|output|cancel JOBID")
+    parser.add_argument("workload", metavar="WORKLOAD", help="train, horovod, mirrored, path/to/script.py; "
+                        "or status, wait, output, cancel")
+    parser.add_argument("args", nargs="*", metavar="JOBID", help="the job id for status/wait/output/cancel")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    parser.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node, as --gres=gpu:N (default 0)")
+    parser.add_argument("--tasks-per-node", type=int, default=None, help="processes per node (Horovod: = GPUs)")
+    parser.add_argument("--cpus-per-task", type=int, default=None, help="CPU cores per process")
+    parser.add_argument("--mem", default=None, help="memory per node, e.g. 16G")
+    parser.add_argument("--time", default="00:30:00", help="time limit HH:MM:SS (default 00:30:00)")
+    parser.add_argument("--partition", default=None, help="Slurm partition")
+    parser.add_argument("--account", default=None, help="Slurm account to charge")
+    parser.add_argument("--job-name", default=None, help="job name (default course-WORKLOAD)")
+    parser.add_argument("--output-dir", default=".", help="folder for NAME_JOBID.out/.err (default: here)")
+    parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",
+                        help="how several processes start (default mpiexec, as seed 001)")
+    parser.add_argument("--python", default=None, help="the Python the job runs (default: this one)")
+    parser.add_argument("--timeline", default=None, metavar="FILE", help="record a Horovod timeline to FILE")
+    parser.add_argument("--wait-timeout", type=float, default=None, help="job wait: give up after these seconds")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--print", action="store_true", help="show the batch script (the default)")
+    what.add_argument("--submit", action="store_true", help="submit it with sbatch and print the job id")
+    parser.set_defaults(func=cmd_job)
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="python -m course", description="Distributed Deep Learning on HPC: course tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -135,6 +242,8 @@ def build_parser() -> Parser:
     add_data(commands)
     add_cluster(commands)
     add_grading(commands)
+    add_results(commands)
+    add_job(commands)
 
     lab = commands.add_parser("lab", help="start JupyterLab on the course (what `make lab` runs)")
     lab.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -146,7 +255,14 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail: list[str] = []
+    if argv[:1] == ["job"] and "--" in argv:  # `job WORKLOAD [options] -- WORKLOAD ARGS`: the tail is the workload's
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1:]
     args = build_parser().parse_args(argv)
+    if argv[:1] == ["job"]:
+        args.workload_args, args.argv = tail, argv + (["--", *tail] if tail else [])
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

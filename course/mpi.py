@@ -18,15 +18,26 @@ INSTALL_HINT = (
 )
 
 
+ROOT_SETTINGS = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+SETTINGS = {
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    # Allow more ranks than cores (a class on a small node) without every user passing --oversubscribe.
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+}
+# Placement: ranks share the node's cores freely (as seed 001's job script does).
+BIND_FLAGS = ("--bind-to", "none")
+# In a batch job, fill each node's slots in order (seed 001: -bind-to none -map-by slot).
+JOB_FLAGS = (*BIND_FLAGS, "--map-by", "slot")
+
+
 def env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for `mpiexec`: `base` (default os.environ) plus the settings Open MPI needs here."""
     result = dict(os.environ if base is None else base)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        result.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        result.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    result.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    # Allow more ranks than cores (a class on a small node) without every user passing --oversubscribe.
-    result.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        for key, value in ROOT_SETTINGS.items():
+            result.setdefault(key, value)
+    for key, value in SETTINGS.items():
+        result.setdefault(key, value)
     return result
 
 
@@ -42,8 +53,7 @@ def command(n: int, *program: str) -> list[str]:
     """An `mpiexec -n N PROGRAM...` command line with the course's placement flags."""
     if n < 1:
         raise UserError(f"the number of MPI ranks must be at least 1, not {n}")
-    # --bind-to none: ranks share the node's cores freely (as seed 001's job script does).
-    return [mpiexec(), "-n", str(n), "--bind-to", "none", *program]
+    return [mpiexec(), "-n", str(n), *BIND_FLAGS, *program]
 
 
 def version() -> str:

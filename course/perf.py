@@ -373,23 +373,36 @@ class AmdahlFit:
         return f"serial fraction {self.serial_fraction:.3f} (+/- {self.stderr:.3f}); speedup limit {limit}"
 
 
-def fit_amdahl(workers: Sequence[float] | Sequence[ScalingRow], speedups: Sequence[float] | None = None) -> AmdahlFit:
-    """Least-squares fit of Amdahl's law to (workers, speedup) points, or to a strong-scaling table."""
-    import numpy as np
-    from scipy.optimize import curve_fit
+def karp_flatt(speedup_value: float, workers: int) -> float:
+    """The serial fraction a measured speedup implies (Karp-Flatt): (1/S - 1/n) / (1 - 1/n), for n > 1."""
+    if workers <= 1:
+        raise UserError("the Karp-Flatt serial fraction needs more than one worker")
+    return (1.0 / speedup_value - 1.0 / workers) / (1.0 - 1.0 / workers)
 
+
+def fit_amdahl(workers: Sequence[float] | Sequence[ScalingRow], speedups: Sequence[float] | None = None) -> AmdahlFit:
+    """The serial fraction f that best explains (workers, speedup) points, or a strong-scaling table.
+
+    Amdahl's law is linear in f once inverted: 1/S - 1/n = f (1 - 1/n), so f is a least-squares slope through
+    the origin (exact for exact data; each point alone gives the Karp-Flatt fraction). Clipped to [0, 1].
+    """
     if speedups is None:
         rows = list(workers)  # a table
         workers, speedups = [r.workers for r in rows], [r.speedup for r in rows]
-    n = np.asarray(workers, dtype=float)
-    s = np.asarray(speedups, dtype=float)
-    if len(n) != len(s) or len(n) < 2 or len(set(n.tolist())) < 2:
-        raise UserError("an Amdahl fit needs speedups at two or more different worker counts")
-    if (s <= 0).any() or (n < 1).any():
+    n = [float(w) for w in workers]
+    s = [float(v) for v in speedups]
+    if len(n) != len(s) or len({w for w in n if w > 1}) < 1 or len(set(n)) < 2:
+        raise UserError("an Amdahl fit needs speedups at two or more different worker counts (one of them above 1)")
+    if min(s) <= 0 or min(n) < 1:
         raise UserError("speedups must be positive and workers at least 1")
-    (f,), cov = curve_fit(lambda x, fr: 1.0 / (fr + (1.0 - fr) / x), n, s, p0=[0.1], bounds=([0.0], [1.0]))
-    err = float(np.sqrt(cov[0, 0])) if np.isfinite(cov).all() else float("nan")
-    return AmdahlFit(float(f), err)
+    x = [1.0 - 1.0 / w for w in n]
+    y = [1.0 / v - 1.0 / w for v, w in zip(s, n)]
+    sxx = sum(a * a for a in x)
+    f = sum(a * b for a, b in zip(x, y)) / sxx
+    points = sum(1 for a in x if a > 0)
+    residual = sum((b - f * a) ** 2 for a, b in zip(x, y))
+    err = math.sqrt(residual / (points - 1) / sxx) if points > 1 else float("nan")
+    return AmdahlFit(min(1.0, max(0.0, f)), err)
 
 
 def plot_strong_scaling(rows: Sequence[ScalingRow], fit: AmdahlFit | None = None, label: str = "measured",

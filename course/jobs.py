@@ -1,0 +1,378 @@
+"""Slurm batch scripts for the course's workloads: generated, checked, submitted and followed.
+
+    python -m course job horovod --nodes 1 --gpus-per-node 4 --time 00:30:00 --print -- --epochs 5
+    python -m course job mirrored --gpus-per-node 2 --submit
+    python -m course job status|wait|output|cancel JOBID
+
+The scripts carry the options of seed 001's job script (job name, output/error files with %j, nodes, GPUs per
+node through --gres, tasks per node = GPUs, CPUs per task, memory, time limit, partition, account). Horovod
+runs one process per GPU started by `mpiexec` (flags and Open MPI settings from `course.mpi`) or `srun`;
+MirroredStrategy and `course train` run in one process that uses all the node's GPUs. Inconsistent requests
+are refused with one line before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from course import UserError, mpi
+
+WORKLOADS = {
+    "train": ("python -m course train", ["-m", "course", "train"],
+              "parameter averaging over engines (python -m course train), one process"),
+    "horovod": ("python -m course.horovod_mnist", ["-m", "course.horovod_mnist"],
+                "Horovod, one process (rank) per GPU"),
+    "mirrored": ("python -m course.mirrored_resnet", ["-m", "course.mirrored_resnet"],
+                 "MirroredStrategy, one process with one replica per GPU"),
+}
+LAUNCHERS = ("mpiexec", "srun")
+ACTIONS = ("status", "wait", "output", "cancel")
+# Job states Slurm reports once a job has ended (squeue / scontrol JobState).
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
+         "DEADLINE"}
+EXPLAIN = {
+    "COMPLETED": "finished with exit code 0",
+    "FAILED": "the program ended with a non-zero exit code: read the .err file",
+    "CANCELLED": "cancelled (scancel, or by an administrator)",
+    "TIMEOUT": "killed by Slurm at its time limit (--time): ask for more time or do less work",
+    "OUT_OF_MEMORY": "killed for using more memory than --mem",
+    "NODE_FAIL": "a node it ran on failed",
+    "PENDING": "waiting in the queue for resources",
+    "RUNNING": "running",
+}
+_TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_LIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,-]*$")
+
+
+def jobs_dir() -> Path:
+    """Where submitted jobs are recorded (their script and output file names): COURSE_JOBS_DIR or ~/.cache/course/jobs."""
+    return Path(os.environ.get("COURSE_JOBS_DIR") or Path.home() / ".cache" / "course" / "jobs")
+
+
+def parse_time(text: str) -> int:
+    """Seconds in a Slurm time limit HH:MM:SS (or D-HH:MM:SS); UserError for anything else."""
+    match = _TIME.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise UserError(f"--time must be HH:MM:SS (e.g. 00:30:00 for half an hour), not {text!r}")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    if minutes > 59 or seconds > 59:
+        raise UserError(f"--time {text}: minutes and seconds must be 00-59")
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total == 0:
+        raise UserError("--time 00:00:00 gives the job no time at all: ask for at least a minute")
+    return total
+
+
+@dataclass
+class Request:
+    """What a job asks for. `check()` fills the defaults and refuses inconsistent combinations."""
+
+    workload: str
+    args: list[str] = field(default_factory=list)
+    nodes: int = 1
+    gpus_per_node: int = 0
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    time: str = "00:30:00"
+    partition: str | None = None
+    account: str | None = None
+    job_name: str | None = None
+    output_dir: str = "."
+    workdir: str = "."
+    launcher: str = "mpiexec"
+    python: str = sys.executable
+    timeline: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """train, horovod, mirrored, or script."""
+        return self.workload if self.workload in WORKLOADS else "script"
+
+    @property
+    def total_tasks(self) -> int:
+        return self.nodes * (self.tasks_per_node or 1)
+
+
+def check(request: Request) -> Request:
+    """Fill the defaults and refuse what Slurm or the workload could not run; returns the request."""
+    r = request
+    if r.workload not in WORKLOADS:
+        path = Path(r.workload)
+        if path.suffix != ".py":
+            raise UserError(f"unknown workload {r.workload!r}: use train, horovod, mirrored or a path to a .py script")
+        if not path.is_file():
+            raise UserError(f"no script at {r.workload}: give the path of a Python file that exists")
+        r.workload = str(path.resolve())
+    for name in ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task"):
+        value = getattr(r, name)
+        least = 0 if name == "gpus_per_node" else 1
+        if value is not None and (not isinstance(value, int) or value < least):
+            raise UserError(f"--{name.replace('_', '-')} must be a whole number >= {least}, not {value}")
+    parse_time(r.time)
+    if r.mem is not None and not _MEM.match(str(r.mem)):
+        raise UserError(f"--mem must be a size such as 4G, 500M or 16000 (megabytes), not {r.mem!r}")
+    for name, pattern, what in (("job_name", _NAME, "letters, digits, '.', '_' and '-'"),
+                                ("partition", _LIST, "a partition name (or a comma-separated list)"),
+                                ("account", _NAME, "an account name")):
+        value = getattr(r, name)
+        if value is not None and not pattern.match(value):
+            raise UserError(f"--{name.replace('_', '-')} {value!r} is not {what}")
+    if r.launcher not in LAUNCHERS:
+        raise UserError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not {r.launcher!r}")
+    gpus = r.gpus_per_node
+    kind = r.kind
+    if kind == "horovod":
+        if r.tasks_per_node is None:
+            r.tasks_per_node = gpus or 1
+        if gpus and r.tasks_per_node > gpus:
+            raise UserError(f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} is more than "
+                            f"--gpus-per-node {gpus} (leave --tasks-per-node out: it defaults to the GPUs)")
+        if gpus and r.tasks_per_node < gpus:
+            raise UserError(f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} would leave "
+                            f"{gpus - r.tasks_per_node} of the {gpus} GPUs per node idle (make them equal)")
+    elif kind in ("mirrored", "train"):
+        what = "MirroredStrategy" if kind == "mirrored" else "course train"
+        if r.tasks_per_node not in (None, 1):
+            raise UserError(f"{what} runs in one process (it uses every GPU of the node itself): "
+                            f"drop --tasks-per-node {r.tasks_per_node}, or use the horovod workload")
+        if r.nodes != 1:
+            raise UserError(f"{what} runs in one process on one node: use --nodes 1, or the horovod workload "
+                            f"for several nodes")
+        r.tasks_per_node = 1
+    else:
+        if r.tasks_per_node is None:
+            r.tasks_per_node = 1
+        if gpus and r.tasks_per_node > gpus:
+            raise UserError(f"--tasks-per-node {r.tasks_per_node} is more than --gpus-per-node {gpus}: "
+                            f"with GPUs, each task needs its own GPU")
+    if r.cpus_per_task is None:
+        r.cpus_per_task = max(1, gpus) if r.tasks_per_node == 1 and kind != "script" else 1
+    if r.timeline is not None and r.total_tasks < 2 and kind != "horovod":
+        raise UserError("--timeline records a Horovod timeline: it needs the horovod workload or several tasks")
+    if r.job_name is None:
+        r.job_name = "course-" + (kind if kind != "script" else re.sub(r"[^A-Za-z0-9._-]", "-", Path(r.workload).stem))
+    return r
+
+
+def _program(r: Request) -> list[str]:
+    if r.kind == "script":
+        return [r.python, r.workload, *r.args]
+    return [r.python, *WORKLOADS[r.kind][1], *r.args]
+
+
+def _launch(r: Request) -> tuple[list[str], str]:
+    program = _program(r)
+    if r.total_tasks == 1:
+        return program, "one process"
+    if r.launcher == "srun":
+        return ["srun", "--mpi=pmix", *program], f"{r.total_tasks} processes started by srun"
+    return (["mpiexec", "-n", "${SLURM_NTASKS}", *mpi.JOB_FLAGS, *program],
+            f"{r.total_tasks} processes started by mpiexec")
+
+
+def _quote(word: str) -> str:
+    return word if word == "${SLURM_NTASKS}" else shlex.quote(word)
+
+
+def script(request: Request, command_line: str | None = None) -> str:
+    """The Slurm batch script for a request (checked first)."""
+    r = check(request)
+    out_dir = Path(r.output_dir).resolve()
+    launch, how = _launch(r)
+    gpus = r.gpus_per_node
+    layout = (f"{r.nodes} node(s) x {r.tasks_per_node} task(s)" + (f", {gpus} GPU(s) per node" if gpus else ", CPU only"))
+    description = WORKLOADS[r.kind][2] if r.kind != "script" else f"the script {r.workload}"
+    lines = ["#!/bin/bash",
+             f"# Generated by: {command_line or 'course.jobs.script()'}",
+             f"# Workload: {description}; {layout}; {how}.",
+             f"# Submit: sbatch THIS_FILE   Follow: squeue -j JOBID   Stop: scancel JOBID",
+             f"#SBATCH --job-name={r.job_name}",
+             f"#SBATCH --output={out_dir}/{r.job_name}_%j.out",
+             f"#SBATCH --error={out_dir}/{r.job_name}_%j.err",
+             f"#SBATCH --chdir={Path(r.workdir).resolve()}",
+             f"#SBATCH --nodes={r.nodes}",
+             f"#SBATCH --ntasks-per-node={r.tasks_per_node}",
+             f"#SBATCH --cpus-per-task={r.cpus_per_task}"]
+    if gpus:
+        lines.append(f"#SBATCH --gres=gpu:{gpus}")
+    if r.mem:
+        lines.append(f"#SBATCH --mem={r.mem}")
+    lines.append(f"#SBATCH --time={r.time}")
+    if r.partition:
+        lines.append(f"#SBATCH --partition={r.partition}")
+    if r.account:
+        lines.append(f"#SBATCH --account={r.account}")
+    lines += ["",
+              "set -eo pipefail",
+              "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
+              'echo "job ${SLURM_JOB_ID} \'${SLURM_JOB_NAME}\': ${SLURM_JOB_NUM_NODES} node(s) [${SLURM_JOB_NODELIST}],'
+              ' ${SLURM_NTASKS} task(s), ${SLURM_CPUS_PER_TASK} CPU(s) per task, started $(date -Iseconds)"',
+              "export PYTHONUNBUFFERED=1",
+              "# threads per process = the CPUs Slurm gave each task (else N processes oversubscribe the cores)",
+              "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
+              "export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}"]
+    if gpus:
+        lines += ["export NCCL_DEBUG=WARN", 'echo "GPUs visible: ${CUDA_VISIBLE_DEVICES:-none}"']
+    if r.total_tasks > 1 and r.launcher == "mpiexec":
+        lines.append("# Open MPI settings (course.mpi)")
+        lines += [f"export {k}={v}" for k, v in mpi.SETTINGS.items()]
+        root = " ".join(f"{k}={v}" for k, v in mpi.ROOT_SETTINGS.items())
+        lines.append(f'if [ "$(id -u)" -eq 0 ]; then export {root}; fi')
+    if r.timeline:
+        lines += ["# Horovod timeline, written by rank 0 (open it in chrome://tracing or course.perf)",
+                  f"export HOROVOD_TIMELINE={shlex.quote(str(Path(r.timeline).resolve()))}",
+                  "export HOROVOD_TIMELINE_MARK_CYCLES=0"]
+    lines += ["", " ".join(_quote(w) for w in launch), ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- submit and follow
+
+def _slurm(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise UserError(f"{tool} not found: this machine has no Slurm client (use --print to see the job script, "
+                        f"and submit it on a cluster's login node with sbatch)")
+    return path
+
+
+def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def submit(request: Request, command_line: str | None = None) -> int:
+    """Write the script, submit it with sbatch and return the job id (recorded under `jobs_dir()`)."""
+    text = script(request, command_line)
+    sbatch = _slurm("sbatch")
+    Path(request.output_dir).mkdir(parents=True, exist_ok=True)
+    record_dir = jobs_dir()
+    record_dir.mkdir(parents=True, exist_ok=True)
+    script_file = record_dir / f"{request.job_name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.sbatch"
+    script_file.write_text(text)
+    done = _run([sbatch, "--parsable", str(script_file)])
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip().splitlines()
+        raise UserError(f"sbatch refused the job: {why[-1] if why else 'no reason given'} (script: {script_file})")
+    job_id = int(done.stdout.strip().split(";")[0])
+    out_dir = Path(request.output_dir).resolve()
+    record = {"job_id": job_id, "script": str(script_file), "request": asdict(request),
+              "stdout": str(out_dir / f"{request.job_name}_{job_id}.out"),
+              "stderr": str(out_dir / f"{request.job_name}_{job_id}.err")}
+    (record_dir / f"{job_id}.json").write_text(json.dumps(record, indent=1))
+    return job_id
+
+
+@dataclass
+class Status:
+    """A job's state as Slurm reports it, with the files its output goes to."""
+
+    job_id: int
+    state: str
+    reason: str = ""
+    exit_code: str = ""
+    elapsed: str = ""
+    time_limit: str = ""
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    def __str__(self) -> str:
+        what = EXPLAIN.get(self.state, "")
+        extra = f" ({what})" if what else ""
+        reason = f", reason {self.reason}" if self.reason and self.reason != "None" else ""
+        times = f", elapsed {self.elapsed} of {self.time_limit}" if self.elapsed else ""
+        code = f", exit code {self.exit_code}" if self.ended and self.exit_code else ""
+        return f"job {self.job_id}: {self.state}{extra}{reason}{times}{code}"
+
+
+def _job_id(value: str | int) -> int:
+    text = str(value).strip()
+    if not text.isdigit():
+        raise UserError(f"{text!r} is not a Slurm job id (a number, as --submit printed)")
+    return int(text)
+
+
+def _record(job_id: int) -> dict:
+    file = jobs_dir() / f"{job_id}.json"
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def status(job_id: str | int) -> Status:
+    """The job's state from `scontrol show job` (Slurm keeps ended jobs for MinJobAge), else from `sacct`."""
+    jid = _job_id(job_id)
+    record = _record(jid)
+    done = _run([_slurm("scontrol"), "show", "job", "-o", str(jid)])
+    if done.returncode == 0 and done.stdout.strip():
+        fields = dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", done.stdout))
+        return Status(jid, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""), fields.get("ExitCode", ""),
+                      fields.get("RunTime", ""), fields.get("TimeLimit", ""),
+                      fields.get("StdOut", record.get("stdout", "")), fields.get("StdErr", record.get("stderr", "")))
+    sacct = shutil.which("sacct")
+    if sacct:
+        acct = _run([sacct, "-n", "-X", "-P", "-j", str(jid), "-o", "State,ExitCode,Elapsed,Timelimit"])
+        line = acct.stdout.strip().splitlines()[0] if acct.returncode == 0 and acct.stdout.strip() else ""
+        if line:
+            state, code, elapsed, limit = (line.split("|") + ["", "", "", ""])[:4]
+            return Status(jid, state.split()[0], "", code, elapsed, limit, record.get("stdout", ""),
+                          record.get("stderr", ""))
+    if record:
+        return Status(jid, "UNKNOWN", "Slurm no longer remembers it (and has no accounting)", "", "", "",
+                      record.get("stdout", ""), record.get("stderr", ""))
+    raise UserError(f"Slurm knows no job {jid} (finished jobs are forgotten after a few minutes; check the id)")
+
+
+def wait(job_id: str | int, timeout: float | None = None, poll: float = 2.0) -> Status:
+    """Poll until the job has ended (or `timeout` seconds pass: UserError), then return its final status."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        current = status(job_id)
+        if current.ended:
+            return current
+        if deadline is not None and time.monotonic() > deadline:
+            raise UserError(f"job {current.job_id} is still {current.state} after {timeout:.0f} s; "
+                            f"follow it with: python -m course job status {current.job_id}")
+        time.sleep(poll)
+
+
+def output(job_id: str | int) -> tuple[str, str]:
+    """The text of the job's output and error files so far ('' where a file does not exist yet)."""
+    current = status(job_id)
+    texts = []
+    for name in (current.stdout, current.stderr):
+        try:
+            texts.append(Path(name).read_text(errors="replace") if name else "")
+        except OSError:
+            texts.append("")
+    return texts[0], texts[1]
+
+
+def cancel(job_id: str | int) -> Status:
+    """scancel the job; returns its status afterwards."""
+    jid = _job_id(job_id)
+    done = _run([_slurm("scancel"), str(jid)])
+    if done.returncode != 0:
+        raise UserError(f"scancel {jid} failed: {(done.stderr or done.stdout).strip()}")
+    return status(jid)
+
+
+def command_line(argv: list[str]) -> str:
+    """How a job was asked for, for the script's header comment."""
+    return "python -m course " + " ".join(shlex.quote(a) for a in argv)

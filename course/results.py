@@ -1,0 +1,320 @@
+"""The class results table (seed 000's shared spreadsheet, done properly): one CSV schema, safe appends, merging.
+
+Every training run a learner does (`python -m course train`, Horovod, MirroredStrategy) appends one row with
+`append_row`; many learners may append to one shared file at once (an exclusive `fcntl` lock around each
+append; a file is only ever appended to, never rewritten). `collect` merges a folder of such files into one
+table, reporting every bad row (file, line, why) and skipping it; `plot` draws accuracy and elapsed time
+against workers, one line per strategy.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import fcntl
+import getpass
+import io
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from course import UserError
+
+# The schema, in column order. Required columns must be present and valid in every row.
+FIELDS = ("date", "learner", "strategy", "dataset", "network", "workers", "epochs", "batch_size",
+          "elapsed_s", "accuracy", "epoch_time_s", "images_per_s", "engines", "hardware", "run")
+REQUIRED = ("date", "strategy", "workers", "elapsed_s")
+DESCRIPTIONS = {
+    "date": "when the run ended, ISO 8601 (filled in by append_row)",
+    "learner": "who ran it (default: the login name)",
+    "strategy": "sync, async, full-async (parameter averaging), horovod, mirrored, ... (lower case)",
+    "dataset": "mnist, fashion_mnist, cifar10, digits (the offline fallback)",
+    "network": "simple-mnist, lenet, vgg16, resnet50v2, ...",
+    "workers": "parallel workers: engines, Horovod ranks or MirroredStrategy replicas (integer >= 1)",
+    "epochs": "epochs trained (integer >= 1)",
+    "batch_size": "global batch size (integer >= 1)",
+    "elapsed_s": "total elapsed training time in seconds (> 0)",
+    "accuracy": "test accuracy in [0, 1] (empty when the run did not evaluate)",
+    "epoch_time_s": "median epoch time without the first epoch, seconds (> 0)",
+    "images_per_s": "training throughput, images per second (> 0)",
+    "engines": "engines or processes the run had (integer >= 1)",
+    "hardware": "free text, e.g. '2 CPU cores' or '4 x V100'",
+    "run": "repetition number of the same configuration (integer >= 1)",
+}
+_INTS = ("workers", "epochs", "batch_size", "engines", "run")
+_POSITIVE = ("elapsed_s", "epoch_time_s", "images_per_s")
+_STRATEGY = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+SYNC_ALIASES = {"0": "sync", "1": "async", "2": "full-async"}   # seed 000's run script numbers them
+
+
+def _check(row: dict[str, Any]) -> dict[str, str]:
+    """The row with every value as its CSV text, or ValueError saying what is wrong (first problem only)."""
+    unknown = sorted(set(row) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(unknown)} (the schema: {', '.join(FIELDS)})")
+    out: dict[str, str] = {}
+    for name in FIELDS:
+        value = row.get(name)
+        text = "" if value is None else str(value).strip()
+        if not text:
+            if name in REQUIRED:
+                raise ValueError(f"{name} is missing")
+            out[name] = ""
+            continue
+        if name in _INTS:
+            try:
+                number = float(text)
+            except ValueError:
+                raise ValueError(f"{name} is {text!r}, not a whole number") from None
+            if not number.is_integer() or number < 1:
+                raise ValueError(f"{name} is {text!r}: it must be a whole number >= 1")
+            text = str(int(number))
+        elif name in _POSITIVE or name == "accuracy":
+            try:
+                number = float(text)
+            except ValueError:
+                raise ValueError(f"{name} is {text!r}, not a number") from None
+            if not math.isfinite(number):
+                raise ValueError(f"{name} is {text!r}, not a finite number")
+            if name == "accuracy" and not 0.0 <= number <= 1.0:
+                hint = " (a percentage? write it as a fraction)" if 1.0 < number <= 100.0 else ""
+                raise ValueError(f"accuracy is {text}, outside [0, 1]{hint}")
+            if name != "accuracy" and number <= 0:
+                raise ValueError(f"{name} is {text}: it must be positive")
+            text = repr(number) if name != "accuracy" else f"{number:.6g}"
+        elif name == "strategy":
+            text = SYNC_ALIASES.get(text, text.lower())
+            if not _STRATEGY.match(text):
+                raise ValueError(f"strategy {text!r} is not a simple name such as sync, horovod or mirrored")
+        elif name == "date":
+            try:
+                _dt.datetime.fromisoformat(text)
+            except ValueError:
+                raise ValueError(f"date {text!r} is not an ISO 8601 date/time") from None
+        out[name] = text
+    return out
+
+
+def validate(row: dict[str, Any]) -> dict[str, str]:
+    """Check one row against the schema; returns it as CSV text values, or raises UserError saying what is wrong."""
+    try:
+        return _check(row)
+    except ValueError as exc:
+        raise UserError(f"bad results row: {exc}") from None
+
+
+def append_row(path: str | os.PathLike, row: dict[str, Any]) -> dict[str, str]:
+    """Append one run to the results CSV at `path` (created with a header if new); returns the row written.
+
+    Safe when many processes append to the same file at once: each append holds an exclusive lock and writes
+    the whole line in one call. The file is never truncated or rewritten. `date` and `learner` are filled in.
+    """
+    filled = dict(row)
+    filled.setdefault("date", _dt.datetime.now().isoformat(timespec="seconds"))
+    if not filled.get("learner"):
+        try:
+            filled["learner"] = getpass.getuser()
+        except Exception:  # no login name (some containers)
+            filled["learner"] = ""
+    checked = validate(filled)
+    file = Path(path)
+    if file.is_dir():
+        raise UserError(f"the results file {file} is a directory: give a file name such as {file / 'results.csv'}")
+    if not file.parent.is_dir():
+        raise UserError(f"cannot write results to {file}: the folder {file.parent} does not exist")
+    line = io.StringIO()
+    csv.writer(line, lineterminator="\n").writerow([checked[name] for name in FIELDS])
+    try:
+        handle = open(file, "a+", newline="")
+    except OSError as exc:
+        raise UserError(f"cannot write results to {file}: {exc.strerror}") from None
+    with handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                text = ",".join(FIELDS) + "\n" + line.getvalue()
+            else:
+                handle.seek(0)
+                header = next(csv.reader([handle.readline()]), [])
+                if tuple(header) != FIELDS:
+                    raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
+                                    f"append to a new file instead")
+                handle.seek(size - 1)
+                text = ("" if handle.read(1) == "\n" else "\n") + line.getvalue()
+            handle.seek(0, os.SEEK_END)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return checked
+
+
+# ------------------------------------------------------------------------------------------ collecting
+
+@dataclass
+class Problem:
+    """A row (or file) that was skipped, and why."""
+
+    file: str
+    line: int        # 1-based line in the file (the header is line 1); 0 for the whole file
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.why}" if self.line else f"{self.file}: {self.why}"
+
+
+@dataclass
+class Table:
+    """The merged class results: good rows (each with its `source` file) and the problems skipped."""
+
+    rows: list[dict[str, str]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write the merged table as CSV (the schema's columns plus `source`)."""
+        file = Path(path)
+        with open(file, "w", newline="") as handle:
+            self._write(handle)
+        return file
+
+    def to_csv(self) -> str:
+        handle = io.StringIO()
+        self._write(handle)
+        return handle.getvalue()
+
+    def _write(self, handle) -> None:
+        writer = csv.DictWriter(handle, fieldnames=[*FIELDS, "source"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per (strategy, workers): runs, mean accuracy and mean elapsed time, sorted - the table a class discusses."""
+        groups: dict[tuple[str, int], list[dict[str, str]]] = {}
+        for row in self.rows:
+            groups.setdefault((row["strategy"], int(row["workers"])), []).append(row)
+        def mean(values: list[float]) -> float | None:
+            return sum(values) / len(values) if values else None
+
+        return [{"strategy": s, "workers": w, "runs": len(rows),
+                 "accuracy": mean([float(r["accuracy"]) for r in rows if r["accuracy"]]),
+                 "elapsed_s": mean([float(r["elapsed_s"]) for r in rows])}
+                for (s, w), rows in sorted(groups.items())]
+
+    def show(self) -> str:
+        """The summary as aligned text."""
+        lines = [f"{'strategy':<12} {'workers':>7} {'runs':>4} {'accuracy':>8} {'elapsed s':>10}"]
+        for g in self.summary():
+            accuracy = f"{g['accuracy']:>8.3f}" if g["accuracy"] is not None else f"{'-':>8}"
+            lines.append(f"{g['strategy']:<12} {g['workers']:>7} {g['runs']:>4} {accuracy} {g['elapsed_s']:>10.2f}")
+        return "\n".join(lines)
+
+
+def _inputs(source: str | os.PathLike | Iterable[str | os.PathLike], exclude: Path | None) -> list[Path]:
+    if isinstance(source, (str, os.PathLike)):
+        root = Path(source)
+        if root.is_dir():
+            files = sorted(p for p in root.rglob("*.csv") if p.is_file())
+        elif root.is_file():
+            files = [root]
+        else:
+            raise UserError(f"no results folder or file at {root}")
+    else:
+        files = [Path(p) for p in source]
+    if exclude is not None:
+        files = [p for p in files if p.resolve() != exclude.resolve()]
+    return files
+
+
+def collect(source: str | os.PathLike | Iterable[str | os.PathLike], exclude: str | os.PathLike | None = None) -> Table:
+    """Merge the results CSVs in a folder (recursively) or a list of files; bad rows are recorded, not kept."""
+    files = _inputs(source, Path(exclude) if exclude else None)
+    if not files:
+        raise UserError(f"no .csv files in {source}: learners' runs write them (e.g. --results results.csv)")
+    table = Table()
+    for file in files:
+        name = str(file)
+        table.files.append(name)
+        try:
+            with open(file, newline="") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            table.problems.append(Problem(name, 0, f"cannot read it ({exc.__class__.__name__}: {exc})"))
+            continue
+        reader = csv.reader(io.StringIO(text))
+        header = next(reader, None)
+        if not header:
+            table.problems.append(Problem(name, 0, "empty file (no header)"))
+            continue
+        header = [h.strip() for h in header]
+        missing = [f for f in REQUIRED if f not in header]
+        if missing:
+            table.problems.append(Problem(name, 1, f"not a results file: the header lacks {', '.join(missing)}"))
+            continue
+        extra = [k for k in header if k not in FIELDS and k != "source"]
+        if extra:
+            table.problems.append(Problem(name, 1, f"ignored unknown column(s) {', '.join(extra)} (its rows are kept)"))
+        for values in reader:
+            line = reader.line_num
+            if not any(v.strip() for v in values):
+                continue  # a blank line
+            if len(values) != len(header):
+                table.problems.append(Problem(name, line, f"{len(values)} values for {len(header)} columns"))
+                continue
+            row = {k: v for k, v in zip(header, values) if k in FIELDS}
+            try:
+                checked = _check(row)
+            except ValueError as exc:
+                table.problems.append(Problem(name, line, str(exc)))
+                continue
+            checked["source"] = name
+            table.rows.append(checked)
+    return table
+
+
+# --------------------------------------------------------------------------------------------- plotting
+
+def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None):
+    """Accuracy and elapsed time against workers, one line per strategy (mean of runs, every run as a dot)."""
+    import matplotlib
+
+    if out is not None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    if not isinstance(table, Table):
+        table = collect(table)
+    if not table.rows:
+        raise UserError("no good rows to plot" + (f" ({len(table.problems)} bad rows skipped)" if table.problems else ""))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    strategies = sorted({r["strategy"] for r in table.rows})
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, strategy in enumerate(strategies):
+        colour = palette[index % len(palette)]
+        rows = [r for r in table.rows if r["strategy"] == strategy]
+        for ax, key in zip(axes, ("accuracy", "elapsed_s")):
+            points = [(int(r["workers"]), float(r[key])) for r in rows if r[key]]
+            if not points:
+                continue
+            workers = sorted({w for w, _ in points})
+            means = [sum(v for w2, v in points if w2 == w) / sum(1 for w2, _ in points if w2 == w) for w in workers]
+            ax.plot(workers, means, "o-", label=strategy, color=colour)
+            ax.scatter([w for w, _ in points], [v for _, v in points], s=12, alpha=0.5, color=colour)
+    all_workers = sorted({int(r["workers"]) for r in table.rows})
+    for ax, title in zip(axes, ("test accuracy", "elapsed time (s)")):
+        ax.set_title(title)
+        ax.set_xlabel("workers")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(all_workers, [str(w) for w in all_workers])
+        ax.grid(alpha=0.3)
+    axes[1].legend(title="strategy")
+    fig.suptitle(f"class results: {len(table.rows)} runs from {len(table.files)} file(s)")
+    fig.tight_layout()
+    if out is not None:
+        fig.savefig(out, dpi=100)
+    return fig

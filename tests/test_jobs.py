@@ -1,0 +1,181 @@
+"""course.jobs and `python -m course job`: scripts checked by a real Slurm, jobs run, timed out, refused."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from course import UserError, jobs
+from tests.conftest import PROGRAMS, ROOT, run_course
+from tests.slurm import slurm  # noqa: F401  (the session fixture)
+
+
+@pytest.fixture
+def records(tmp_path, monkeypatch):
+    """Job records in a fresh folder, so a test sees exactly the jobs it submitted."""
+    folder = tmp_path / "records"
+    monkeypatch.setenv("COURSE_JOBS_DIR", str(folder))
+    return folder
+
+
+def _env(records: Path) -> dict:
+    import os
+
+    env = dict(os.environ)
+    env["COURSE_JOBS_DIR"] = str(records)
+    return env
+
+
+# ------------------------------------------------------------------------------------------ refusals
+
+REFUSED = [
+    (["horovod", "--gpus-per-node", "2", "--tasks-per-node", "4"], "more than --gpus-per-node 2"),
+    (["horovod", "--gpus-per-node", "4", "--tasks-per-node", "2"], "idle"),
+    (["horovod", "--time", "1h"], "HH:MM:SS"),
+    (["horovod", "--time", "00:75:00"], "00-59"),
+    (["horovod", "--time", "00:00:00"], "no time"),
+    (["mirrored", "--nodes", "2"], "one node"),
+    (["mirrored", "--tasks-per-node", "2"], "one process"),
+    (["train", "--nodes", "3"], "one node"),
+    (["horovod", "--nodes", "0"], "--nodes must be"),
+    (["horovod", "--mem", "lots"], "--mem"),
+    (["horovod", "--job-name", "my job"], "--job-name"),
+    (["resnet"], "unknown workload"),
+    (["no/such/script.py"], "no script at"),
+    ([str(PROGRAMS / "hvd_allreduce.py"), "--gpus-per-node", "1", "--tasks-per-node", "2"], "its own GPU"),
+]
+
+
+@pytest.mark.parametrize("argv,message", REFUSED, ids=[" ".join(a[:1] + a[1:3]) for a, _ in REFUSED])
+def test_inconsistent_requests_are_refused_before_submission(argv, message, records):
+    """Each refusal is one line on stderr, exit 1, and nothing reaches sbatch (no job record is written)."""
+    done = run_course("job", *argv, "--submit", env=_env(records), timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("course: error: ") and message in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not records.exists() or not list(records.iterdir()), "a refused request left a submitted job behind"
+
+
+def test_status_of_a_non_number_is_refused():
+    with pytest.raises(UserError, match="not a Slurm job id"):
+        jobs.status("12; rm -rf /")
+
+
+# --------------------------------------------------------------------------- scripts a real Slurm accepts
+
+VARIANTS = {
+    "single-gpu horovod": dict(workload="horovod", gpus_per_node=1),
+    # sized to fit this 2-core node apart from the GPUs and the node count (see the test's docstring)
+    "one node, 2 GPUs, horovod (mpiexec)": dict(workload="horovod", gpus_per_node=2, mem="500M", account=None),
+    "one node, 2 GPUs, horovod (srun)": dict(workload="horovod", gpus_per_node=2, launcher="srun"),
+    "two nodes x 2 GPUs, horovod": dict(workload="horovod", nodes=2, gpus_per_node=2),
+    "horovod on CPU, 2 ranks, timeline": dict(workload="horovod", tasks_per_node=2, timeline="tl.json"),
+    "mirrored, 2 GPUs, one process": dict(workload="mirrored", gpus_per_node=2, args=["--epochs", "5"]),
+    "mirrored on CPU": dict(workload="mirrored"),
+    "course train": dict(workload="train", args=["--workers", "2", "--sync", "sync"]),
+    "script, 2 tasks": dict(workload=str(PROGRAMS / "hvd_allreduce.py"), tasks_per_node=2, partition="debug"),
+}
+
+
+def _test_only(text: str, folder: Path) -> subprocess.CompletedProcess:
+    file = folder / "job.sbatch"
+    file.write_text(text)
+    return subprocess.run(["sbatch", "--test-only", str(file)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_generated_script_is_accepted_by_slurm(name, slurm, tmp_path):  # noqa: F811
+    """`sbatch --test-only` parses every directive and schedules the job.
+
+    This Slurm is one node without GPUs: for GPU and multi-node scripts, the only complaint allowed is about
+    exactly that hardware, and the same script with the GPUs and nodes this node has is accepted.
+    """
+    options = dict(VARIANTS[name])
+    workload = options.pop("workload")
+    if options.get("partition"):
+        options["partition"] = slurm
+    request = jobs.Request(workload, output_dir=str(tmp_path), workdir=str(tmp_path), **options)
+    text = jobs.script(request)
+    assert "#SBATCH --output=" in text and "_%j.out" in text and "_%j.err" in text
+    assert f"#SBATCH --time={request.time}" in text and f"#SBATCH --job-name={request.job_name}" in text
+    gpus = request.gpus_per_node
+    if gpus:
+        assert f"#SBATCH --gres=gpu:{gpus}" in text
+    if workload == "horovod":
+        assert f"#SBATCH --ntasks-per-node={gpus or request.tasks_per_node}" in text
+    done = _test_only(text, tmp_path)
+    if done.returncode != 0:
+        assert gpus or request.nodes > 1, f"sbatch refused {name}: {done.stderr}"
+        assert re.search(r"gres|node configuration|node count", done.stderr, re.I), done.stderr
+        here = re.sub(r"#SBATCH --gres=gpu:\d+\n", "", text).replace(f"--nodes={request.nodes}", "--nodes=1")
+        done = _test_only(here, tmp_path)
+    assert done.returncode == 0, f"sbatch --test-only refused {name}: {done.stderr}"
+    assert "to start at" in done.stderr, done.stderr
+
+
+def test_mpi_launch_uses_course_mpi_settings():
+    from course import mpi
+
+    text = jobs.script(jobs.Request("horovod", tasks_per_node=2))
+    assert "mpiexec -n ${SLURM_NTASKS} " + " ".join(mpi.JOB_FLAGS) in text
+    for key, value in mpi.SETTINGS.items():
+        assert f"export {key}={value}" in text
+    assert "mpiexec" not in jobs.script(jobs.Request("mirrored", gpus_per_node=2))
+
+
+# ------------------------------------------------------------------------------------------ real jobs
+
+@pytest.mark.slow
+def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records):  # noqa: F811
+    """Submitted through the CLI: two ranks under mpiexec, both print the summed all-reduce [1+2, 10+10]."""
+    env = _env(records)
+    submitted = run_course("job", str(PROGRAMS / "hvd_allreduce.py"), "--tasks-per-node", "2", "--time", "00:10:00",
+                           "--output-dir", str(tmp_path), "--submit", env=env, timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    assert job_id.isdigit(), submitted.stdout
+    waited = run_course("job", "wait", job_id, "--wait-timeout", "600", env=env, timeout=700)
+    assert waited.returncode == 0 and "COMPLETED" in waited.stdout, waited.stdout + waited.stderr
+    shown = run_course("job", "output", job_id, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    for rank in (0, 1):
+        assert f"RANK {rank} SIZE 2 SUM [3.0, 20.0]" in shown.stdout, shown.stdout
+    assert (tmp_path / f"course-hvd_allreduce_{job_id}.out").is_file()
+
+
+@pytest.mark.slow
+def test_job_over_its_time_limit_is_reported_as_timeout(slurm, tmp_path, records):  # noqa: F811
+    """A job sleeping past --time is killed by Slurm; status says TIMEOUT and the .err file says why (seed 004)."""
+    sleepy = tmp_path / "sleepy.py"
+    sleepy.write_text("import time\nprint('started', flush=True)\ntime.sleep(900)\n")
+    job_id = jobs.submit(jobs.Request(str(sleepy), time="00:00:10", output_dir=str(tmp_path), workdir=str(tmp_path)))
+    final = jobs.wait(job_id, timeout=600)
+    assert final.state == "TIMEOUT", final
+    assert "time limit" in str(final)
+    out, err = jobs.output(job_id)
+    assert "started" in out
+    assert "DUE TO TIME LIMIT" in err, err
+
+
+@pytest.mark.slow
+def test_cancel_a_queued_or_running_job(slurm, tmp_path, records):  # noqa: F811
+    sleepy = tmp_path / "sleepy.py"
+    sleepy.write_text("import time\ntime.sleep(900)\n")
+    job_id = jobs.submit(jobs.Request(str(sleepy), time="00:20:00", output_dir=str(tmp_path), workdir=str(tmp_path)))
+    cancelled = run_course("job", "cancel", str(job_id), env=_env(records), timeout=60)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert jobs.wait(job_id, timeout=300).state == "CANCELLED"
+
+
+def test_submit_without_slurm_says_what_to_do(tmp_path, records):
+    """On a laptop or Binder (no sbatch on PATH): one line saying how to use the script instead."""
+    env = _env(records)
+    env["PATH"] = str(tmp_path)
+    done = run_course("job", "horovod", "--output-dir", str(tmp_path), "--submit", env=env, timeout=120)
+    assert done.returncode == 1 and "no Slurm client" in done.stderr and "--print" in done.stderr, done.stderr
+    printed = run_course("job", "horovod", "--print", env=env, timeout=120)
+    assert printed.returncode == 0 and printed.stdout.startswith("#!/bin/bash"), printed.stderr

@@ -1,0 +1,128 @@
+"""course.perf scaling arithmetic on known inputs: speedup, efficiency, throughput, Amdahl, the timeline Gantt."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from course import UserError, perf
+
+
+def amdahl_times(f: float, workers=(1, 2, 4, 8), t1: float = 100.0) -> dict[int, float]:
+    """Epoch times a program with serial fraction f would take (exactly Amdahl)."""
+    return {n: t1 * (f + (1 - f) / n) for n in workers}
+
+
+def test_strong_scaling_table_from_known_times():
+    rows = perf.scaling_table({1: 100.0, 2: 50.0, 4: 40.0}, images=1000)
+    assert [r.workers for r in rows] == [1, 2, 4]
+    assert [r.speedup for r in rows] == pytest.approx([1.0, 2.0, 2.5])
+    assert [r.efficiency for r in rows] == pytest.approx([1.0, 1.0, 0.625])
+    assert [r.throughput for r in rows] == pytest.approx([10.0, 20.0, 25.0])
+    assert "0.62" in perf.format_table(rows) or "0.63" in perf.format_table(rows)
+
+
+def test_first_epoch_is_excluded():
+    # the first epoch also builds the graph: 30 s, then 10 s epochs on 1 worker and 5 s on 2
+    rows = perf.scaling_table({1: [30.0, 10.0, 10.0], 2: [25.0, 5.0, 5.0]}, images=600)
+    assert rows[0].time == 10.0 and rows[1].time == 5.0
+    assert rows[1].speedup == pytest.approx(2.0)
+    assert rows[0].throughput == pytest.approx(60.0)
+
+
+def test_strong_scaling_from_a_baseline_of_two_workers():
+    rows = perf.scaling_table({2: 50.0, 4: 25.0})
+    assert rows[0].speedup == pytest.approx(2.0) and rows[1].speedup == pytest.approx(4.0)
+    assert rows[1].efficiency == pytest.approx(1.0) and rows[0].throughput is None
+
+
+def test_weak_scaling_table():
+    # the same 1000 images per worker; 2 workers take 12.5 s instead of 10 s
+    rows = perf.scaling_table({1: 10.0, 2: 12.5}, kind="weak", images=1000)
+    assert rows[1].efficiency == pytest.approx(0.8)
+    assert rows[1].speedup == pytest.approx(1.6)
+    assert rows[1].throughput == pytest.approx(160.0)
+
+
+def test_speedup_and_efficiency_scalars():
+    assert perf.speedup(45.0, 12.0) == pytest.approx(3.75)       # seed 004: ResNet50V2 on 1 and 4 V100s
+    assert perf.efficiency(3.75, 4) == pytest.approx(0.9375)
+
+
+@pytest.mark.parametrize("f", [0.0, 0.05, 0.1, 0.3])
+def test_amdahl_fit_recovers_a_known_serial_fraction(f):
+    rows = perf.scaling_table(amdahl_times(f))
+    fit = perf.fit_amdahl(rows)
+    assert fit.serial_fraction == pytest.approx(f, abs=1e-6)
+    assert fit.predict(8) == pytest.approx(rows[-1].speedup, rel=1e-6)
+    if f:
+        assert fit.max_speedup == pytest.approx(1 / f, rel=1e-4)
+    else:
+        assert math.isinf(fit.max_speedup)
+
+
+def test_amdahl_fit_with_noise_stays_close():
+    times = amdahl_times(0.2, workers=(1, 2, 4, 8, 16))
+    noisy = {n: t * (1.02 if n % 4 else 0.98) for n, t in times.items()}
+    fit = perf.fit_amdahl(perf.scaling_table(noisy))
+    assert abs(fit.serial_fraction - 0.2) < 0.03
+
+
+def test_amdahl_and_gustafson_laws():
+    assert perf.amdahl_speedup(4, 0.25) == pytest.approx(1 / (0.25 + 0.75 / 4))
+    assert perf.gustafson_speedup(4, 0.25) == pytest.approx(4 - 0.25 * 3)
+
+
+def test_bad_inputs_are_user_errors():
+    with pytest.raises(UserError):
+        perf.fit_amdahl([1], [1.0])
+    with pytest.raises(UserError):
+        perf.scaling_table({1: 10.0, 2: 0.0})
+    with pytest.raises(UserError):
+        perf.scaling_table({0: 10.0})
+    with pytest.raises(UserError):
+        perf.scaling_table({1: 1.0}, kind="diagonal")
+
+
+TIMELINE = [
+    {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad_dense"}},
+    {"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "grad_conv"}},
+    {"name": "NEGOTIATE_ALLREDUCE", "ph": "B", "ts": 0, "pid": 1},
+    {"name": "0", "ph": "X", "ts": 0, "dur": 0, "pid": 1},
+    {"name": "1", "ph": "X", "ts": 300000, "dur": 0, "pid": 1},
+    {"ph": "E", "ts": 400000, "pid": 1},
+    {"name": "ALLREDUCE", "ph": "B", "ts": 400000, "pid": 1},
+    {"name": "MPI_ALLREDUCE", "ph": "B", "ts": 450000, "pid": 1},
+    {"ph": "E", "ts": 550000, "pid": 1},
+    {"ph": "E", "ts": 600000, "pid": 1},
+    {"name": "NEGOTIATE_ALLREDUCE", "ph": "B", "ts": 1000000, "pid": 2},
+    {"ph": "E", "ts": 1100000, "pid": 2},
+    {"name": "ALLREDUCE", "ph": "B", "ts": 1100000, "pid": 2},
+    {"ph": "E", "ts": 2000000, "pid": 2},
+]
+
+
+def test_timeline_spans_and_gantt(tmp_path):
+    file = tmp_path / "timeline.json"
+    file.write_text("[\n" + ",\n".join(json.dumps(e) for e in TIMELINE) + ",\n")  # Horovod leaves it unterminated
+    spans = perf.timeline_spans(file)
+    top = [(s.tensor, s.phase, s.start, s.end) for s in spans if s.depth == 0]
+    assert top == [("grad_dense", "NEGOTIATE_ALLREDUCE", 0.0, 0.4), ("grad_dense", "ALLREDUCE", 0.4, 0.6),
+                   ("grad_conv", "NEGOTIATE_ALLREDUCE", 1.0, 1.1), ("grad_conv", "ALLREDUCE", 1.1, 2.0)]
+    assert [(s.phase, s.depth) for s in spans if s.depth] == [("MPI_ALLREDUCE", 1)]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = perf.plot_timeline_gantt(file)
+    assert len(fig.axes[0].patches) == 4
+    fig = perf.plot_strong_scaling(perf.scaling_table(amdahl_times(0.1)), perf.fit_amdahl(
+        perf.scaling_table(amdahl_times(0.1))))
+    assert len(fig.axes) == 3
+
+
+def test_karp_flatt_gives_the_serial_fraction_of_one_measurement():
+    assert perf.karp_flatt(perf.amdahl_speedup(4, 0.15), 4) == pytest.approx(0.15)
+    with pytest.raises(UserError):
+        perf.karp_flatt(1.0, 1)
