@@ -340,7 +340,11 @@ def _rows(job: Job, nb: NotebookNode, scores: dict, outcome: Outcome, per_cell: 
     where = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(nb.cells)}
     rows = []
     for source in job.spec.graded:
-        index = where[source.grade_id]
+        index = where.get(source.grade_id)
+        if index is None:  # could not be put back (should not happen): zero, and say so
+            rows.append(dict(student=job.student, notebook=job.spec.notebook, cell=source.grade_id, points=0,
+                             max_points=_num(source.points), status="missing", message="this test cell is missing"))
+            continue
         cell = nb.cells[index]
         auto, maximum = scores.get(source.grade_id, (0, source.points))
         error = explain.first_error(cell)

@@ -25,7 +25,10 @@ from pathlib import Path
 
 from course import UserError
 from course.grading import solutions_dir
-from course.grading.autograde import FIELDS, Job, Result, Spec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nbgrader is imported only once there is something to grade
+    from course.grading.autograde import Job, Result, Spec
 
 STATE = ".grading-state.json"
 GRADER_VERSION = "1"  # bump when grading changes meaning, so old results are not reused
@@ -140,7 +143,7 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
     for student, picked in wanted.items():
         for file, data, how in picked:
             name = identify(file, data, names, ids)[0]
-            result.jobs.append(Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory, how))
+            result.jobs.append(autograde.Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory, how))
         submitted = {identify(f, d, names, ids)[0] for f, d, _ in picked}
         for name in sorted(set(specs) - submitted):
             empty = student in empty_folders
@@ -230,6 +233,8 @@ def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, 
 
 
 def _csv(rows: list[dict]) -> str:
+    from course.grading.autograde import FIELDS
+
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
     writer.writeheader()
