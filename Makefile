@@ -2,7 +2,7 @@
 # Set-up is idempotent: a second run checks what is installed and takes seconds.
 PY := .venv/bin/python
 # System packages the test suite needs beyond `make lab`'s (installed when root, named otherwise).
-TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge
+TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium
 PYTEST_ARGS ?=
 
 .PHONY: setup lab test clean

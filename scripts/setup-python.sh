@@ -47,6 +47,13 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
   touch "$STAMP"
 fi
 
+# A workshop room needs no pop-ups: JupyterLab's news and update checks are off in this environment.
+OVERRIDES=.venv/share/jupyter/lab/settings/overrides.json
+if [ ! -f "$OVERRIDES" ]; then
+  mkdir -p "$(dirname "$OVERRIDES")"
+  echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > "$OVERRIDES"
+fi
+
 KERNEL=ddl-hpc
 if [ ! -f ".venv/share/jupyter/kernels/$KERNEL/kernel.json" ]; then
   echo "[setup] registering the Jupyter kernel '$KERNEL' (Python (DDL on HPC))"
