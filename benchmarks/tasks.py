@@ -1,0 +1,131 @@
+"""Benchmark: the cost of course.tasks over bare ipyparallel, and the blocked matrix multiply's speedup.
+
+In one run, on one 2-engine cluster, measured interleaved (A B A B ...) so both sides see the same load:
+1. per-task overhead: N empty tasks through course.tasks (submit all, then compss_barrier) against N bare
+   `LoadBalancedView.apply` calls (submit all, then wait); the median per-pair ratio (goal: at most 1.5);
+2. blocked matrix multiply (MSIZE x MSIZE blocks of BSIZE x BSIZE, one BLAS thread per engine; the blocks of
+   A and B are made by tasks on the engines, as a COMPSs program would) on 2 engines against 1 engine
+   (course.tasks.reset(engines=1)); the median per-pair speedup (goal: at least 1.7).
+
+    .venv/bin/python benchmarks/tasks.py [--pairs 5] [--tasks 200] [--msize 4] [--bsize 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path[0] = str(Path(__file__).resolve().parents[1])  # not benchmarks/: its scripts would shadow packages
+
+import numpy as np  # noqa: E402
+
+from course import cluster  # noqa: E402
+from course import tasks  # noqa: E402
+from course.tasks import INOUT, compss_barrier, compss_wait_on, task  # noqa: E402
+
+
+def empty():
+    return None
+
+
+@task(returns=1)
+def empty_task():
+    return None
+
+
+@task(returns=1)
+def block(n: int, seed: int):
+    import numpy as np
+    return np.random.default_rng(seed).random((n, n))
+
+
+@task(c=INOUT)
+def multiply(a, b, c):
+    c += a @ b
+
+
+@task(returns=1)
+def zeros(n: int):
+    import numpy as np
+    return np.zeros((n, n))
+
+
+def tasks_overhead(n: int) -> float:
+    tasks.reset()
+    started = time.perf_counter()
+    for _ in range(n):
+        empty_task()
+    compss_barrier()
+    return (time.perf_counter() - started) / n
+
+
+def bare_overhead(lview, n: int) -> float:
+    started = time.perf_counter()
+    results = [lview.apply_async(empty) for _ in range(n)]
+    for r in results:
+        r.get()
+    return (time.perf_counter() - started) / n
+
+
+def matmul(engines: int | None, msize: int, bsize: int, check: bool = False) -> float:
+    """Seconds for the blocked product on `engines` engines (None: all); blocks made on the engines first."""
+    tasks.reset(engines=engines)
+    A = [[block(bsize, 100 * i + k) for k in range(msize)] for i in range(msize)]
+    B = [[block(bsize, 10_000 + 100 * k + j) for j in range(msize)] for k in range(msize)]
+    C = [[zeros(bsize) for _ in range(msize)] for _ in range(msize)]
+    compss_barrier()
+    started = time.perf_counter()
+    for i in range(msize):
+        for j in range(msize):
+            for k in range(msize):
+                multiply(A[i][k], B[k][j], C[i][j])
+    compss_barrier()
+    elapsed = time.perf_counter() - started
+    if check:
+        a, b, c = np.block(compss_wait_on(A)), np.block(compss_wait_on(B)), np.block(compss_wait_on(C))
+        assert np.allclose(c, a @ b), "blocked product differs from A @ B"
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=200, help="empty tasks per overhead measurement")
+    parser.add_argument("--msize", type=int, default=4, help="blocks per side")
+    parser.add_argument("--bsize", type=int, default=512, help="block side")
+    args = parser.parse_args()
+
+    c = cluster.start(2, cluster_id="bench-tasks", threads=1, quiet=True)
+    try:
+        lview = c.client.load_balanced_view()
+        tasks_overhead(20), bare_overhead(lview, 20)  # warm up both paths
+        matmul(None, args.msize, args.bsize, check=True)
+        overhead = []
+        speedup = []
+        for pair in range(args.pairs):
+            t_tasks, t_bare = tasks_overhead(args.tasks), bare_overhead(lview, args.tasks)
+            t2, t1 = matmul(None, args.msize, args.bsize), matmul(1, args.msize, args.bsize)
+            overhead.append((t_tasks, t_bare))
+            speedup.append((t1, t2))
+            print(f"pair {pair + 1}: empty task {t_tasks * 1e3:.2f} ms vs bare apply {t_bare * 1e3:.2f} ms "
+                  f"(x{t_tasks / t_bare:.2f}); matmul 1 engine {t1:.2f} s, 2 engines {t2:.2f} s (x{t1 / t2:.2f})",
+                  flush=True)
+        ratio = statistics.median(a / b for a, b in overhead)
+        gain = statistics.median(a / b for a, b in speedup)
+        print(f"\nper-task overhead: course.tasks {statistics.median(a for a, _ in overhead) * 1e3:.2f} ms, bare "
+              f"LoadBalancedView.apply {statistics.median(b for _, b in overhead) * 1e3:.2f} ms (medians); "
+              f"median ratio {ratio:.2f} (goal <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
+        print(f"blocked matmul {args.msize}x{args.msize} blocks of {args.bsize}x{args.bsize}: 1 engine "
+              f"{statistics.median(a for a, _ in speedup):.2f} s, 2 engines {statistics.median(b for _, b in speedup):.2f} s "
+              f"(medians); median speedup {gain:.2f} (goal >= 1.7: {'met' if gain >= 1.7 else 'NOT met'})")
+    finally:
+        tasks.reset()
+        c.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""COMPSs-style task graphs on the cluster's engines: PyCOMPSs's API, run by ipyparallel.
+
+    from course.tasks import task, INOUT, compss_wait_on
+    @task(returns=1)
+    def inc(x): return x + 1
+    compss_wait_on([inc(i) for i in range(5)])      # [1, 2, 3, 4, 5]
+    course.tasks.graph(); course.tasks.trace(); course.tasks.stats(); course.tasks.reset()
+
+A PyCOMPSs program runs unchanged once `pycompss.api.X` imports become `course.tasks.api.X`.
+Tasks run on the engines of `course.cluster.current()` (a local cluster is started on first use).
+"""
+
+from course.tasks.parameter import *  # noqa: F403
+from course.tasks.parameter import __all__ as _parameters
+from course.tasks.runtime import Future, TaskError, constraint, reset, task
+from course.tasks.sync import (compss_barrier, compss_delete_file, compss_delete_object, compss_file_exists,
+                               compss_open, compss_start, compss_stop, compss_wait_on, compss_wait_on_file)
+from course.tasks.views import Stats, graph, history, stats, trace
+
+__all__ = [*_parameters, "Future", "TaskError", "constraint", "reset", "task", "compss_barrier",
+           "compss_delete_file", "compss_delete_object", "compss_file_exists", "compss_open", "compss_start",
+           "compss_stop", "compss_wait_on", "compss_wait_on_file", "Stats", "graph", "history", "stats", "trace"]

@@ -1,0 +1,670 @@
+"""Master side of the task runtime: PyCOMPSs's programming model on the ipyparallel engines.
+
+The notebook (the "master") keeps the data consistent: every object a task touches gets a key and
+a version; a call depends on the tasks that wrote the versions it reads. ipyparallel does the
+scheduling: each call is one `LoadBalancedView.apply` with `after=` the tasks it depends on, so the
+scheduler holds it until its inputs exist and then gives it to a free engine. Values stay on the
+engine that produced them; a task fetches its inputs from its peers (worker.py), and the notebook
+only receives a value when it asks for it with `compss_wait_on`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import os
+import pickle
+import socket
+import sys
+import time
+import uuid
+from collections import defaultdict
+from typing import Any, Callable
+
+import cloudpickle
+
+from course import UserError
+from course.tasks import parameter as P
+from course.tasks import worker
+
+IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
+TASK_OPTIONS = {"returns", "priority", "is_replicated", "is_distributed", "computing_nodes", "on_failure",
+                "time_out", "cache_returns", "target_direction", "varargs_type", "numba", "is_reduce",
+                "chunk_size", "processes", "processes_per_node"}
+SETUP_TIMEOUT = 120.0
+
+
+class TaskError(RuntimeError):
+    """A task failed in a way that its own exception cannot be raised again (unpicklable, or lost engine)."""
+
+
+def _immutable(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_immutable(v) for v in value)
+    return isinstance(value, IMMUTABLE)
+
+
+class Task:
+    """One call of a task function: what it depends on, where and when it ran."""
+
+    def __init__(self, number: int, name: str):
+        self.number, self.name = number, name
+        self.ar = None
+        self.edges: list[tuple[Task, str]] = []  # (the task whose output this one reads, direction)
+        self.meta: dict | None = None
+        self.error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"{self.name}#{self.number}"
+
+    def done(self) -> bool:
+        return self.meta is not None or self.error is not None or (self.ar is not None and self.ar.ready())
+
+    def wait(self) -> dict | None:
+        """Wait for the task; its metadata (engine, times) or None when ipyparallel itself failed it."""
+        if self.meta is None and self.error is None:
+            try:
+                self.meta = self.ar.get()
+            except Exception as exc:  # noqa: BLE001 - lost engine, impossible dependency
+                self.error = exc
+        return self.meta
+
+    def engine(self) -> int | None:
+        if self.meta is None and self.ar is not None and self.ar.ready():
+            self.wait()
+        return self.meta["engine"] if self.meta else None
+
+
+class Group:
+    """A run of COMMUTATIVE updates of one object: they run one at a time, in any order."""
+
+    def __init__(self, gid: str, base: tuple, base_writers: list[Task], home: int):
+        self.gid, self.base, self.base_writers, self.home = gid, base, base_writers, home
+        self.tasks: list[Task] = []
+        self.closed = False  # a read or a wait ends the run: later COMMUTATIVE calls start a new group
+
+
+class Datum:
+    """An object the runtime tracks: a task result (Future), a registered object, or a file."""
+
+    def __init__(self, key: str, label: str, obj: Any = None, path: str | None = None):
+        self.key, self.label, self.obj, self.path = key, label, obj, path
+        self.version = 0
+        self.writer: Task | None = None  # the task that wrote the current version
+        self.location: int | None = None  # engine holding the current version when written by the master
+        self.group: Group | None = None  # open COMMUTATIVE group
+        self.uploaded = False
+
+    def current_key(self) -> str:
+        return f"{self.key}.{self.version}"
+
+
+class Future:
+    """What a task call returns: a placeholder for its result. Pass it to tasks, or `compss_wait_on` it."""
+
+    __slots__ = ("datum", "__weakref__")
+
+    def __init__(self, datum: Datum):
+        self.datum = datum
+
+    def __repr__(self) -> str:
+        return f"<Future: {self.datum.label}; get its value with compss_wait_on(...)>"
+
+    def __bool__(self) -> bool:
+        raise UserError(f"{self.datum.label} is a Future, not a value yet: use compss_wait_on(...) on it first")
+
+
+class Runtime:
+    """The task graph of one session on one cluster."""
+
+    def __init__(self, cluster: Any, engines: list[int] | None = None, locality: bool = True):
+        self.cluster = cluster
+        self.locality = locality
+        self.client = cluster.client
+        self.session = uuid.uuid4().hex[:8]
+        self.authkey = os.urandom(16)
+        worker.STATE["authkey"] = self.authkey
+        self.counter = itertools.count()
+        self.tasks: list[Task] = []
+        self.objects: dict[int, Datum] = {}
+        self.files: dict[str, Datum] = {}
+        self.functions: set[str] = set()
+        self.start_time = time.time()
+        self._setup(engines)
+
+    # --- engines -----------------------------------------------------------------------------
+    def _setup(self, engines: list[int] | None) -> None:
+        ids = sorted(self.client.ids)
+        if not ids:
+            raise UserError("the cluster has no engines; restart it with course.cluster.start()")
+        if engines is not None:
+            unknown = sorted(set(engines) - set(ids))
+            if unknown:
+                raise UserError(f"engines {unknown} are not in the cluster (it has {ids})")
+            ids = sorted(engines)
+        host = socket.gethostname()
+        pending = {e: self.client[e].apply_async(worker.setup, e, host, self.authkey) for e in ids}
+        infos = {}
+        for e, ar in pending.items():
+            try:
+                infos[e] = ar.get(timeout=SETUP_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001
+                raise UserError(f"engine {e} did not answer the task runtime's set-up ({type(exc).__name__}: "
+                                f"{exc}); restart the cluster") from None
+        per_host = defaultdict(int)
+        for info in infos.values():
+            per_host[info["host"]] += 1
+        for info in infos.values():
+            n = per_host[info["host"]]
+            info["slots"] = int(info["env_cores"]) if info["env_cores"] else max(1, info["cores"] // n)
+            info["gpu_slots"] = info["gpus"] if info["gpus_pinned"] else info["gpus"] // n
+            info["memory_gb"] = info["memory"] / n / 2**30
+        self.engines = infos
+        self.peers = {e: info["address"] for e, info in infos.items()}
+        worker.STATE["peers"] = self.peers
+        configured = [self.client[e].apply_async(worker.configure, self.peers, infos[e]["slots"]) for e in ids]
+        for ar in configured:
+            ar.get(timeout=SETUP_TIMEOUT)
+        self.ids = ids
+        self.home = ids[0]
+        self.lview = self.client.load_balanced_view(targets=ids)
+        self._next_upload = itertools.cycle(ids)
+
+    def _put(self, engine: int, key: str, value: Any) -> None:
+        worker.request(self.peers[engine], "put", key, value)
+
+    def _get(self, engine: int, key: str) -> Any:
+        return worker.request(self.peers[engine], "get", key)
+
+    # --- calls -------------------------------------------------------------------------------
+    def _new_datum(self, label: str, obj: Any = None, path: str | None = None) -> Datum:
+        return Datum(f"{self.session}:{next(self.counter)}", label, obj, path)
+
+    def _datum_of(self, value: Any, name: str, fname: str, register: bool) -> Datum | None:
+        """The tracked datum for `value` (a Future or an object a task already saw), registering it if asked."""
+        if isinstance(value, Future):
+            if not value.datum.key.startswith(self.session + ":"):
+                raise UserError(f"task {fname}: argument {name!r} is a Future from before reset(); "
+                                "call the task that makes it again")
+            return value.datum
+        datum = self.objects.get(id(value))
+        if datum is None and register:
+            datum = self._new_datum(f"{name} ({type(value).__name__})", obj=value)
+            self.objects[id(value)] = datum
+        return datum
+
+    def _read(self, datum: Datum, name: str, fname: str) -> tuple[tuple, list[Task]]:
+        """The input reference for the datum's current version, and the tasks it depends on."""
+        if datum.group is not None:
+            group = datum.group
+            group.closed = True
+            return ("g", group.gid, group.home), list(group.tasks)
+        if datum.writer is not None:
+            return ("d", datum.current_key(), datum.writer.engine()), [datum.writer]
+        if datum.path is not None:
+            return ("v", datum.path), []
+        if not datum.uploaded:  # an object of the notebook's, used for the first time: send it once
+            engine = next(self._next_upload)
+            try:
+                self._put(engine, datum.current_key(), datum.obj)
+            except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
+                raise UserError(f"task {fname}: argument {name!r} ({type(datum.obj).__name__}) cannot be sent "
+                                f"to an engine: {exc}") from None
+            datum.uploaded, datum.location = True, engine
+        return ("d", datum.current_key(), datum.location), []
+
+    def _write(self, datum: Datum, task: Task) -> str:
+        datum.group = None
+        datum.version += 1
+        datum.writer = task
+        return datum.current_key()
+
+    def _input(self, value: Any, name: str, fname: str, collection: bool, deps: list, edges: list, label: str):
+        """Describe an IN value for the engine: inline, a stored datum, or a collection of those."""
+        if isinstance(value, Future) or id(value) in self.objects:
+            datum = self._datum_of(value, name, fname, register=False)
+            ref, writers = self._read(datum, name, fname)
+            deps.extend(writers)
+            edges.extend((w, label) for w in writers)
+            return ref
+        if isinstance(value, (list, tuple)) and (collection or any(_holds_data(v, self) for v in value)):
+            return ("l", "tuple" if isinstance(value, tuple) else "list",
+                    [self._input(v, f"{name}[{i}]", fname, collection, deps, edges, label)
+                     for i, v in enumerate(value)])
+        if isinstance(value, dict) and any(_holds_data(v, self) for v in value.values()):
+            return ("m", [(k, self._input(v, f"{name}[{k!r}]", fname, collection, deps, edges, label))
+                          for k, v in value.items()])
+        if _immutable(value):
+            return ("v", value)
+        datum = self._datum_of(value, name, fname, register=True)
+        ref, writers = self._read(datum, name, fname)
+        return ref
+
+    def _writable(self, value: Any, name: str, fname: str, direction: P.ParameterDirection) -> Datum:
+        if _immutable(value) and not isinstance(value, Future):
+            raise UserError(f"task {fname}: parameter {name!r} is {direction.name} but its value is a "
+                            f"{type(value).__name__}, which cannot be updated in place; pass a mutable object "
+                            "(a list, a NumPy array) or return the new value instead")
+        return self._datum_of(value, name, fname, register=True)
+
+    def submit(self, tf: "TaskFunction", args: tuple, kwargs: dict) -> Any:
+        fname = tf.name
+        try:
+            bound = tf.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise UserError(f"task {fname}: {exc}") from None
+        bound.apply_defaults()
+        eligible = self._eligible(tf)
+        task = Task(len(self.tasks), fname)
+        deps: list[Task] = []
+        edges: list[tuple[Task, str]] = []
+        inputs, updates, collection_updates, groups = {}, {}, {}, {}
+        follow: Task | None = None
+        call = []
+        for pname, param in tf.signature.parameters.items():
+            kind = {param.VAR_POSITIONAL: "varpos", param.VAR_KEYWORD: "varkw",
+                    param.KEYWORD_ONLY: "kw"}.get(param.kind, "pos")
+            call.append((kind, pname))
+            value = bound.arguments.get(pname, () if kind == "varpos" else {} if kind == "varkw" else None)
+            direction = tf.directions.get(pname, P.IN)
+            label = direction.name
+            if direction.kind == "file":
+                if not isinstance(value, (str, os.PathLike)):
+                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a file path, "
+                                    f"not a {type(value).__name__}")
+                path = os.path.abspath(os.fspath(value))
+                datum = self.files.get(path)
+                if datum is None:
+                    datum = self.files[path] = self._new_datum(os.path.basename(path), path=path)
+                if direction.read:
+                    if datum.writer is None and not os.path.exists(path):
+                        raise UserError(f"task {fname}: parameter {pname!r} is {label} but {path} does not exist "
+                                        "and no earlier task writes it")
+                    ref, writers = self._read(datum, pname, fname)
+                    deps += writers
+                    edges += [(w, label) for w in writers]
+                    inputs[pname] = ("f", path, ref) if ref[0] == "d" else ("v", path)
+                else:
+                    inputs[pname] = ("v", path)
+                if direction.write:
+                    updates[pname] = self._write(datum, task)
+                continue
+            if not direction.write:
+                inputs[pname] = self._input(value, pname, fname, direction.kind == "collection", deps, edges, label)
+                continue
+            if direction.kind == "collection":
+                if not isinstance(value, (list, tuple)):
+                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a list, "
+                                    f"not a {type(value).__name__}")
+                refs, keys = self._collection_write(value, pname, fname, task, deps, edges, label)
+                inputs[pname] = refs
+                collection_updates[pname] = keys
+                continue
+            datum = self._writable(value, pname, fname, direction)
+            if direction.commutative:
+                group = datum.group
+                if group is None or group.closed:
+                    ref, writers = self._read(datum, pname, fname)
+                    group = Group(f"{datum.key}.g{datum.version}", ref, writers, self.home)
+                    datum.version += 1
+                    datum.writer = None
+                    datum.group = group
+                group.tasks.append(task)
+                deps += group.base_writers
+                edges += [(w, label) for w in group.base_writers]
+                inputs[pname] = group.base
+                groups[pname] = (group.gid, group.home)
+                updates[pname] = f"{datum.key}.{datum.version}c{len(group.tasks)}"
+                continue
+            ref, writers = self._read(datum, pname, fname)
+            deps += writers
+            edges += [(w, label) for w in writers]
+            if self.locality and follow is None and datum.writer is not None and datum.group is None:
+                follow = datum.writer  # an update runs where the version it updates is: the object stays put
+            inputs[pname] = ref
+            updates[pname] = self._write(datum, task)
+        futures = [Future(self._new_datum(f"result of {fname}#{task.number}")) for _ in range(tf.nreturns)]
+        for future in futures:
+            future.datum.version = 1
+            future.datum.writer = task
+        digest = self._function(tf)
+        spec = {"name": f"{fname}#{task.number}", "digest": digest, "call": call, "inputs": inputs,
+                "groups": groups, "updates": updates, "collection_updates": collection_updates,
+                "returns": [f.datum.current_key() for f in futures], "nreturns": tf.nreturns}
+        task.edges = _unique(edges)
+        after = [t.ar for t in _unique_tasks(deps) if not t.done()]
+        flags = {"after": after}
+        if follow is not None and (eligible is None or follow.engine() in (eligible or [])):
+            flags["follow"] = [follow.ar]
+        if eligible is not None:
+            flags["targets"] = eligible
+        try:
+            with self.lview.temp_flags(**flags):
+                task.ar = self.lview.apply_async(worker.execute, spec)
+        except Exception as exc:  # noqa: BLE001 - serialisation of an inline argument
+            culprit = next((n for n, r in inputs.items() if not _picklable(r)), None)
+            where = f"argument {culprit!r}" if culprit else "an argument"
+            raise UserError(f"task {fname}: {where} cannot be sent to an engine: {exc}") from None
+        self.tasks.append(task)
+        if tf.nreturns == 0:
+            return None
+        return futures[0] if tf.nreturns == 1 and not tf.returns_sequence else tuple(futures)
+
+    def _collection_write(self, value, name, fname, task, deps, edges, label):
+        refs, keys = [], []
+        for i, item in enumerate(value):
+            iname = f"{name}[{i}]"
+            if isinstance(item, (list, tuple)) and not isinstance(item, Future):
+                sub_refs, sub_keys = self._collection_write(item, iname, fname, task, deps, edges, label)
+                refs.append(sub_refs)
+                keys.extend(sub_keys)
+                continue
+            datum = self._writable(item, iname, fname, P.COLLECTION_INOUT)
+            ref, writers = self._read(datum, iname, fname)
+            deps += writers
+            edges += [(w, label) for w in writers]
+            refs.append(ref)
+            keys.append(self._write(datum, task))
+        return ("l", "tuple" if isinstance(value, tuple) else "list", refs), keys
+
+    def _function(self, tf: "TaskFunction") -> str:
+        if tf.payload is None:
+            try:
+                tf.payload = cloudpickle.dumps(tf.function, protocol=5)
+            except Exception as exc:  # noqa: BLE001
+                raise UserError(f"task {tf.name}: the function cannot be sent to the engines: {exc}") from None
+            tf.digest = hashlib.sha1(tf.payload).hexdigest()
+        if tf.digest not in self.functions:
+            for engine in self.ids:
+                self._put(engine, "fn:" + tf.digest, tf.payload)
+            self.functions.add(tf.digest)
+        return tf.digest
+
+    def _eligible(self, tf: "TaskFunction") -> list[int] | None:
+        """Engines that satisfy the task's @constraint (None: any engine)."""
+        need = tf.constraints
+        if not need:
+            return None
+        cores, gpus, memory = need.get("cores", 1), need.get("gpus", 0), need.get("memory_gb", 0)
+        ok = [e for e, info in self.engines.items()
+              if info["slots"] >= cores and info["gpu_slots"] >= gpus and (not memory or info["memory_gb"] >= memory)]
+        if not ok:
+            have = ", ".join(f"engine {e}: {i['slots']} cores, {i['gpu_slots']} GPUs, {i['memory_gb']:.1f} GB"
+                             for e, i in sorted(self.engines.items()))
+            raise UserError(f"task {tf.name} needs {cores} cores, {gpus} GPUs"
+                            f"{f', {memory} GB' if memory else ''} but no engine has that ({have}); "
+                            "start fewer engines per node (or one per GPU), or relax the @constraint")
+        return ok if len(ok) < len(self.engines) else None
+
+    # --- synchronisation ---------------------------------------------------------------------
+    def _check(self, task: Task) -> None:
+        """Raise why `task` (or a task it depended on) failed at the ipyparallel level."""
+        task.wait()
+        if task.error is None:
+            return
+        for parent, _ in task.edges:
+            parent.wait()
+            if parent.error is not None or (parent.meta and not parent.meta.get("ok", True)):
+                self._check(parent)
+        exc = task.error
+        raise TaskError(f"task {task} could not run on the cluster: {type(exc).__name__}: {exc} "
+                        "(an engine may have died: check course.cluster.current().status() and restart it)")
+
+    def value(self, datum: Datum) -> Any:
+        """The current value of a datum, fetched from the engine that holds it."""
+        if datum.group is not None:
+            datum.group.closed = True
+            for t in datum.group.tasks:
+                self._check(t)
+            key, engine = worker.request(self.peers[datum.group.home], "resolve", datum.group.gid)
+        elif datum.writer is not None:
+            self._check(datum.writer)
+            key, engine = datum.current_key(), datum.writer.engine()
+        elif datum.path is not None:
+            return datum.path
+        else:
+            return datum.obj
+        value = self._get(engine, key)
+        if isinstance(value, str) and value == worker.MISSING:
+            raise UserError(f"{datum.label} is no longer on the cluster (deleted with compss_delete_object?)")
+        if isinstance(value, worker.Failed):
+            raise_failed(value)
+        return value
+
+    def wait_on(self, obj: Any) -> Any:
+        if isinstance(obj, Future):
+            if not obj.datum.key.startswith(self.session + ":"):
+                raise UserError("this Future is from before reset(); call the task that makes it again")
+            return self.value(obj.datum)
+        datum = self.objects.get(id(obj)) if not _immutable(obj) else None
+        if datum is not None and datum.obj is obj:
+            return self.value(datum)
+        if isinstance(obj, list):
+            return [self.wait_on(v) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self.wait_on(v) for v in obj)
+        if isinstance(obj, dict):
+            return {k: self.wait_on(v) for k, v in obj.items()}
+        return obj
+
+    def wait_file(self, path: str) -> str:
+        datum = self.files.get(os.path.abspath(os.fspath(path)))
+        if datum is not None:
+            self.value(datum)
+        return os.fspath(path)
+
+    def barrier(self) -> None:
+        for task in self.tasks:
+            task.wait()
+
+    def delete(self, obj: Any) -> bool:
+        datum = obj.datum if isinstance(obj, Future) else self.objects.pop(id(obj), None)
+        if datum is None:
+            return False
+        for engine in self.ids:
+            worker.request(self.peers[engine], "drop", datum.key + ".", None)
+        return True
+
+    def close(self) -> None:
+        """Forget this session's data on the engines (after its tasks finish)."""
+        try:
+            self.barrier()
+            for engine in self.ids:
+                worker.request(self.peers[engine], "drop", self.session + ":", None)
+        except Exception:  # noqa: BLE001 - the cluster may be gone already
+            pass
+
+
+def _holds_data(value: Any, runtime: Runtime) -> bool:
+    if isinstance(value, Future) or (not _immutable(value) and id(value) in runtime.objects):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_data(v, runtime) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_data(v, runtime) for v in value.values())
+    return False
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        cloudpickle.dumps(value)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _unique(edges: list) -> list:
+    seen, out = set(), []
+    for task, label in edges:
+        if (task.number, label) not in seen:
+            seen.add((task.number, label))
+            out.append((task, label))
+    return out
+
+
+def _unique_tasks(tasks: list[Task]) -> list[Task]:
+    return list({t.number: t for t in tasks}.values())
+
+
+def raise_failed(failed: "worker.Failed") -> None:
+    """Raise a task's exception again in the notebook, with its type and the engine's traceback."""
+    exc: BaseException | None = None
+    if failed.exc_bytes is not None:
+        try:
+            exc = pickle.loads(failed.exc_bytes)
+        except Exception:  # noqa: BLE001
+            exc = None
+    if not isinstance(exc, BaseException):
+        exc = TaskError(f"{failed.exc_type}: {failed.message}")
+    exc.add_note(f"(raised in task {failed.task} on an engine; remote traceback:)\n{failed.remote_tb.rstrip()}")
+    raise exc
+
+
+# --- the current runtime ---------------------------------------------------------------------
+_RUNTIME: Runtime | None = None
+
+
+def current(start: bool = True) -> Runtime | None:
+    """The runtime on the current cluster; starts a local cluster on first use (it says so)."""
+    global _RUNTIME
+    from course import cluster as cluster_module
+
+    cluster = cluster_module.current()
+    if _RUNTIME is not None and cluster is _RUNTIME.cluster and cluster.client is _RUNTIME.client:
+        return _RUNTIME
+    if not start:
+        return None
+    if cluster is None:
+        cluster = cluster_module.ensure()
+    _RUNTIME = Runtime(cluster)
+    return _RUNTIME
+
+
+def reset(engines: list[int] | int | None = None, locality: bool = True) -> None:
+    """Start a fresh task graph (and free the old one's data); optionally use only some engines.
+
+    engines: engine ids, or a number n for the first n engines (default: all). locality: an INOUT update
+    runs on the engine that holds the version it updates (ipyparallel's `follow`), so the object stays put.
+    """
+    global _RUNTIME
+    old = current(start=True)
+    old.close()
+    if isinstance(engines, int):
+        if engines < 1 or engines > len(old.client.ids):
+            raise UserError(f"engines={engines}: the cluster has {len(old.client.ids)} engines")
+        engines = sorted(old.client.ids)[:engines]
+    _RUNTIME = Runtime(old.cluster, engines, locality)
+
+
+def on_engine() -> bool:
+    """True inside a task on an engine (a task called from a task runs there, sequentially)."""
+    return worker.STATE.get("engine") is not None
+
+
+class TaskFunction:
+    """A function decorated with @task: calling it submits a task and returns Future(s)."""
+
+    def __init__(self, function: Callable, options: dict):
+        self.function = function
+        self.name = function.__name__
+        self.signature = inspect.signature(function)
+        self.payload: bytes | None = None
+        self.digest: str | None = None
+        self.constraints = dict(getattr(function, "__course_constraints__", {}))
+        params = self.signature.parameters
+        self.directions: dict[str, P.ParameterDirection] = {}
+        returns = options.pop("returns", None)
+        for key, value in options.items():
+            if key in TASK_OPTIONS:
+                continue
+            if key not in params:
+                raise UserError(f"@task on {self.name}: {key!r} is not a parameter of {self.name}{self.signature}; "
+                                "give directions only for the function's own parameters")
+            if isinstance(value, dict):
+                value = value.get(P.Type, value.get(P.Direction))
+            if not isinstance(value, P.ParameterDirection):
+                raise UserError(f"@task on {self.name}: parameter {key!r} has direction {value!r}, which is not one "
+                                f"of {', '.join(P.DIRECTIONS)}")
+            self.directions[key] = value
+        self.nreturns, self.returns_sequence = _count_returns(self.name, returns)
+        self.__doc__, self.__name__, self.__wrapped__ = function.__doc__, function.__name__, function
+        self.__module__ = function.__module__
+        self.__qualname__ = getattr(function, "__qualname__", self.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if on_engine():
+            return self.function(*args, **kwargs)
+        return current().submit(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}{self.signature}>"
+
+
+def _count_returns(name: str, returns: Any) -> tuple[int, bool]:
+    if returns is None:
+        return 1, False  # as in the seeds: a task that returns a value without saying `returns=`
+    if isinstance(returns, bool):
+        raise UserError(f"@task on {name}: returns={returns!r}; give a number or a type")
+    if isinstance(returns, int):
+        if returns < 0:
+            raise UserError(f"@task on {name}: returns={returns} must be 0 or more")
+        return returns, returns > 1
+    if isinstance(returns, str) and returns.isdigit():
+        return _count_returns(name, int(returns))
+    if isinstance(returns, (list, tuple)):
+        return len(returns), True
+    if isinstance(returns, type):
+        return 1, False
+    raise UserError(f"@task on {name}: returns={returns!r} is not a number, a type or a list of types")
+
+
+def task(*args: Any, **options: Any) -> Any:
+    """`@task(returns=..., x=INOUT, ...)`: calls of the function become tasks on the engines."""
+    if args and callable(args[0]) and not options and len(args) == 1:
+        return TaskFunction(args[0], {})
+    if args:
+        raise UserError("@task takes keyword arguments only, e.g. @task(returns=1, c=INOUT)")
+
+    def decorate(function: Callable) -> TaskFunction:
+        return TaskFunction(function, dict(options))
+
+    return decorate
+
+
+CONSTRAINT_KEYS = {"computing_units", "processors", "memory_size", "processor_architecture",
+                   "operating_system_type", "host_queues", "app_software", "storage_size", "wall_clock_limit"}
+
+
+def constraint(**options: Any) -> Callable:
+    """`@constraint(computing_units=N, processors=[{"processorType": "GPU", "computingUnits": 1}])`."""
+    unknown = sorted(set(options) - CONSTRAINT_KEYS)
+    if unknown:
+        raise UserError(f"@constraint: unknown option(s) {', '.join(unknown)}; supported: computing_units, "
+                        "processors, memory_size")
+    need: dict[str, float] = {}
+    try:
+        if "computing_units" in options:
+            need["cores"] = int(options["computing_units"])
+        for proc in options.get("processors", []) or []:
+            kind = str(proc.get("processorType", proc.get("ProcessorType", "CPU"))).upper()
+            units = int(proc.get("computingUnits", proc.get("ComputingUnits", 1)))
+            if kind == "GPU":
+                need["gpus"] = need.get("gpus", 0) + units
+            else:
+                need["cores"] = max(need.get("cores", 1), units)
+        if "memory_size" in options:
+            need["memory_gb"] = float(options["memory_size"])
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"@constraint: {exc}; give numbers, e.g. computing_units=2") from None
+
+    def decorate(function: Any) -> Any:
+        if isinstance(function, TaskFunction):
+            function.constraints.update(need)
+        else:
+            existing = dict(getattr(function, "__course_constraints__", {}))
+            existing.update(need)
+            function.__course_constraints__ = existing
+        return function
+
+    return decorate

@@ -1,0 +1,67 @@
+"""Synchronisation calls of PyCOMPSs's API: where the notebook waits for the engines."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from course.tasks import runtime
+
+
+def compss_wait_on(*objs: Any, **_ignored: Any) -> Any:
+    """The value(s) of Futures or task-updated objects, also inside lists, tuples and dicts (waits for them)."""
+    rt = runtime.current()
+    values = [rt.wait_on(obj) for obj in objs]
+    return values[0] if len(values) == 1 else values
+
+
+def compss_barrier(no_more_tasks: bool = False) -> None:
+    """Wait until every task submitted so far has finished (failures are raised by compss_wait_on)."""
+    rt = runtime.current(start=False)
+    if rt is not None:
+        rt.barrier()
+
+
+def compss_delete_object(*objs: Any) -> bool:
+    """Forget objects (Futures or objects passed to tasks) and free their copies on the engines."""
+    rt = runtime.current(start=False)
+    return all(rt.delete(obj) for obj in objs) if rt is not None else False
+
+
+def compss_wait_on_file(*paths: str) -> Any:
+    """Wait until the tasks writing these files have finished; returns the path(s)."""
+    rt = runtime.current()
+    done = [rt.wait_file(p) for p in paths]
+    return done[0] if len(done) == 1 else done
+
+
+def compss_open(path: str, mode: str = "r") -> Any:
+    """Wait for the tasks writing `path`, then open it."""
+    compss_wait_on_file(path)
+    return open(path, mode)
+
+
+def compss_file_exists(*paths: str) -> Any:
+    """Whether each file exists once its writers have finished."""
+    compss_wait_on_file(*paths)
+    found = [os.path.exists(p) for p in paths]
+    return found[0] if len(found) == 1 else found
+
+
+def compss_delete_file(*paths: str) -> bool:
+    """Wait for the file's writers, then remove it."""
+    compss_wait_on_file(*paths)
+    for p in paths:
+        if os.path.exists(p):
+            os.remove(p)
+    return True
+
+
+def compss_start(*_args: Any, **_kwargs: Any) -> None:
+    """Start the runtime (PyCOMPSs interactive mode); here: attach to, or start, the cluster."""
+    runtime.current()
+
+
+def compss_stop(*_args: Any, **_kwargs: Any) -> None:
+    """Wait for all tasks (PyCOMPSs stops its runtime here; the cluster is stopped with its own .stop())."""
+    compss_barrier()

@@ -1,0 +1,357 @@
+"""Engine side of the task runtime: the object store, the peer data server and the task executor.
+
+Every engine keeps the values its tasks produced in `STORE` and serves them to its peers from a
+small thread (a `multiprocessing.connection` listener with an auth key), so a task's inputs move
+engine to engine, never through the notebook. The same thread holds the locks that make
+COMMUTATIVE updates run one at a time. ipyparallel runs `execute` through a LoadBalancedView.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import threading
+import time
+import traceback
+from multiprocessing.connection import Client, Listener
+from typing import Any
+
+import cloudpickle
+
+STORE: dict[str, Any] = {}
+STATE: dict[str, Any] = {"engine": None, "peers": {}, "authkey": None, "address": None, "functions": {}}
+_CONNECTIONS: dict[tuple, Any] = {}
+_CONN_LOCK = threading.Lock()
+MISSING = "__course_tasks_missing__"
+
+
+class Failed:
+    """Stored in place of a value that a failed task should have produced; carries the failure along."""
+
+    def __init__(self, task: str, exc_type: str, message: str, remote_tb: str, exc_bytes: bytes | None):
+        self.task, self.exc_type, self.message, self.remote_tb, self.exc_bytes = task, exc_type, message, remote_tb, exc_bytes
+
+
+class _Locks:
+    """COMMUTATIVE groups: a lock per group and the key of the group's latest value."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.held: set[str] = set()
+        self.latest: dict[str, tuple] = {}
+
+    def acquire(self, group: str, base: tuple) -> tuple:
+        """Wait for the group's lock; return (key, engine) of its latest value (the base at first)."""
+        with self.cond:
+            while group in self.held:
+                self.cond.wait()
+            self.held.add(group)
+            if group not in self.latest:  # base: ("d", key, engine) or ("g", an earlier group, home)
+                self.latest[group] = (base[1], base[2]) if base[0] == "d" else self.latest[base[1]]
+            return self.latest[group]
+
+    def release(self, group: str, latest: tuple) -> None:
+        with self.cond:
+            self.latest[group] = latest
+            self.held.discard(group)
+            self.cond.notify_all()
+
+    def resolve(self, group: str) -> tuple | None:
+        with self.cond:
+            while group in self.held:
+                self.cond.wait()
+            return self.latest.get(group)
+
+
+LOCKS = _Locks()
+
+
+def _send(conn, message: Any) -> None:
+    conn.send_bytes(cloudpickle.dumps(message, protocol=5))
+
+
+def _recv(conn) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
+def _nodelay(conn) -> Any:
+    """Small request/answer messages: switch Nagle's algorithm off (else each answer waits ~40 ms)."""
+    try:
+        sock = socket.socket(fileno=conn.fileno())
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        finally:
+            sock.detach()
+    except OSError:
+        pass
+    return conn
+
+
+def _serve_connection(conn) -> None:
+    _nodelay(conn)
+    try:
+        while True:
+            request = _recv(conn)
+            op = request[0]
+            if op == "get":
+                _send(conn, STORE.get(request[1], MISSING))
+            elif op == "put":
+                STORE[request[1]] = request[2]
+                _send(conn, True)
+            elif op == "drop":
+                _send(conn, drop(request[1], request[2]))
+            elif op == "lock":
+                _send(conn, LOCKS.acquire(request[1], request[2]))
+            elif op == "unlock":
+                LOCKS.release(request[1], request[2])
+                _send(conn, True)
+            elif op == "resolve":
+                _send(conn, LOCKS.resolve(request[1]))
+            elif op == "ping":
+                _send(conn, "pong")
+    except (EOFError, OSError):
+        pass
+    except BaseException:  # noqa: BLE001 - keep the reason for `diagnose()`
+        STATE["server_error"] = traceback.format_exc()
+    finally:
+        conn.close()
+
+
+def _serve(listener) -> None:
+    while True:
+        try:
+            conn = listener.accept()
+        except Exception:  # a peer that failed authentication, or the listener closed
+            if listener._listener is None:  # closed
+                return
+            continue
+        threading.Thread(target=_serve_connection, args=(conn,), daemon=True).start()
+
+
+def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None) -> dict:
+    """Start (once) this engine's data server; returns where it listens and what the engine has."""
+    if STATE["address"] is None or STATE["authkey"] != authkey:
+        host = bind or os.environ.get("COURSE_TASKS_BIND") or (
+            "127.0.0.1" if socket.gethostname() == master_host else socket.gethostbyname(socket.gethostname()))
+        listener = Listener((host, 0), authkey=authkey)
+        threading.Thread(target=_serve, args=(listener,), daemon=True, name="course-tasks-data").start()
+        STATE.update(address=listener.address, authkey=authkey)
+    STATE["engine"] = engine
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    else:
+        root = "/proc/driver/nvidia/gpus"
+        gpus = len(os.listdir(root)) if os.path.isdir(root) else 0
+    try:
+        import psutil
+        memory = psutil.virtual_memory().total
+    except ImportError:
+        memory = 0
+    return {"engine": engine, "host": socket.gethostname(), "pid": os.getpid(), "address": STATE["address"],
+            "cores": cores, "gpus": gpus, "gpus_pinned": visible is not None, "memory": memory,
+            "env_cores": os.environ.get("COURSE_ENGINE_CORES")}
+
+
+def configure(peers: dict, threads: int) -> None:
+    """Learn the peers' data-server addresses and give BLAS/OpenMP `threads` threads per task."""
+    STATE["peers"] = dict(peers)
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # the cluster's thread plan wins (course.cluster)
+        threads = int(os.environ["OMP_NUM_THREADS"])
+    if STATE.get("threads") != threads:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, str(threads))
+        try:
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(threads)
+        except ImportError:
+            pass
+        STATE["threads"] = threads
+
+
+def _connection(address) -> Any:
+    key = (tuple(address) if isinstance(address, (list, tuple)) else address, threading.get_ident())
+    with _CONN_LOCK:
+        conn = _CONNECTIONS.get(key)
+    if conn is None:
+        conn = _nodelay(Client(tuple(address) if isinstance(address, list) else address, authkey=STATE["authkey"]))
+        with _CONN_LOCK:
+            _CONNECTIONS[key] = conn
+    return conn
+
+
+def request(address, *message) -> Any:
+    """Send one request to a data server (this engine's or a peer's) and return the answer."""
+    conn = _connection(address)
+    _send(conn, message)
+    return _recv(conn)
+
+
+def _fetch(key: str, hint: int | None) -> Any:
+    if key in STORE:
+        return STORE[key]
+    STATE["fetched"] = STATE.get("fetched", 0) + 1
+    peers = STATE["peers"]
+    order = ([hint] if hint in peers else []) + [e for e in peers if e != hint and e != STATE["engine"]]
+    for engine in order:
+        value = request(peers[engine], "get", key)
+        if not (isinstance(value, str) and value == MISSING):
+            if not isinstance(value, Failed):
+                STORE[key] = value  # versions never change: keep the copy for this engine's next tasks
+            return value
+    raise LookupError(f"data {key} is on no engine (deleted, or its engine was lost)")
+
+
+class _InputFailed(Exception):
+    def __init__(self, failed: Failed):
+        self.failed = failed
+
+
+def _resolve(ref: Any, cache: dict) -> Any:
+    """Turn an input description from the master into a value (fetching it from a peer if needed)."""
+    kind = ref[0]
+    if kind == "v":  # inline value
+        return ref[1]
+    if kind == "d":  # stored datum: ("d", key, hint)
+        if ref[1] not in cache:
+            value = _fetch(ref[1], ref[2])
+            if isinstance(value, Failed):
+                raise _InputFailed(value)
+            cache[ref[1]] = value
+        return cache[ref[1]]
+    if kind == "g":  # the latest value of a COMMUTATIVE group: ("g", group, home)
+        latest = request(STATE["peers"][ref[2]], "resolve", ref[1])
+        return _resolve(("d", latest[0], latest[1]), cache)
+    if kind == "f":  # a file another task wrote: ("f", path, ("d", key, hint)); fails if the writer did
+        _resolve(ref[2], cache)
+        return ref[1]
+    if kind == "l":  # collection: ("l", type, [refs])
+        items = [_resolve(r, cache) for r in ref[2]]
+        return tuple(items) if ref[1] == "tuple" else items
+    if kind == "m":  # dict collection: ("m", [(key, ref)])
+        return {k: _resolve(r, cache) for k, r in ref[1]}
+    raise ValueError(f"unknown input kind {kind!r}")
+
+
+def _function(digest: str):
+    functions = STATE["functions"]
+    if digest not in functions:
+        functions[digest] = pickle.loads(STORE["fn:" + digest])
+    return functions[digest]
+
+
+def _store_outputs(spec: dict, args: dict, result: Any) -> None:
+    nret = spec["nreturns"]
+    keys = spec["returns"]
+    if nret == 1:
+        STORE[keys[0]] = result
+    elif nret > 1:
+        if not isinstance(result, (tuple, list)) or len(result) != nret:
+            got = f"{type(result).__name__} of length {len(result)}" if isinstance(result, (tuple, list)) \
+                else type(result).__name__
+            raise TypeError(f"task {spec['name']} declares returns={nret} but returned {got}")
+        for key, value in zip(keys, result):
+            STORE[key] = value
+    for name, key in spec["updates"].items():  # INOUT / OUT / COMMUTATIVE parameters
+        STORE[key] = args[name]
+    for name, keys_ in spec["collection_updates"].items():  # COLLECTION_INOUT elements
+        for key, value in zip(keys_, _flatten(args[name])):
+            if key is not None:
+                STORE[key] = value
+
+
+def _flatten(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        out = []
+        for item in value:
+            out.extend(_flatten(item) if isinstance(item, (list, tuple)) else [item])
+        return out
+    return [value]
+
+
+def _all_output_keys(spec: dict) -> list[str]:
+    keys = list(spec["returns"]) + list(spec["updates"].values())
+    for keys_ in spec["collection_updates"].values():
+        keys.extend(k for k in keys_ if k is not None)
+    return keys
+
+
+def _call(spec: dict, args: dict) -> tuple[list, dict]:
+    positional, keywords = [], {}
+    for kind, name in spec["call"]:
+        if kind == "pos":
+            positional.append(args[name])
+        elif kind == "varpos":
+            positional.extend(args[name])
+        elif kind == "kw":
+            keywords[name] = args[name]
+        else:  # varkw
+            keywords.update(args[name])
+    return positional, keywords
+
+
+def execute(spec: dict) -> dict:
+    """Run one task: resolve its inputs, call the function, keep its outputs here; return timings."""
+    t0 = time.time()
+    meta = {"engine": STATE["engine"], "fetch": t0}
+    STATE["fetched"] = 0
+    groups = spec["groups"]  # COMMUTATIVE params: name -> (group, home engine)
+    locked = []
+    try:
+        cache: dict = {}
+        args = {}
+        for name, ref in spec["inputs"].items():
+            if name not in groups:
+                args[name] = _resolve(ref, cache)
+        for name in sorted(groups):  # sorted: two COMMUTATIVE params never deadlock
+            group, home = groups[name]
+            base = spec["inputs"][name]
+            latest = request(STATE["peers"][home], "lock", group, base)
+            locked.append(name)
+            args[name] = _resolve(("d", latest[0], latest[1]), cache)
+        function = _function(spec["digest"])
+        positional, keywords = _call(spec, args)
+        meta["start"] = time.time()
+        result = function(*positional, **keywords)
+        meta["end"] = time.time()
+        _store_outputs(spec, args, result)
+        meta["ok"] = True
+        meta["fetched"] = STATE["fetched"]
+    except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the master
+        meta["end"] = time.time()
+        if isinstance(exc, _InputFailed):
+            failed = exc.failed
+        else:
+            try:
+                exc_bytes = pickle.dumps(exc)
+                pickle.loads(exc_bytes)
+            except Exception:
+                exc_bytes = None
+            in_function = "start" in meta and exc.__traceback__ is not None and exc.__traceback__.tb_next is not None
+            tb = exc.__traceback__.tb_next if in_function else exc.__traceback__
+            remote_tb = "".join(traceback.format_exception(type(exc), exc, tb))
+            failed = Failed(spec["name"], type(exc).__name__, str(exc), remote_tb, exc_bytes)
+        for key in _all_output_keys(spec):
+            STORE[key] = failed
+        meta.setdefault("start", meta["end"])
+        meta["ok"] = False
+        meta["error"] = f"{failed.exc_type}: {failed.message}"
+        meta["root"] = failed.task
+    finally:
+        for name in locked:
+            group, home = groups[name]
+            request(STATE["peers"][home], "unlock", group, (spec["updates"][name], STATE["engine"]))
+    return meta
+
+
+def drop(prefix: str = "", keys: list | None = None) -> int:
+    """Forget stored values: all keys starting with `prefix`, or the given keys."""
+    doomed = [k for k in STORE if k.startswith(prefix)] if prefix else list(keys or [])
+    for key in doomed:
+        STORE.pop(key, None)
+    return len(doomed)
