@@ -47,3 +47,24 @@ def test_layer_volumes(cnn):
 def test_bad_cut_point_is_a_user_error(cnn):
     with pytest.raises(UserError, match="cut point"):
         parallelism.split_sequential(cnn, len(cnn.layers))
+
+
+@pytest.mark.slow
+def test_split_across_two_mpi_ranks_gives_the_unsplit_output(tmp_path):
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from course import mpi
+    from tests.conftest import PROGRAMS
+
+    out = tmp_path / "split.npy"
+    result = subprocess.run(mpi.command(2, sys.executable, str(PROGRAMS / "split_check.py"), str(out), "3"),
+                            capture_output=True, text=True, timeout=600, env=mpi.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "RANK 0 SENT (6, 8, 8, 64)" in result.stdout and "RANK 1 SAVED" in result.stdout
+    tf.keras.utils.set_random_seed(11)
+    model = models.mnist_cnn()
+    x = np.random.default_rng(5).random((6, 28, 28, 1)).astype(np.float32)
+    np.testing.assert_allclose(np.load(out), model(x, training=False).numpy(), rtol=1e-5, atol=1e-6)
