@@ -231,6 +231,20 @@ def add_job(commands) -> None:
     parser.set_defaults(func=cmd_job)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from course import run
+
+    return run.main(args.notebooks, profile=args.profile, out=args.out)
+
+
+def add_run(commands) -> None:
+    run = commands.add_parser("run", help="dry-run solution notebooks headless; writes executed copies and index.html")
+    run.add_argument("notebooks", nargs="*", help="names or numbers, e.g. 00 05_horovod (default: all)")
+    run.add_argument("--profile", choices=["quick", "full"], default="quick", help="run sizes (default quick)")
+    run.add_argument("--out", default="run-output", metavar="DIR", help="where results go (default run-output)")
+    run.set_defaults(func=cmd_run)
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="python -m course", description="Distributed Deep Learning on HPC: course tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -244,6 +258,7 @@ def build_parser() -> Parser:
     add_grading(commands)
     add_results(commands)
     add_job(commands)
+    add_run(commands)
 
     lab = commands.add_parser("lab", help="start JupyterLab on the course (what `make lab` runs)")
     lab.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -1,0 +1,140 @@
+"""`python -m course run`: an instructor's dry run of the solution notebooks before a workshop.
+
+Each notebook runs headless on a fresh course kernel with its own engine cluster (stopped afterwards,
+whatever happened), and the run leaves executed copies, HTML renderings and an index.html with each
+notebook's status, duration and key figures. Notebooks publish key figures with `key_figure(...)`.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from course import UserError
+
+FIGURE_MIME = "application/vnd.course.key-figure+json"
+KERNEL = "ddl-hpc"
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
+CELL_TIMEOUT = 1800  # seconds per cell: full-profile training cells are long
+
+
+def key_figure(name: str, value: float | str, unit: str = "") -> None:
+    """Show a headline result (a speedup, an accuracy) so `course run` can put it in its index."""
+    from IPython.display import display
+
+    shown = f"{value:.3g}" if isinstance(value, float) else str(value)
+    display({"text/plain": f"{name}: {shown} {unit}".rstrip(), FIGURE_MIME: {"name": name, "value": value, "unit": unit}},
+            raw=True)
+
+
+@dataclass
+class Result:
+    """One notebook's dry run."""
+
+    notebook: str
+    ok: bool
+    seconds: float
+    error: str = ""
+    figures: list[dict] = field(default_factory=list)
+
+
+def find(names: list[str]) -> list[Path]:
+    """Solution notebooks by name, stem or number ('05', '05_horovod'), or any .ipynb path; all when `names` is empty."""
+    available = sorted(SOLUTIONS.glob("*.ipynb"))
+    if not names:
+        return available
+    chosen = []
+    for name in names:
+        given = Path(name).expanduser()
+        matches = [given.resolve()] if given.suffix == ".ipynb" and given.is_file() else [
+            p for p in available if name in (p.name, p.stem, p.stem.split("_")[0])]
+        if not matches:
+            raise UserError(f"no solution notebook {name!r}; available: {', '.join(p.stem for p in available)}")
+        chosen += [m for m in matches if m not in chosen]
+    return chosen
+
+
+def figures_in(notebook: nbformat.NotebookNode) -> list[dict]:
+    """The key figures a notebook published while it ran, in order."""
+    return [dict(output["data"][FIGURE_MIME]) for cell in notebook.cells if cell.cell_type == "code"
+            for output in cell.get("outputs", []) if FIGURE_MIME in output.get("data", {})]
+
+
+def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, nbformat.NotebookNode]:
+    """Run one notebook top to bottom on a fresh kernel with its own cluster; never raises for a failing cell."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    from course import cluster
+
+    notebook = nbformat.read(path, as_version=4)
+    cluster_id = cluster.normalise_id(f"run-{path.stem}")
+    env = dict(os.environ, COURSE_PROFILE=profile, COURSE_CLUSTER_ID=cluster_id, TF_CPP_MIN_LOG_LEVEL="2")
+    client = NotebookClient(notebook, kernel_name=KERNEL, timeout=CELL_TIMEOUT, startup_timeout=180,
+                            resources={"metadata": {"path": str(path.parent)}},
+                            on_cell_executed=(lambda **_: progress.update(1)) if progress else None)
+    started, error = time.perf_counter(), ""
+    try:
+        client.execute(env=env)
+    except CellExecutionError as exc:
+        error = f"{exc.ename}: {exc.evalue}" if getattr(exc, "ename", None) else str(exc).strip().splitlines()[-1]
+    except (CellTimeoutError, DeadKernelError) as exc:
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    finally:
+        cluster.stop(cluster_id)  # a notebook that failed half-way must not leave engines behind
+    seconds = time.perf_counter() - started
+    return Result(path.stem, not error, seconds, error, figures_in(notebook)), notebook
+
+
+def write_index(results: list[Result], out: Path, profile: str) -> Path:
+    """index.html: one row per notebook with its status, duration and key figures, linking the executed copy."""
+    rows = []
+    for r in results:
+        figures = "<br>".join(html.escape(f"{f['name']}: {f['value']:.3g} {f.get('unit', '')}" if isinstance(
+            f["value"], float) else f"{f['name']}: {f['value']} {f.get('unit', '')}") for f in r.figures)
+        status = "ok" if r.ok else f"FAILED: {html.escape(r.error)}"
+        rows.append(f"<tr class='{'ok' if r.ok else 'failed'}'><td><a href='{r.notebook}.html'>{r.notebook}</a> "
+                    f"(<a href='{r.notebook}.ipynb'>ipynb</a>)</td><td>{status}</td><td>{r.seconds:.0f} s</td>"
+                    f"<td>{figures}</td></tr>")
+    total = sum(r.seconds for r in results)
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Course dry run ({profile})</title>
+<style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:.4em;vertical-align:top}}
+table{{border-collapse:collapse}} tr.failed td{{background:#fdd}} tr.ok td:nth-child(2){{color:#070}}</style></head>
+<body><h1>Course dry run: {profile} profile</h1>
+<p>{sum(r.ok for r in results)} of {len(results)} notebooks ran; {total:.0f} s in all; {time.strftime('%Y-%m-%d %H:%M')}.</p>
+<table><tr><th>notebook</th><th>status</th><th>time</th><th>key figures</th></tr>{''.join(rows)}</table></body></html>
+"""
+    index = out / "index.html"
+    index.write_text(page)
+    return index
+
+
+def main(names: list[str], profile: str = "quick", out: str | os.PathLike = "run-output") -> int:
+    """Run the chosen notebooks with a progress bar; write the executed copies and the index; 1 if any failed."""
+    from nbconvert import HTMLExporter
+    from tqdm import tqdm
+
+    if profile not in ("quick", "full"):
+        raise UserError(f"unknown profile {profile!r}; use quick or full")
+    paths = find(names)
+    out_dir = Path(out).expanduser()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for path in paths:
+        cells = sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
+        with tqdm(total=cells, desc=path.stem, unit="cell") as bar:
+            result, executed = execute(path, profile, progress=bar)
+        results.append(result)
+        nbformat.write(executed, out_dir / f"{path.stem}.ipynb")
+        (out_dir / f"{path.stem}.html").write_text(HTMLExporter().from_notebook_node(executed)[0])
+        print(f"{'ok    ' if result.ok else 'FAILED'} {path.stem} in {result.seconds:.0f} s"
+              + (f": {result.error}" if result.error else ""), flush=True)
+    index = write_index(results, out_dir, profile)
+    failed = [r.notebook for r in results if not r.ok]
+    print(f"{len(results) - len(failed)} of {len(results)} notebooks ran ({profile} profile); report: {index}")
+    return 1 if failed else 0

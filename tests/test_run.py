@@ -1,0 +1,36 @@
+"""`python -m course run`: the dry run reports each notebook's status, duration and key figures, and fails loudly."""
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from tests.conftest import run_course
+
+pytestmark = pytest.mark.slow
+
+
+def notebook(path, *sources):
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    nb.metadata.kernelspec = {"name": "ddl-hpc", "display_name": "Python (DDL on HPC)", "language": "python"}
+    nbformat.write(nb, path)
+    return str(path)
+
+
+def test_dry_run_reports_figures_and_failures(tmp_path):
+    good = notebook(tmp_path / "good.ipynb", "from course.run import key_figure\nkey_figure('speedup', 1.875, 'x')")
+    bad = notebook(tmp_path / "bad.ipynb", "x = 1", "x / 0", "print('never')")
+    out = tmp_path / "out"
+    result = run_course("run", good, bad, "--out", str(out), timeout=600)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "ok     good" in result.stdout and "FAILED bad" in result.stdout and "ZeroDivisionError" in result.stdout
+    index = (out / "index.html").read_text()
+    assert "speedup: 1.88 x" in index and "FAILED: ZeroDivisionError" in index
+    assert nbformat.read(out / "good.ipynb", 4).cells[0].outputs  # the executed copy keeps its outputs
+    assert (out / "bad.html").exists()
+
+
+def test_unknown_notebook_is_one_line():
+    result = run_course("run", "99_nonexistent")
+    assert result.returncode == 1
+    assert result.stderr.startswith("course: error: no solution notebook '99_nonexistent'; available: 00_")
+    assert len(result.stderr.strip().splitlines()) == 1
