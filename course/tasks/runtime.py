@@ -94,6 +94,7 @@ class Datum:
         self.writer: Task | None = None  # the task that wrote the current version
         self.location: int | None = None  # engine holding the current version when written by the master
         self.group: Group | None = None  # open COMMUTATIVE group
+        self.readers = 0  # tasks submitted that read the current version (an update then works on a copy)
         self.uploaded = False
 
     def current_key(self) -> str:
@@ -216,6 +217,7 @@ class Runtime:
 
     def _write(self, datum: Datum, task: Task) -> str:
         datum.group = None
+        datum.readers = 0
         datum.version += 1
         datum.writer = task
         return datum.current_key()
@@ -225,6 +227,7 @@ class Runtime:
         if isinstance(value, Future) or id(value) in self.objects:
             datum = self._datum_of(value, name, fname, register=False)
             ref, writers = self._read(datum, name, fname)
+            datum.readers += 1
             deps.extend(writers)
             edges.extend((w, label) for w in writers)
             return ref
@@ -239,6 +242,7 @@ class Runtime:
             return ("v", value)
         datum = self._datum_of(value, name, fname, register=True)
         ref, writers = self._read(datum, name, fname)
+        datum.readers += 1
         return ref
 
     def _writable(self, value: Any, name: str, fname: str, direction: P.ParameterDirection) -> Datum:
@@ -261,6 +265,7 @@ class Runtime:
         edges: list[tuple[Task, str]] = []
         inputs, updates, collection_updates, groups = {}, {}, {}, {}
         follow: Task | None = None
+        copies: list[str] = []
         call = []
         for pname, param in tf.signature.parameters.items():
             kind = {param.VAR_POSITIONAL: "varpos", param.VAR_KEYWORD: "varkw",
@@ -297,7 +302,9 @@ class Runtime:
                 if not isinstance(value, (list, tuple)):
                     raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a list, "
                                     f"not a {type(value).__name__}")
-                refs, keys = self._collection_write(value, pname, fname, task, deps, edges, label)
+                refs, keys, shared = self._collection_write(value, pname, fname, task, deps, edges, label)
+                if shared:
+                    copies.append(pname)
                 inputs[pname] = refs
                 collection_updates[pname] = keys
                 continue
@@ -306,6 +313,8 @@ class Runtime:
                 group = datum.group
                 if group is None or group.closed:
                     ref, writers = self._read(datum, pname, fname)
+                    if datum.readers:
+                        copies.append(pname)
                     group = Group(f"{datum.key}.g{datum.version}", ref, writers, self.home)
                     datum.version += 1
                     datum.writer = None
@@ -320,6 +329,8 @@ class Runtime:
             ref, writers = self._read(datum, pname, fname)
             deps += writers
             edges += [(w, label) for w in writers]
+            if datum.readers:
+                copies.append(pname)
             if self.locality and follow is None and datum.writer is not None and datum.group is None:
                 follow = datum.writer  # an update runs where the version it updates is: the object stays put
             inputs[pname] = ref
@@ -330,7 +341,7 @@ class Runtime:
             future.datum.writer = task
         digest = self._function(tf)
         spec = {"name": f"{fname}#{task.number}", "digest": digest, "call": call, "inputs": inputs,
-                "groups": groups, "updates": updates, "collection_updates": collection_updates,
+                "groups": groups, "updates": updates, "collection_updates": collection_updates, "copy": copies,
                 "returns": [f.datum.current_key() for f in futures], "nreturns": tf.nreturns}
         task.edges = _unique(edges)
         after = [t.ar for t in _unique_tasks(deps) if not t.done()]
@@ -352,24 +363,32 @@ class Runtime:
         return futures[0] if tf.nreturns == 1 and not tf.returns_sequence else tuple(futures)
 
     def _collection_write(self, value, name, fname, task, deps, edges, label):
-        refs, keys = [], []
+        refs, keys, shared = [], [], False
         for i, item in enumerate(value):
             iname = f"{name}[{i}]"
             if isinstance(item, (list, tuple)) and not isinstance(item, Future):
-                sub_refs, sub_keys = self._collection_write(item, iname, fname, task, deps, edges, label)
+                sub_refs, sub_keys, sub_shared = self._collection_write(item, iname, fname, task, deps, edges, label)
                 refs.append(sub_refs)
                 keys.extend(sub_keys)
+                shared = shared or sub_shared
                 continue
             datum = self._writable(item, iname, fname, P.COLLECTION_INOUT)
             ref, writers = self._read(datum, iname, fname)
+            shared = shared or datum.readers > 0
             deps += writers
             edges += [(w, label) for w in writers]
             refs.append(ref)
             keys.append(self._write(datum, task))
-        return ("l", "tuple" if isinstance(value, tuple) else "list", refs), keys
+        return ("l", "tuple" if isinstance(value, tuple) else "list", refs), keys, shared
 
     def _function(self, tf: "TaskFunction") -> str:
         if tf.payload is None:
+            module = sys.modules.get(tf.function.__module__)
+            source = getattr(module, "__file__", None) or ""
+            if module is not None and module.__name__ not in ("__main__", "builtins") and \
+                    not module.__name__.startswith("course.") and "-packages" not in source:
+                # the learner's own module may not be importable on the engines: send its functions by value
+                cloudpickle.register_pickle_by_value(module)
             try:
                 tf.payload = cloudpickle.dumps(tf.function, protocol=5)
             except Exception as exc:  # noqa: BLE001

@@ -8,6 +8,7 @@ COMMUTATIVE updates run one at a time. ipyparallel runs `execute` through a Load
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import socket
@@ -42,14 +43,15 @@ class _Locks:
         self.latest: dict[str, tuple] = {}
 
     def acquire(self, group: str, base: tuple) -> tuple:
-        """Wait for the group's lock; return (key, engine) of its latest value (the base at first)."""
+        """Wait for the group's lock; return (key, engine, first) of its latest value (the base at first)."""
         with self.cond:
             while group in self.held:
                 self.cond.wait()
             self.held.add(group)
-            if group not in self.latest:  # base: ("d", key, engine) or ("g", an earlier group, home)
+            first = group not in self.latest
+            if first:  # base: ("d", key, engine) or ("g", an earlier group, home)
                 self.latest[group] = (base[1], base[2]) if base[0] == "d" else self.latest[base[1]]
-            return self.latest[group]
+            return (*self.latest[group], first)
 
     def release(self, group: str, latest: tuple) -> None:
         with self.cond:
@@ -192,7 +194,7 @@ def request(address, *message) -> Any:
     return _recv(conn)
 
 
-def _fetch(key: str, hint: int | None) -> Any:
+def _fetch(key: str, hint: int | None, keep: bool = True) -> Any:
     if key in STORE:
         return STORE[key]
     STATE["fetched"] = STATE.get("fetched", 0) + 1
@@ -201,7 +203,7 @@ def _fetch(key: str, hint: int | None) -> Any:
     for engine in order:
         value = request(peers[engine], "get", key)
         if not (isinstance(value, str) and value == MISSING):
-            if not isinstance(value, Failed):
+            if keep and not isinstance(value, Failed):
                 STORE[key] = value  # versions never change: keep the copy for this engine's next tasks
             return value
     raise LookupError(f"data {key} is on no engine (deleted, or its engine was lost)")
@@ -212,29 +214,32 @@ class _InputFailed(Exception):
         self.failed = failed
 
 
-def _resolve(ref: Any, cache: dict) -> Any:
-    """Turn an input description from the master into a value (fetching it from a peer if needed)."""
+def _resolve(ref: Any, cache: dict, keep: bool = True) -> Any:
+    """Turn an input description from the master into a value (fetching it from a peer if needed).
+
+    keep=False for a value the task will update: a copy fetched from a peer is not kept as that version.
+    """
     kind = ref[0]
     if kind == "v":  # inline value
         return ref[1]
     if kind == "d":  # stored datum: ("d", key, hint)
         if ref[1] not in cache:
-            value = _fetch(ref[1], ref[2])
+            value = _fetch(ref[1], ref[2], keep)
             if isinstance(value, Failed):
                 raise _InputFailed(value)
             cache[ref[1]] = value
         return cache[ref[1]]
     if kind == "g":  # the latest value of a COMMUTATIVE group: ("g", group, home)
         latest = request(STATE["peers"][ref[2]], "resolve", ref[1])
-        return _resolve(("d", latest[0], latest[1]), cache)
+        return _resolve(("d", latest[0], latest[1]), cache, keep)
     if kind == "f":  # a file another task wrote: ("f", path, ("d", key, hint)); fails if the writer did
         _resolve(ref[2], cache)
         return ref[1]
     if kind == "l":  # collection: ("l", type, [refs])
-        items = [_resolve(r, cache) for r in ref[2]]
+        items = [_resolve(r, cache, keep) for r in ref[2]]
         return tuple(items) if ref[1] == "tuple" else items
     if kind == "m":  # dict collection: ("m", [(key, ref)])
-        return {k: _resolve(r, cache) for k, r in ref[1]}
+        return {k: _resolve(r, cache, keep) for k, r in ref[1]}
     raise ValueError(f"unknown input kind {kind!r}")
 
 
@@ -305,15 +310,20 @@ def execute(spec: dict) -> dict:
     try:
         cache: dict = {}
         args = {}
+        written = set(spec["updates"]) | set(spec["collection_updates"])
         for name, ref in spec["inputs"].items():
             if name not in groups:
-                args[name] = _resolve(ref, cache)
+                args[name] = _resolve(ref, cache, keep=name not in written)
+                if name in spec["copy"]:  # other tasks still read this version: update a copy of it
+                    args[name] = copy.deepcopy(args[name])
         for name in sorted(groups):  # sorted: two COMMUTATIVE params never deadlock
             group, home = groups[name]
             base = spec["inputs"][name]
             latest = request(STATE["peers"][home], "lock", group, base)
             locked.append(name)
-            args[name] = _resolve(("d", latest[0], latest[1]), cache)
+            args[name] = _resolve(("d", latest[0], latest[1]), cache, keep=False)
+            if latest[2] and name in spec["copy"]:  # the first update of the run starts from a shared version
+                args[name] = copy.deepcopy(args[name])
         function = _function(spec["digest"])
         positional, keywords = _call(spec, args)
         meta["start"] = time.time()
