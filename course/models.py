@@ -45,3 +45,56 @@ def resnet(name: str = "resnet50v2", input_shape: tuple[int, int, int] = (128, 1
     model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
+
+
+def lenet(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, learning_rate: float = 0.05):
+    """LeNet as in seed 000's CIFAR-10 run: Conv 20 5x5, pool, Conv 50 5x5, pool, Dense 500, Dense `classes`; SGD."""
+    import tensorflow as tf
+
+    model = tf.keras.Sequential([
+        tf.keras.layers.Input(shape=input_shape),
+        tf.keras.layers.Conv2D(20, (5, 5), padding="same", activation="relu"),
+        tf.keras.layers.MaxPooling2D((2, 2)),
+        tf.keras.layers.Conv2D(50, (5, 5), padding="same", activation="relu"),
+        tf.keras.layers.MaxPooling2D((2, 2)),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(500, activation="relu"),
+        tf.keras.layers.Dense(classes, activation="softmax"),
+    ], name="lenet")
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def vgg16(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, learning_rate: float = 0.05,
+          width: int = 8):
+    """VGG16's layout (13 3x3 convolutions in blocks of 2, 2, 3, 3, 3, each block then a max-pool; two dense layers)
+    at `width` filters in the first block (VGG16 itself: 64), so that it trains on a CPU; SGD."""
+    import tensorflow as tf
+
+    layers = [tf.keras.layers.Input(shape=input_shape)]
+    for block, (convs, factor) in enumerate(((2, 1), (2, 2), (3, 4), (3, 8), (3, 8))):
+        for _ in range(convs):
+            layers.append(tf.keras.layers.Conv2D(width * factor, (3, 3), padding="same", activation="relu"))
+        layers.append(tf.keras.layers.MaxPooling2D((2, 2), padding="same"))
+    layers += [tf.keras.layers.Flatten(), tf.keras.layers.Dense(width * 16, activation="relu"),
+               tf.keras.layers.Dense(classes, activation="softmax")]
+    model = tf.keras.Sequential(layers, name="vgg16_small")
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+# The networks of seed 000's run script (--network), by their names there.
+NETWORKS = {"simple-mnist": mnist_cnn, "lenet": lenet, "vgg16": vgg16}
+
+
+def build(network: str, input_shape: tuple[int, int, int], classes: int = 10, learning_rate: float | None = None):
+    """A compiled model by its seed-000 name (simple-mnist, lenet, vgg16); unknown names list the known ones."""
+    from course import UserError
+
+    key = str(network).strip().lower().replace("_", "-")
+    if key not in NETWORKS:
+        raise UserError(f"unknown network {network!r}; known networks: {', '.join(NETWORKS)}")
+    options = {} if learning_rate is None else {"learning_rate": learning_rate}
+    return NETWORKS[key](input_shape=tuple(input_shape), classes=classes, **options)

@@ -1,0 +1,274 @@
+"""Parameter averaging over the task runtime (seed 000, exercise 5): three ways to synchronise data-parallel workers.
+
+A Keras model's weights travel between the master (this process, the notebook) and the workers (tasks on the
+engines) as a list of NumPy arrays. Each worker trains a copy of the model on its own shard of the data.
+
+- `fit_sync` (synchronous parameter averaging): every epoch each worker trains on its shard (weights INOUT);
+  the master waits for all of them and averages - a global barrier per epoch.
+- `fit_async` (relaxed synchronisation): each worker's result is folded into the global weights by a
+  COMMUTATIVE aggregation task as soon as it is ready, in whatever order results arrive; the worker goes on
+  from the global weights it got back. No global barrier per epoch.
+- `fit_full_async` (removed synchronisation): workers train on their own data for all epochs, never
+  talking to each other; the master averages once at the end.
+
+Functions named `worker_*` run on the engines (as tasks); `master_*` and `fit_*` run in the master.
+A separate module from course.training (Horovod and MirroredStrategy helpers) because this is a third,
+self-contained way of training, built on course.tasks rather than on MPI or tf.distribute.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from course import UserError
+from course.tasks import COMMUTATIVE, INOUT, compss_delete_object, compss_wait_on, task
+
+STRATEGIES = ("sync", "async", "full-async")
+ALIASES = {"0": "sync", "1": "async", "2": "full-async", "full_async": "full-async", "fullasync": "full-async",
+           "relaxed": "async", "none": "full-async"}
+Weights = list  # a Keras model's weights: model.get_weights(), a list of NumPy arrays
+
+
+def strategy_name(sync: str | int) -> str:
+    """The strategy for a --sync value: sync, async, full-async, or the seed's numbers 0, 1, 2."""
+    key = str(sync).strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in STRATEGIES:
+        raise UserError(f"unknown sync type {sync!r}; valid: sync, async, full-async (or 0, 1, 2 as in the seed)")
+    return key
+
+
+@dataclass(frozen=True)
+class Network:
+    """Which model to train, as a small picklable description: every worker builds the same model from it."""
+
+    name: str = "simple-mnist"
+    input_shape: tuple[int, int, int] = (28, 28, 1)
+    classes: int = 10
+    learning_rate: float | None = None
+
+    def build(self):
+        """The compiled Keras model (course.models.build)."""
+        from course import models
+
+        return models.build(self.name, self.input_shape, self.classes, self.learning_rate)
+
+
+@dataclass
+class FitResult:
+    """What a fit_* call did: the final weights, the elapsed time per epoch range and in total, and how often
+    worker results were combined into the global model (`aggregations`)."""
+
+    strategy: str
+    workers: int
+    epochs: int
+    batch_size: int
+    weights: Weights
+    elapsed: float
+    epoch_ranges: list[tuple[int, int, float]] = field(default_factory=list)  # (first, last, seconds)
+    aggregations: int = 0
+    train_tasks: int = 0
+    worker_stats: list[dict] = field(default_factory=list)
+
+    def images_per_s(self) -> float:
+        return sum(s["samples"] for s in self.worker_stats) / self.elapsed if self.elapsed > 0 else float("nan")
+
+
+# ================================================================================ worker side (engines)
+_MODELS: dict[Network, Any] = {}
+
+
+def worker_model(network: Network):
+    """The worker's model, built once per engine and reused (only its weights change from task to task)."""
+    model = _MODELS.get(network)
+    if model is None:
+        from course.cluster import configure_tensorflow
+
+        configure_tensorflow()
+        model = _MODELS[network] = network.build()
+    return model
+
+
+@task(weights=INOUT, returns=1)
+def worker_train(weights: Weights, x: np.ndarray, y: np.ndarray, network: Network, epochs: int,
+                 batch_size: int) -> dict:
+    """Worker: train from `weights` on this worker's shard for `epochs`, in order (no shuffling), and write the
+    trained weights back into `weights` (INOUT). Returns a few numbers about the run."""
+    model = worker_model(network)
+    model.set_weights(weights)
+    start = time.perf_counter()
+    history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+    seconds = time.perf_counter() - start
+    weights[:] = model.get_weights()
+    return {"loss": float(history.history["loss"][-1]), "accuracy": float(history.history["accuracy"][-1]),
+            "samples": int(len(x)) * epochs, "seconds": seconds, "pid": os.getpid()}
+
+
+@task(global_weights=COMMUTATIVE, returns=1)
+def worker_aggregate(global_weights: Weights, local_weights: Weights, factor: float) -> Weights:
+    """Aggregation task (relaxed sync): fold one worker's weights into the global ones,
+    global = (1 - factor) * global + factor * local, whenever that worker is done; such tasks run one at a
+    time in any order (COMMUTATIVE). Returns a copy of the new global weights for the worker to go on from."""
+    for i, (g, w) in enumerate(zip(global_weights, local_weights)):
+        global_weights[i] = w.copy() if factor == 1 else ((1 - factor) * g + factor * w).astype(g.dtype)
+    return [g.copy() for g in global_weights]
+
+
+# ================================================================================= master side
+def master_average(worker_weights: Sequence[Weights]) -> Weights:
+    """Master: the element-wise mean of the workers' weights (parameter averaging)."""
+    if not worker_weights:
+        raise UserError("nothing to average: no worker weights")
+    return [np.mean(np.stack(layer), axis=0).astype(layer[0].dtype) for layer in zip(*worker_weights)]
+
+
+def master_shards(x: np.ndarray, y: np.ndarray, workers: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Master: split the training data into one contiguous shard per worker."""
+    from course import data
+
+    if workers > len(x):
+        raise UserError(f"{workers} workers but only {len(x)} training samples: use fewer workers or more data")
+    return [data.shard((x, y), rank, workers) for rank in range(workers)]
+
+
+def _check(workers: int, epochs: int, batch_size: int) -> None:
+    for name, value in (("workers", workers), ("epochs", epochs), ("batch size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise UserError(f"{name} must be a whole number >= 1, not {value!r}")
+
+
+def _prepare(network: Network, x, y, workers, epochs, batch_size, weights, shards):
+    _check(workers, epochs, batch_size)
+    if shards is None:
+        shards = master_shards(x, y, workers)
+    elif len(shards) != workers:
+        raise UserError(f"{len(shards)} shards for {workers} workers: give one shard per worker")
+    if weights is None:
+        weights = network.build().get_weights()
+    return [np.array(w, copy=True) for w in weights], [(np.ascontiguousarray(a), np.ascontiguousarray(b)) for a, b in shards]
+
+
+class _Clock:
+    """Elapsed time of epoch ranges, as the master sees them."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, total: int):
+        self.start = self.mark = time.perf_counter()
+        self.ranges: list[tuple[int, int, float]] = []
+        self.progress, self.total, self.done = progress, total, 0
+
+    def tick(self, n: int = 1) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def epoch_range(self, first: int, last: int) -> None:
+        now = time.perf_counter()
+        self.ranges.append((first, last, now - self.mark))
+        self.mark = now
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def fit_sync(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, workers: int, epochs: int,
+             batch_size: int = 32, weights: Weights | None = None, shards: list | None = None,
+             progress: Callable[[int, int], None] | None = None) -> FitResult:
+    """Master: synchronous parameter averaging. Each epoch: one training task per worker on its shard (weights
+    INOUT), wait for all of them (the global barrier), average. `shards` overrides the split of x, y."""
+    weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
+    clock = _Clock(progress, workers * epochs)
+    stats: list[dict] = []
+    for epoch in range(1, epochs + 1):
+        local = [[w for w in weights] for _ in range(workers)]  # each worker starts the epoch from the global model
+        futures = [worker_train(local[j], sx, sy, network, 1, batch_size) for j, (sx, sy) in enumerate(shards)]
+        for future in futures:  # the barrier: the master waits for every worker
+            stats.append(compss_wait_on(future))
+            clock.tick()
+        weights = master_average(compss_wait_on(local))
+        _forget(local)
+        clock.epoch_range(epoch, epoch)
+    _forget(shards)
+    return FitResult("sync", workers, epochs, batch_size, weights, clock.elapsed(), clock.ranges,
+                     aggregations=epochs, train_tasks=workers * epochs, worker_stats=stats)
+
+
+def fit_async(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, workers: int, epochs: int,
+              batch_size: int = 32, weights: Weights | None = None, shards: list | None = None,
+              progress: Callable[[int, int], None] | None = None) -> FitResult:
+    """Master: relaxed synchronisation. Each worker trains an epoch, then a COMMUTATIVE task folds its weights
+    into the global ones (factor 1/workers) and hands the result back for its next epoch; the master submits
+    everything at once and waits only at the end."""
+    weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
+    clock = _Clock(progress, workers * epochs)
+    global_weights = [w for w in weights]
+    local: list[Any] = [[w for w in weights] for _ in range(workers)]
+    futures: list[list] = []  # [epoch][worker] -> stats Future
+    for epoch in range(epochs):
+        row = []
+        for j, (sx, sy) in enumerate(shards):
+            row.append(worker_train(local[j], sx, sy, network, 1, batch_size))
+            local[j] = worker_aggregate(global_weights, local[j], 1.0 / workers)
+        futures.append(row)
+    stats = []
+    for epoch, row in enumerate(futures, start=1):  # no barrier: just watch the epochs finish
+        for future in row:
+            stats.append(compss_wait_on(future))
+            clock.tick()
+        clock.epoch_range(epoch, epoch)
+    final = compss_wait_on(global_weights)
+    _forget([global_weights, *local])
+    _forget(shards)
+    return FitResult("async", workers, epochs, batch_size, list(final), clock.elapsed(), clock.ranges,
+                     aggregations=workers * epochs, train_tasks=workers * epochs, worker_stats=stats)
+
+
+def fit_full_async(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, workers: int, epochs: int,
+                   batch_size: int = 32, weights: Weights | None = None, shards: list | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> FitResult:
+    """Master: removed synchronisation. Each worker trains on its own shard for all epochs (a chain of INOUT
+    tasks that stays on one engine); the master waits once, at the end, and averages once."""
+    weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
+    clock = _Clock(progress, workers * epochs)
+    local = [[w for w in weights] for _ in range(workers)]
+    futures = [[worker_train(local[j], sx, sy, network, 1, batch_size) for j, (sx, sy) in enumerate(shards)]
+               for _ in range(epochs)]
+    stats = []
+    for epoch, row in enumerate(futures, start=1):
+        for future in row:
+            stats.append(compss_wait_on(future))
+            clock.tick()
+        clock.epoch_range(epoch, epoch)
+    weights = master_average(compss_wait_on(local))
+    _forget(local)
+    _forget(shards)
+    return FitResult("full-async", workers, epochs, batch_size, weights, clock.elapsed(), clock.ranges,
+                     aggregations=1, train_tasks=workers * epochs, worker_stats=stats)
+
+
+FITS = {"sync": fit_sync, "async": fit_async, "full-async": fit_full_async}
+
+
+def fit(sync: str | int, network: Network, x, y, **options: Any) -> FitResult:
+    """fit_sync, fit_async or fit_full_async by name (or the seed's number 0, 1, 2)."""
+    return FITS[strategy_name(sync)](network, x, y, **options)
+
+
+def _forget(objects: list) -> None:
+    """Free the engines' copies of objects the tasks used (shards as (x, y) pairs, weight lists, Futures)."""
+    flat = [a for item in objects for a in (item if isinstance(item, tuple) else (item,))]
+    try:
+        compss_delete_object(*flat)
+    except Exception:  # noqa: BLE001 - freeing is best effort
+        pass
+
+
+def master_evaluate(model, weights: Weights, x: np.ndarray, y: np.ndarray, batch_size: int = 256) -> tuple[float, float]:
+    """Master: test loss and accuracy of `weights` in `model`."""
+    model.set_weights(weights)
+    loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
+    return float(loss), float(accuracy)
