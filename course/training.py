@@ -226,7 +226,8 @@ class MirroredResult:
 def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch: int = 32, base_lr: float = 0.01,
                  input_size: int = 32, epochs: int = 2, steps: int | None = None, limit: int | None = None,
                  dataset: str = "cifar10", seed: int = 0) -> MirroredResult:
-    """Train `model` with MirroredStrategy on `replicas` devices as seed 004 does, and time it.
+    """Train `model` (a ResNet of `models.RESNETS`, or "mnist_cnn") with MirroredStrategy on `replicas` devices
+    as seed 004 does, and time it.
 
     Global batch = per-replica batch x replicas; learning rate = base x replicas; variables created in the
     strategy's scope; epoch time excludes the first epoch. Needs a process where TensorFlow has not started
@@ -245,11 +246,14 @@ def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch:
         index = np.arange(steps * global_batch) % len(x)
         x, y = x[index], y[index]
     x = tf.image.resize(x, (input_size, input_size)).numpy() if x.shape[1] != input_size else x
-    if x.shape[-1] == 1:
-        x = x.repeat(3, axis=-1)
+    if model != "mnist_cnn" and x.shape[-1] == 1:
+        x = x.repeat(3, axis=-1)  # the ResNets take colour images
     tf.keras.utils.set_random_seed(seed)
     with strategy.scope():  # variables (weights, optimizer slots) are created mirrored, one copy per replica
-        net = models.resnet(model, input_shape=(input_size, input_size, 3), classes=10, learning_rate=lr)
+        if model == "mnist_cnn":
+            net = models.mnist_cnn(x.shape[1:], 10, learning_rate=lr)
+        else:
+            net = models.resnet(model, input_shape=x.shape[1:], classes=10, learning_rate=lr)
     train = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True).prefetch(2)
     images = (len(x) // global_batch) * global_batch
     if images == 0:
@@ -263,7 +267,7 @@ def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch:
 
 
 def in_fresh_process(function: Callable, *args: Any, timeout: float | None = 1800, **kwargs: Any) -> Any:
-    """Run an importable `function(*args, **kwargs)` in a new Python process and return its result.
+    """Run `function(*args, **kwargs)` in a new Python process and return its result.
 
     TensorFlow fixes its devices when it starts, so each MirroredStrategy set-up needs a process of its own.
     Out-of-memory or a crash of that process is reported as `OutOfMemory` / `UserError`, not a dead kernel.
@@ -271,13 +275,22 @@ def in_fresh_process(function: Callable, *args: Any, timeout: float | None = 180
     import concurrent.futures
     import multiprocessing
 
+    import cloudpickle  # by value: also functions defined in a notebook, which a new process cannot import
+
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        future = pool.submit(function, *args, **kwargs)
+        future = pool.submit(_call_pickled, cloudpickle.dumps((function, args, kwargs)))
         try:
             return future.result(timeout=timeout)
         except concurrent.futures.process.BrokenProcessPool:
             raise OutOfMemory(f"the process running {function.__name__} died (killed, most likely out of memory)") from None
+
+
+def _call_pickled(payload: bytes) -> Any:
+    import cloudpickle
+
+    function, args, kwargs = cloudpickle.loads(payload)
+    return function(*args, **kwargs)
 
 
 class OutOfMemory(UserError):
@@ -329,3 +342,32 @@ def largest_batch(trial: Callable[[int], Any], candidates: Sequence[int]) -> Bat
         fits.append(batch)
     return BatchSearch(fits, {}, fits[-1] if fits else None,
                        f"every candidate up to {max(candidates)} fitted: the search was capped there")
+
+
+def search_batch(model: str = "resnet50v2", input_size: int = 32, candidates: Sequence[int] = (16, 32, 64, 128, 256),
+                 memory_limit_gb: float | None = None, timeout: float | None = 1800) -> BatchSearch:
+    """Seed 004's trial and error: one training step of `model` at each batch size until memory runs out.
+
+    Each trial runs in a fresh process, so an out-of-memory error - TensorFlow's, or the process being killed -
+    ends the search with a report instead of taking the kernel down. On a GPU the limit is the GPU's memory; on a
+    CPU-only machine `memory_limit_gb` caps the memory a trial may add (as a small GPU would), so the error is a
+    real one without exhausting the machine.
+    """
+    return largest_batch(lambda batch: in_fresh_process(_batch_trial, model, input_size, batch, memory_limit_gb,
+                                                        timeout=timeout), candidates)
+
+
+def _batch_trial(model: str, input_size: int, batch: int, memory_limit_gb: float | None) -> None:
+    """One training step of `model` on `batch` images (in a fresh process, under the memory cap if any)."""
+    import resource
+
+    import numpy as np
+    import psutil
+
+    from course import models
+
+    net = models.resnet(model, input_shape=(input_size, input_size, 3), classes=10)
+    if memory_limit_gb is not None:
+        allowed = psutil.Process().memory_info().vms + int(memory_limit_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (allowed, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    net.train_on_batch(np.zeros((batch, input_size, input_size, 3), np.float32), np.zeros(batch, np.int64))
