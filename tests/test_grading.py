@@ -29,7 +29,7 @@ def hostile(tmp_path_factory):
     submissions = copy_tree(HOSTILE, base / "class")
     before = tree_digest(submissions)
     tag = uuid.uuid4().hex
-    result = grade(submissions, base / "out", "--timeout", "10", "--memory", "1G", "--workers", "2",
+    result = grade(submissions, base / "out", "--timeout", "10", "--memory", "500M", "--workers", "2",
                    env=tagged_env(tag))
     return submissions, base / "out", result, before, tag
 
@@ -96,7 +96,7 @@ def test_megabytes_of_output_are_cut_and_the_work_still_counts(hostile):
 
 def test_a_memory_bomb_hits_the_memory_limit(hostile):
     table = by_cell(hostile[1])
-    _expect(table, "memory_bomb", "*memory", 0, "memory", "more than 1 GB of memory")
+    _expect(table, "memory_bomb", "*memory", 0, "memory", "more than 500 MB of memory")
     _expect(table, "memory_bomb", "ex1-check", 0, "not run")
     _expect(table, "memory_bomb", "ex2-check", 0, "not run")
 
@@ -141,7 +141,7 @@ def test_every_graded_submission_gets_a_readable_feedback_file(hostile):
         assert text.startswith(f"Feedback for {student} on {NB}") and "Score:" in text
         assert "Traceback" not in text and "\x1b[" not in text
     assert "Score: 5 / 5 points" in (out / "feedback" / "good" / f"{NB}.txt").read_text()
-    assert "more than 1 GB" in (out / "feedback" / "memory_bomb" / f"{NB}.txt").read_text()
+    assert "more than 500 MB" in (out / "feedback" / "memory_bomb" / f"{NB}.txt").read_text()
 
 
 def test_no_kernel_or_child_process_outlives_the_run(hostile):
@@ -164,7 +164,7 @@ def test_no_kernel_or_child_process_outlives_the_run(hostile):
 def test_a_second_run_grades_only_what_changed(hostile, tmp_path):
     submissions, out, _, _, _ = hostile
     first = (out / "grades.csv").read_text()
-    again = grade(submissions, out, "--timeout", "10", "--memory", "1G", "--workers", "2")
+    again = grade(submissions, out, "--timeout", "10", "--memory", "500M", "--workers", "2")
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip().splitlines()[-1].startswith("graded 0 submission(s)")
     assert "reused 14 unchanged" in again.stdout
@@ -173,7 +173,7 @@ def test_a_second_run_grades_only_what_changed(hostile, tmp_path):
     changed = copy_tree(submissions, tmp_path / "class")
     shutil.copyfile(changed / "good" / f"{NB}.ipynb", changed / "unanswered" / f"{NB}.ipynb")
     shutil.copytree(out, tmp_path / "out")
-    third = grade(changed, tmp_path / "out", "--timeout", "10", "--memory", "1G", "--workers", "2")
+    third = grade(changed, tmp_path / "out", "--timeout", "10", "--memory", "500M", "--workers", "2")
     assert third.returncode == 0, third.stderr
     assert third.stdout.strip().splitlines()[-1].startswith("graded 1 submission(s)"), third.stdout
     _expect(by_cell(tmp_path / "out"), "unanswered", "ex2-check", 3, "passed")
