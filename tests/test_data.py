@@ -16,14 +16,14 @@ def forget_announcements():
 
 def test_fallback_is_used_and_announced_once(offline_home, capsys):
     (x_train, y_train), (x_test, y_test) = data.load("mnist")
-    announced = capsys.readouterr().err
+    announced = capsys.readouterr().out
     assert "DATASET FALLBACK" in announced and "mnist" in announced and "COURSE_DATA_DIR" in announced
     assert x_train.shape[1:] == (28, 28, 1) and x_train.dtype == np.float32
     assert 0.0 <= x_train.min() and x_train.max() <= 1.0 and x_train.max() > 0.5
     assert set(np.unique(y_train)) == set(range(10)) and y_train.dtype == np.int64
     assert len(x_train) + len(x_test) == 1797  # scikit-learn's digits, not invented data
     data.load("mnist")
-    assert "DATASET FALLBACK" not in capsys.readouterr().err  # once per process
+    assert "DATASET FALLBACK" not in capsys.readouterr().out  # once per process
 
 
 def test_fallback_matches_cifar_shape(offline_home):
@@ -40,7 +40,7 @@ def test_data_dir_wins_over_fallback(offline_home, tmp_path, monkeypatch, capsys
     np.savez(site / "fashion_mnist.npz", x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
     monkeypatch.setenv("COURSE_DATA_DIR", str(site))
     (x_train, y_train), (x_test, _) = data.load("fashion-mnist", limit=10)
-    assert "FALLBACK" not in capsys.readouterr().err
+    assert "FALLBACK" not in capsys.readouterr().out
     assert x_train.shape == (10, 28, 28, 1) and len(x_test) == 5
     np.testing.assert_allclose(x_train[3, :, :, 0], x[3] / 255.0, rtol=1e-6)
     assert y_train.tolist() == y[:10].tolist()
