@@ -120,6 +120,22 @@ def worker_aggregate(global_weights: Weights, local_weights: Weights, factor: fl
 
 
 # ================================================================================= master side
+def worker_warm_up(network: Network) -> str:
+    """Worker: build the model and trace its training step once (one step on a zero image, weights restored)."""
+    model = worker_model(network)
+    weights = model.get_weights()
+    model.fit(np.zeros((1, *network.input_shape), np.float32), np.zeros((1,), np.int64), verbose=0)
+    model.set_weights(weights)
+    return model.name
+
+
+def master_build_workers(view, network: Network) -> int:
+    """Master: have every engine build the model now (TensorFlow import, tracing), so that no timed run pays for it,
+    as the seed's "Building the model in distributed computing units". Returns the number of engines."""
+    view.apply_sync(worker_warm_up, network)
+    return len(view.targets) if isinstance(view.targets, list) else len(view.client.ids)
+
+
 def master_average(worker_weights: Sequence[Weights]) -> Weights:
     """Master: the element-wise mean of the workers' weights (parameter averaging)."""
     if not worker_weights:
@@ -272,3 +288,142 @@ def master_evaluate(model, weights: Weights, x: np.ndarray, y: np.ndarray, batch
     model.set_weights(weights)
     loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
     return float(loss), float(accuracy)
+
+
+# ================================================================ the run script (python -m course train)
+DATASETS = ("mnist", "cifar10")
+
+
+def check_results_file(path: str | os.PathLike) -> None:
+    """Fail now, before any training, when runs could not be appended to `path` (course.results' CSV)."""
+    import csv
+    from pathlib import Path
+
+    from course import results
+
+    file = Path(path)
+    if file.is_dir():
+        raise UserError(f"the results file {file} is a directory: give a file name such as {file / 'results.csv'}")
+    if not file.parent.is_dir():
+        raise UserError(f"cannot write results to {file}: the folder {file.parent} does not exist")
+    existed = file.exists()
+    try:
+        with open(file, "a+", newline="") as handle:
+            handle.seek(0)
+            header = next(csv.reader([handle.readline()]), []) if existed else []
+    except OSError as exc:
+        raise UserError(f"cannot write results to {file}: {exc.strerror}") from None
+    if header and tuple(h.strip() for h in header) != results.FIELDS:
+        raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
+                        "give a new file name")
+
+
+def hardware() -> str:
+    """What the workers ran on, for the results table: GPUs if any, else CPU cores."""
+    from course.cluster import visible_gpus
+
+    gpus = visible_gpus()
+    return f"{len(gpus)} GPU(s)" if gpus else f"{os.cpu_count()} CPU cores"
+
+
+def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int = 1, workers: int = 1,
+          sync: str | int = "sync", runs: int = 1, batch_size: int = 32, results: str | os.PathLike | None = None,
+          limit: int | None = None, learning_rate: float | None = None, engines: int | None = None,
+          cluster_id: str | None = None, out: Callable[..., None] = print, bar: bool = True) -> list[dict]:
+    """Seed 000's run script: train `runs` times with one strategy, print as it goes, append each run to `results`.
+
+    Bad input fails before anything starts (names, numbers, the results file). Uses the cluster `cluster_id`
+    when given (e.g. started with `python -m course cluster start`), else starts a private one of `engines`
+    engines (default: the cores, at least 2) and stops it at the end. Returns the rows (one per run).
+    """
+    from course import cluster as cluster_module
+    from course import data, models
+    from course import results as results_module
+
+    strategy = strategy_name(sync)
+    if str(dataset).strip().lower() not in DATASETS:
+        raise UserError(f"unknown dataset {dataset!r}; valid: {', '.join(DATASETS)}")
+    dataset = str(dataset).strip().lower()
+    key = str(network).strip().lower().replace("_", "-")
+    if key not in models.NETWORKS:
+        raise UserError(f"unknown network {network!r}; valid: {', '.join(models.NETWORKS)}")
+    for name, value in (("--workers", workers), ("--epochs", epochs), ("--runs", runs), ("--batch-size", batch_size)):
+        if value < 1:
+            raise UserError(f"{name} must be 1 or more, not {value}")
+    if limit is not None and limit < workers:
+        raise UserError(f"--limit {limit} gives fewer training samples than the {workers} workers")
+    if results is not None:
+        check_results_file(results)
+
+    (x, y), (x_test, y_test) = data.load(dataset, limit=limit)
+    dataset_used = "digits" if dataset in data.fallbacks_used else dataset
+    if workers > len(x):
+        raise UserError(f"{workers} workers but only {len(x)} training samples")
+    net = Network(key, tuple(x.shape[1:]), 10, learning_rate)
+    model = net.build()
+    model.summary(print_fn=lambda line, **_: out(line))
+
+    owned = cluster_id is None
+    handle = (cluster_module.start(engines, cluster_id=f"course-train-{os.getpid()}", threads=1, quiet=True,
+                                   persist=False) if owned else cluster_module.attach(cluster_id))
+    rows = []
+    try:
+        from course import tasks
+
+        tasks.reset()
+        n_engines = len(handle.client.ids)
+        out("Building the model in distributed computing units...")
+        master_build_workers(handle.view, net)
+        out("Building done!")
+        out("MODEL TRAINING...")
+        out(f"Dataset: {dataset_used} ({len(x)} training, {len(x_test)} test images); network: {key}")
+        out(f"Num workers: {workers} on {n_engines} engines; sync type: {strategy}; "
+            f"number of epochs: {epochs}; batch size: {batch_size}")
+        for run in range(1, runs + 1):
+            if runs > 1:
+                out(f"Run {run} of {runs}")
+            progress = _bar(workers * epochs, f"run {run}") if bar else None
+            try:
+                result = fit(strategy, net, x, y, workers=workers, epochs=epochs, batch_size=batch_size,
+                             weights=model.get_weights() if run == 1 else net.build().get_weights(),
+                             progress=progress)
+            finally:
+                if progress is not None:
+                    progress.close()
+            for first, last, seconds in result.epoch_ranges:
+                out(f"Elapsed time for epoch range ({first}-{last}): {seconds:.2f} seconds")
+            out(f"Total elapsed time: {result.elapsed:.2f} seconds")
+            out("Evaluating model against test set")
+            loss, accuracy = master_evaluate(model, result.weights, x_test, y_test)
+            out(f"Test loss: {loss:.3f}  test accuracy: {accuracy:.3f}")
+            later = [s for _, _, s in result.epoch_ranges[1:]] or [s for _, _, s in result.epoch_ranges]
+            row = {"strategy": strategy, "dataset": dataset_used, "network": key, "workers": workers,
+                   "epochs": epochs, "batch_size": batch_size, "elapsed_s": round(result.elapsed, 4),
+                   "accuracy": round(accuracy, 6), "epoch_time_s": round(float(np.median(later)), 4),
+                   "images_per_s": round(result.images_per_s(), 2), "engines": n_engines, "hardware": hardware(),
+                   "run": run}
+            if results is not None:
+                row = results_module.append_row(results, row)
+                out(f"Appended run {run} to {results}")
+            rows.append(row)
+    finally:
+        if owned:
+            handle.stop()
+    return rows
+
+
+class _bar:
+    """A progress bar over training tasks (tqdm on stderr), called as progress(done, total)."""
+
+    def __init__(self, total: int, label: str):
+        import sys
+
+        from tqdm import tqdm
+
+        self.tqdm = tqdm(total=total, desc=label, unit="task", file=sys.stderr, leave=False)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.tqdm.update(done - self.tqdm.n)
+
+    def close(self) -> None:
+        self.tqdm.close()

@@ -245,6 +245,36 @@ def add_run(commands) -> None:
     run.set_defaults(func=cmd_run)
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from course import averaging
+
+    averaging.train(args.dataset, args.network, epochs=args.epochs, workers=args.workers, sync=args.sync,
+                    runs=args.runs, batch_size=args.batch_size, results=args.results, limit=args.limit,
+                    learning_rate=args.learning_rate, engines=args.engines, cluster_id=args.cluster_id)
+    return 0
+
+
+def add_train(commands) -> None:
+    train = commands.add_parser(
+        "train", help="parameter averaging on engines (seed 000's run script): sync, async or full-async",
+        description="Train with synchronous (sync, 0), relaxed (async, 1) or removed (full-async, 2) parameter "
+                    "averaging over task-runtime workers; prints epoch-range and total times and test accuracy, "
+                    "and appends one row per run to --results.")
+    train.add_argument("--dataset", default="mnist", help="mnist or cifar10 (default mnist)")
+    train.add_argument("--network", default="simple-mnist", help="simple-mnist, lenet or vgg16 (default simple-mnist)")
+    train.add_argument("--epochs", type=int, default=1, help="epochs (default 1)")
+    train.add_argument("--workers", type=int, default=1, help="workers, e.g. 1, 2, 4, 8, 16; more than engines queue (default 1)")
+    train.add_argument("--sync", default="sync", help="sync, async or full-async (or 0, 1, 2) (default sync)")
+    train.add_argument("--runs", type=int, default=1, help="repetitions of the run (default 1)")
+    train.add_argument("--batch-size", type=int, default=32, help="batch size per worker (default 32)")
+    train.add_argument("--results", default=None, metavar="FILE", help="append one row per run to this CSV (class results)")
+    train.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N training and test images")
+    train.add_argument("--learning-rate", type=float, default=None, help="SGD learning rate (default: the network's)")
+    train.add_argument("--engines", type=int, default=None, help="engines of the private cluster (default: cores, at least 2)")
+    train.add_argument("--cluster-id", default=None, help="use this running cluster (python -m course cluster start) instead")
+    train.set_defaults(func=cmd_train)
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="python -m course", description="Distributed Deep Learning on HPC: course tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -259,6 +289,7 @@ def build_parser() -> Parser:
     add_results(commands)
     add_job(commands)
     add_run(commands)
+    add_train(commands)
 
     lab = commands.add_parser("lab", help="start JupyterLab on the course (what `make lab` runs)")
     lab.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
