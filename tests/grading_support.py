@@ -62,6 +62,35 @@ def with_answers(nb_path: Path, answers: dict[str, str]) -> str:
     return nbformat.writes(nb)
 
 
+def exercise_checks(nb_path: Path) -> dict[str, set[str]]:
+    """answer grade_id -> the graded cells of its exercise: those after it, up to the next answer cell."""
+    nb = nbformat.read(str(nb_path), as_version=4)
+    result: dict[str, set[str]] = {}
+    answer = None
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not meta.get("grade"):
+            answer = meta["grade_id"]
+            result[answer] = set()
+        if meta.get("grade") and answer is not None:
+            result[answer].add(meta["grade_id"])
+    return result
+
+
+def combine(answers: list[dict]) -> list[list[int]]:
+    """Group wrong answers (by index) so that no two in a group replace the same cell: one submission per group."""
+    groups: list[list[int]] = []
+    for k, answer in enumerate(answers):
+        cells = {g for g in answer if g != "why"}
+        for group in groups:
+            if not any(cells & {g for g in answers[j] if g != "why"} for j in group):
+                group.append(k)
+                break
+        else:
+            groups.append([k])
+    return groups
+
+
 def wrong_answers(notebook: str) -> list[dict]:
     path = WRONG / f"{notebook}.json"
     assert path.is_file(), (f"no plausible wrong answers for {notebook}: add {path.relative_to(ROOT)} "

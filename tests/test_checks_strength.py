@@ -5,7 +5,8 @@ for the course's notebooks `nbgrader validate` below proves it, and tests/test_n
 runs them top to bottom, so the slow notebooks are not executed a third time); the released, unanswered
 notebook scores zero on every graded cell; every plausible wrong answer in
 tests/fixtures/wrong_answers/<notebook>.json loses points, and together they lose points on every
-graded cell. Graded with `python -m course grade` (hidden tests restored). nbgrader's own
+graded cell. Wrong answers to different exercises share one submission (each must then lose points
+on its own exercise's checks) so that the slow notebooks run as few times as possible. Graded with `python -m course grade` (hidden tests restored). nbgrader's own
 `nbgrader validate` must accept every solution notebook. Notebooks added to solutions/ join here.
 """
 
@@ -21,8 +22,8 @@ import pytest
 
 from course.grading.release import render, student_version
 from tests.conftest import ROOT
-from tests.grading_support import FIXTURE_COURSE, by_cell, course_notebooks, grade, graded_cells, with_answers, \
-    wrong_answers
+from tests.grading_support import FIXTURE_COURSE, by_cell, combine, course_notebooks, exercise_checks, grade, \
+    graded_cells, with_answers, wrong_answers
 
 
 def _params():
@@ -40,8 +41,10 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, t
     entries = {"unanswered": render(student_version(nbformat.read(str(source), as_version=4), notebook))}
     if source.parent == FIXTURE_COURSE:
         entries["solution"] = source.read_text()
-    for k, answer in enumerate(wrong):
-        entries[f"wrong{k}"] = with_answers(source, {g: s for g, s in answer.items() if g != "why"})
+    groups = combine(wrong)
+    submission_of = {k: f"wrong{n}" for n, group in enumerate(groups) for k in group}
+    for n, group in enumerate(groups):
+        entries[f"wrong{n}"] = with_answers(source, {g: s for k in group for g, s in wrong[k].items() if g != "why"})
     for student, text in entries.items():
         (submissions / student).mkdir(parents=True)
         (submissions / student / source.name).write_text(text)
@@ -55,9 +58,12 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, t
         row = table[("unanswered", notebook, cell)]
         assert float(row["points"]) == 0, f"the unanswered notebook scores on {cell}: the check is too weak"
     lowered = set()
+    checks = exercise_checks(source)
     for k, answer in enumerate(wrong):
-        lost = {cell for cell, points in cells.items() if float(table[(f"wrong{k}", notebook, cell)]["points"]) < points}
-        assert lost, f"wrong answer {k} of {notebook} ({answer.get('why')}) scores full marks: the checks miss it"
+        student = submission_of[k]
+        lost = {cell for cell, points in cells.items() if float(table[(student, notebook, cell)]["points"]) < points}
+        own = set().union(*(checks.get(g, set()) for g in answer if g != "why"))
+        assert lost & own, f"wrong answer {k} of {notebook} ({answer.get('why')}) keeps full marks on its exercise's checks"
         lowered |= lost
     assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {notebook}"
 
