@@ -1,6 +1,6 @@
 """Benchmark: course.comm's ring all-reduce against MPI.Allreduce, on 2 and 4 ranks, 1 KB to 64 MB.
 
-Run: .venv/bin/python benchmarks/comm.py   (it launches itself under mpiexec for each rank count)
+Run: .venv/bin/python benchmarks/collectives.py   (it launches itself under mpiexec for each rank count)
 Both are timed side by side in one run (A B A B ...), and the median ratio is reported, because
 this machine is shared and absolute times wander. Goal: ring / MPI <= 1.5 for messages >= 1 MB.
 """
