@@ -1,13 +1,14 @@
 """Strength of the checks, for every graded exercise of every notebook in solutions/ (and the fixture).
 
 For each notebook: the solution scores full marks on every graded cell (graded here for the fixture;
-for the course's notebooks `nbgrader validate` below proves it, and tests/test_notebooks_execute.py
+for the course's notebooks nbgrader's validator in tests/test_notebooks_execute.py proves it while it
 runs them top to bottom, so the slow notebooks are not executed a third time); the released, unanswered
 notebook scores zero on every graded cell; every plausible wrong answer in
 tests/fixtures/wrong_answers/<notebook>.json loses points, and together they lose points on every
 graded cell. Wrong answers to different exercises share one submission (each must then lose points
 on its own exercise's checks) so that the slow notebooks run as few times as possible. Graded with `python -m course grade` (hidden tests restored). nbgrader's own
-`nbgrader validate` must accept every solution notebook. Notebooks added to solutions/ join here.
+`nbgrader validate` must accept every solution notebook (the fixture here, the course's notebooks in
+tests/test_notebooks_execute.py). Notebooks added to solutions/ join here.
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, t
     assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {notebook}"
 
 
-@pytest.mark.parametrize("source", _params())
-def test_nbgrader_validate_accepts_the_solution(source):
+def test_nbgrader_validate_accepts_the_solution():
+    """`nbgrader validate` itself, on the fixture; the course's notebooks go through nbgrader's validator
+    in tests/test_notebooks_execute.py, in the same run that executes them."""
+    source = FIXTURE_COURSE / "99_fixture.ipynb"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(source)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=1800)

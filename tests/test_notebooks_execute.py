@@ -1,9 +1,17 @@
-"""Every instructor notebook (solutions/*.ipynb) runs top to bottom in the quick profile, as CI and Binder run it,
-through the same code as an instructor's dry run (`python -m course run`)."""
+"""Every instructor notebook (solutions/*.ipynb) runs top to bottom in the quick profile on a clean kernel,
+as CI and Binder run it, and nbgrader's own validator (what `nbgrader validate` runs) accepts it.
+
+One execution serves both checks: the notebooks are slow, and CI has 90 minutes for everything.
+The instructor's dry run (`python -m course run`) is tested on small notebooks in tests/test_run.py.
+"""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from nbgrader.validator import Validator
+from traitlets.config import Config
 
 from course import cluster, run
 from tests.conftest import ROOT
@@ -11,12 +19,48 @@ from tests.conftest import ROOT
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb"))
 
 
+class RecordingValidator(Validator):
+    """nbgrader's Validator, keeping the notebook it executed so the test can also look at every cell."""
+
+    executed = None
+
+    def _preprocess(self, nb):
+        self.executed = super()._preprocess(nb)
+        return self.executed
+
+
+def errors(notebook) -> list[str]:
+    """'cell N: ExcName: message' for every code cell that raised."""
+    return [f"cell {i}: {out.ename}: {out.evalue}" for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+            for out in cell.get("outputs", []) if out.output_type == "error"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(path, tmp_path, monkeypatch):
+def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch):
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # its clusters live apart from anyone else's
-    result, executed = run.execute(path, profile="quick")
-    print(f"{path.name}: {result.seconds:.1f} s")  # the slowest notebook stays visible with pytest -s / --durations
-    assert executed.metadata.kernelspec.name == run.KERNEL
-    assert result.ok, f"{path.name} failed: {result.error}"
-    assert cluster.running_ids() == [], f"{path.name} left a cluster running"
+    monkeypatch.setenv("COURSE_PROFILE", "quick")
+    monkeypatch.setenv("COURSE_CLUSTER_ID", f"nbtest-{path.stem}")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    validator = RecordingValidator(config=Config({"Execute": {"timeout": run.CELL_TIMEOUT, "startup_timeout": 180}}))
+    started = time.perf_counter()
+    try:
+        verdict = validator.validate(str(path))
+    finally:
+        print(f"{path.name}: {time.perf_counter() - started:.1f} s")  # the slowest notebook, visible with -s
+        cluster.stop(f"nbtest-{path.stem}")  # a failing notebook must not leave engines behind
+    assert validator.executed is not None and validator.executed.metadata.kernelspec.name == run.KERNEL
+    assert errors(validator.executed) == [], f"{path.name} raised while running top to bottom"
+    assert verdict == {}, f"nbgrader's validator rejects {path.name}: {verdict}"
+
+
+def test_validator_catches_a_failing_check(tmp_path, monkeypatch):
+    """The same validator on the fixture notebook with a wrong answer: it must say so (the test above can fail)."""
+    from tests.grading_support import FIXTURE_COURSE, with_answers, wrong_answers
+
+    source = FIXTURE_COURSE / "99_fixture.ipynb"
+    wrong = {g: s for g, s in wrong_answers("99_fixture")[0].items() if g != "why"}
+    broken = tmp_path / "99_fixture.ipynb"
+    broken.write_text(with_answers(source, wrong))
+    validator = RecordingValidator(config=Config({"Execute": {"timeout": 120}}))
+    assert "failed" in validator.validate(str(broken))
