@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A real single-node Slurm (Debian slurm-wlm + munge) for tests and workshops on one machine.
-# Usage: scripts/single-node-slurm.sh start|stop|status
+# Usage: scripts/single-node-slurm.sh start [--fresh]|stop|status
 #   start   write /etc/slurm/slurm.conf for this host (if it is not ours already), start munged,
 #           slurmctld and slurmd, and wait until the node takes jobs. Idempotent: a running Slurm is left alone.
+#           --fresh (for test suites): when slurmctld has to be started, it starts with an empty queue
+#           (slurmctld -c) instead of recovering the jobs an earlier, killed run left in its state files;
+#           such a job can hold the node's cores for hours (its processes died with the old run).
 #   stop    stop slurmd, slurmctld and munged started by this script (by their pid files).
 #   status  exit 0 when sinfo answers and the node is up.
 # Needs root and the packages slurm-wlm and munge (scripts/setup-system.sh slurm-wlm munge installs them).
@@ -86,11 +89,19 @@ start_munge() {
 }
 
 start() {
+  local fresh=${1:-}
   need
   if node_up; then echo "single-node-slurm: already running ($(sinfo -h -o '%P %D %t' | head -1))"; return 0; fi
   write_conf
   start_munge
-  alive "$RUN/slurmctld.pid" || slurmctld
+  if ! alive "$RUN/slurmctld.pid"; then
+    if [ "$fresh" = "--fresh" ]; then
+      echo "single-node-slurm: starting with an empty queue (jobs left by an earlier run are dropped)"
+      slurmctld -c
+    else
+      slurmctld
+    fi
+  fi
   alive "$RUN/slurmd.pid" || slurmd
   for _ in $(seq 1 60); do
     if node_up; then echo "single-node-slurm: up ($(sinfo -h -o '%P %D %t' | head -1))"; return 0; fi
@@ -121,8 +132,12 @@ stop() {
 }
 
 case "${1:-}" in
-  start) start ;;
+  start)
+    case "${2:-}" in
+      ""|--fresh) start "${2:-}" ;;
+      *) echo "usage: $0 start [--fresh]|stop|status" >&2; exit 2 ;;
+    esac ;;
   stop) stop ;;
   status) need; node_up ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 start [--fresh]|stop|status" >&2; exit 2 ;;
 esac

@@ -38,7 +38,8 @@ def slurm() -> str:
                                    capture_output=True, text=True, timeout=900)
             if setup.returncode != 0:
                 pytest.skip(f"could not install slurm-wlm and munge: {setup.stderr.strip()[-300:]}")
-        started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=180)
+        # --fresh: a killed earlier run's jobs, recovered from Slurm's state files, must not hold the node
+        started = subprocess.run(["bash", str(SCRIPT), "start", "--fresh"], capture_output=True, text=True, timeout=180)
         if started.returncode == 3:
             pytest.skip(started.stderr.strip())
         assert started.returncode == 0, f"single-node Slurm did not start: {started.stdout}{started.stderr}"
