@@ -647,9 +647,15 @@ def _check_tools(kind: str) -> None:
             raise ClusterError(f"Slurm not found ({', '.join(missing)} missing): {SLURM_HINT}")
 
 
-def _check_n(n: int | None) -> int:
+def default_engines(kind: str = "local") -> int:
+    """Engines to start when none are asked for: one per GPU on a GPU machine, else the cores (at least 2)."""
+    gpus = visible_gpus() if kind in ("local", "mpi") else []
+    return len(gpus) if gpus else max(2, os.cpu_count() or 2)
+
+
+def _check_n(n: int | None, kind: str = "local") -> int:
     if n is None:
-        return max(2, os.cpu_count() or 2)
+        return default_engines(kind)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ClusterError(f"the number of engines must be a positive whole number, not {n!r}")
     return n
@@ -669,7 +675,9 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
           timeout: float | None = None, controller_ip: str | None = None, persist: bool | None = None,
           partition: str | None = None, time_limit: str | None = None, account: str | None = None,
           gpus_per_node: int | None = None, tasks_per_node: int | None = None, quiet: bool = False) -> Cluster:
-    """Start (or re-attach to) a cluster of `n` engines (default: the cores, at least 2) and return its handle.
+    """Start (or re-attach to) a cluster of `n` engines and return its handle.
+
+    n: default one engine per GPU on a GPU machine, otherwise the cores (at least 2).
 
     engines: "local" (processes on this machine), "mpi" (one `mpiexec`: engine id = MPI rank) or "slurm"
     (one Slurm job; options partition, time_limit, account, gpus_per_node, tasks_per_node).
@@ -683,7 +691,7 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
     kind = str(engines).strip().lower()
     if kind not in KINDS:
         raise ClusterError(f"unknown engines {engines!r}; use one of: {', '.join(KINDS)}")
-    n = _check_n(n)
+    n = _check_n(n, kind)
     if threads is None or isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ClusterError(f"threads must be a positive whole number, not {threads!r}")
     timeout = DEFAULT_TIMEOUT[kind] if timeout is None else float(timeout)

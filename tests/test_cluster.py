@@ -107,6 +107,16 @@ def test_cpu_only_engines_get_a_thread_limit():
         cluster.plan_devices(engines, threads=0)
 
 
+def test_default_engine_count_is_one_per_gpu_else_the_cores(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")  # a GPU node with 3 GPUs for this process
+    assert cluster.default_engines("local") == 3 and cluster.default_engines("mpi") == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert cluster.default_engines("local") == 2  # at least 2, even on one core
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert cluster.default_engines("local") == 8
+
+
 def test_visible_gpus_from_scheduler_or_driver(tmp_path):
     driver = tmp_path / "gpus"
     (driver / "0000:01:00.0").mkdir(parents=True)
