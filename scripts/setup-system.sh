@@ -5,9 +5,18 @@
 set -euo pipefail
 
 PACKAGES=("$@")
-[ ${#PACKAGES[@]} -gt 0 ] || PACKAGES=(openmpi-bin libopenmpi-dev)
-
 missing=()
+if [ ${#PACKAGES[@]} -eq 0 ]; then
+  PACKAGES=(openmpi-bin libopenmpi-dev)
+  # Horovod compiles at install time and .venv needs Python's venv module: checked by what works, so a
+  # compiler or a Python from elsewhere (pyenv, a module) counts as much as Debian's packages.
+  for tool in g++ make cmake; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+  done
+  PY=$(command -v python3.11 || command -v python3 || true)
+  if [ -z "$PY" ] || ! "$PY" -c "import venv, ensurepip" >/dev/null 2>&1; then missing+=(python3-venv python3-dev); fi
+fi
+
 for pkg in "${PACKAGES[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
