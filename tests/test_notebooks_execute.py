@@ -1,5 +1,7 @@
 """Every instructor notebook (solutions/*.ipynb) runs top to bottom in the quick profile on a clean kernel,
-as CI and Binder run it, and nbgrader's own validator (what `nbgrader validate` runs) accepts it.
+as CI and Binder run it, stops the clusters it started, and nbgrader's own validator (what `nbgrader validate`
+runs) accepts it. Every student notebook (notebooks/*.ipynb) runs up to its first unanswered exercise with
+no cell before it failing.
 
 One execution serves both checks: the notebooks are slow, and CI has 90 minutes for everything.
 The instructor's dry run (`python -m course run`) is tested on small notebooks in tests/test_run.py.
@@ -17,6 +19,7 @@ from course import cluster, run
 from tests.conftest import ROOT
 
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb"))
+RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 class RecordingValidator(Validator):
@@ -43,15 +46,54 @@ def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch
     monkeypatch.setenv("COURSE_CLUSTER_ID", f"nbtest-{path.stem}")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     validator = RecordingValidator(config=Config({"Execute": {"timeout": run.CELL_TIMEOUT, "startup_timeout": 180}}))
-    started = time.perf_counter()
+    started, left_running = time.perf_counter(), None
     try:
         verdict = validator.validate(str(path))
+        left_running = cluster.running_ids()
     finally:
         print(f"{path.name}: {time.perf_counter() - started:.1f} s")  # the slowest notebook, visible with -s
         cluster.stop(f"nbtest-{path.stem}")  # a failing notebook must not leave engines behind
     assert validator.executed is not None and validator.executed.metadata.kernelspec.name == run.KERNEL
     assert errors(validator.executed) == [], f"{path.name} raised while running top to bottom"
     assert verdict == {}, f"nbgrader's validator rejects {path.name}: {verdict}"
+    assert left_running == [], f"{path.name} left its cluster(s) {left_running} running: end it with a stop cell"
+
+
+def first_answer(notebook) -> int:
+    """Index of the first cell a learner must write (nbgrader's solution cells)."""
+    return next(i for i, cell in enumerate(notebook.cells) if cell.metadata.get("nbgrader", {}).get("solution"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatch):
+    """A learner who opens the student notebook and runs from the top meets no error before the first exercise,
+    and that exercise, left unanswered, says so (NotImplementedError) rather than failing some other way."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("COURSE_PROFILE", "quick")
+    monkeypatch.setenv("COURSE_CLUSTER_ID", f"nbstudent-{path.stem}")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    notebook = nbformat.read(str(path), as_version=4)
+    stop_at = first_answer(notebook)
+    notebook.cells = notebook.cells[: stop_at + 1]
+    client = NotebookClient(notebook, kernel_name=run.KERNEL, timeout=run.CELL_TIMEOUT, startup_timeout=180,
+                            allow_errors=True, resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute()
+    finally:
+        cluster.stop(f"nbstudent-{path.stem}")
+    before = errors(nbformat.from_dict({"cells": notebook.cells[:stop_at]}))
+    assert before == [], f"{path.name} fails before its first exercise (cell {stop_at})"
+    raised = [out for out in notebook.cells[stop_at].get("outputs", []) if out.output_type == "error"]
+    # on %%px cells the engines' NotImplementedError is shown first, then ipyparallel raises AlreadyDisplayedError
+    shown = "\n".join(str(out.get("text", "")) + "\n".join(out.get("traceback", [])) + str(out.get("data", ""))
+                      for out in notebook.cells[stop_at].get("outputs", []))
+    unexplained = [out.ename for out in raised if out.ename != "NotImplementedError" and not (
+        out.ename == "AlreadyDisplayedError" and "NotImplementedError" in shown)]
+    assert unexplained == [], f"{path.name}: the unanswered exercise in cell {stop_at} fails with {unexplained}"
 
 
 def test_validator_catches_a_failing_check(tmp_path, monkeypatch):
