@@ -17,8 +17,9 @@ matplotlib.use("Agg")
 
 from course import UserError, cluster  # noqa: E402
 from course import tasks  # noqa: E402
-from course.tasks import (COLLECTION_IN, COLLECTION_INOUT, COMMUTATIVE, FILE_IN, FILE_OUT, IN, INOUT,  # noqa: E402
-                          compss_barrier, compss_delete_object, compss_open, compss_wait_on, constraint, task)
+from course.tasks import (COLLECTION_IN, COLLECTION_INOUT, COMMUTATIVE, FILE_IN, FILE_INOUT, FILE_OUT, IN,  # noqa: E402
+                          INOUT, OUT, compss_barrier, compss_delete_object, compss_open, compss_wait_on, constraint,
+                          runtime, task, worker)
 from tests.conftest import PROGRAMS  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -229,6 +230,134 @@ def test_file_out_then_file_in(fresh, tmp_path):
     with compss_open(str(target)) as f:
         assert f.read() == "hello"
     assert tasks.history()[1]["parents"] == [(0, "FILE_IN")]
+
+
+def test_out_parameter_is_filled_by_the_task(fresh):
+    @task(result=OUT)
+    def fill(result, n):
+        result.extend(range(n))
+
+    @task(block=OUT)
+    def fill_block(block, value):
+        block[:] = value
+
+    @task(returns=1)
+    def total(values):
+        return sum(values)
+
+    out = []
+    fill(out, 4)
+    s = total(out)  # a later task reads the version the OUT task wrote
+    block = np.zeros(3)
+    fill_block(block, 7.0)
+    assert compss_wait_on(out) == [0, 1, 2, 3]
+    assert compss_wait_on(s) == 6
+    assert compss_wait_on(block).tolist() == [7.0, 7.0, 7.0]
+    assert tasks.history()[1]["parents"] == [(0, "IN")]
+    assert out == [] and block.tolist() == [0.0, 0.0, 0.0], \
+        "the notebook's own objects are not changed behind its back (as in PyCOMPSs)"
+
+
+def test_file_inout_appends_in_the_order_of_the_calls(fresh, tmp_path):
+    @task(path=FILE_INOUT)
+    def append(path, text, delay):
+        import time
+        time.sleep(delay)
+        with open(path, "a") as f:
+            f.write(text + "\n")
+
+    log = tmp_path / "log.txt"
+    log.write_text("start\n")
+    append(str(log), "first", 1.0)  # slow: without the dependency the second append would overtake it
+    append(str(log), "second", 0.0)
+    with compss_open(str(log)) as f:
+        assert f.read() == "start\nfirst\nsecond\n"
+    assert tasks.history()[1]["parents"] == [(0, "FILE_INOUT")]
+
+
+def test_barrier_alone_waits_for_every_task(fresh, tmp_path):
+    @task(path=FILE_OUT)
+    def slow_write(path, i):
+        import time
+        time.sleep(1.0)
+        with open(path, "w") as f:
+            f.write(str(i))
+
+    paths = [tmp_path / f"part{i}.txt" for i in range(4)]
+    for i, path in enumerate(paths):
+        slow_write(str(path), i)
+    assert not all(p.exists() for p in paths), "the tasks should still be running when the barrier is called"
+    assert compss_barrier() is None
+    assert [p.read_text() if p.exists() else None for p in paths] == ["0", "1", "2", "3"]
+    assert all(r["ok"] for r in tasks.history(wait=False))
+
+
+def test_first_task_without_a_cluster_starts_one_and_says_so(tmp_path, monkeypatch, capsys):
+    """As in a fresh kernel: no cluster yet, so the first task call starts a local one and announces it."""
+    monkeypatch.setattr(cluster, "_current", None)  # the module's cluster (if started) is set aside, not stopped
+    monkeypatch.setattr(runtime, "_RUNTIME", None)
+    monkeypatch.setattr(worker, "STATE", dict(worker.STATE))  # the new runtime's auth key and peers stay apart
+    monkeypatch.setattr(worker, "_CONNECTIONS", {})
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # its files live apart from anyone else's
+    monkeypatch.setenv("COURSE_CLUSTER_ID", "test-tasks-autostart")
+
+    @task(returns=1)
+    def double(x):
+        return 2 * x
+
+    try:
+        first = double(21)
+        announced = capsys.readouterr().out
+        assert compss_wait_on(first) == 42
+        assert compss_wait_on(double(1)) == 2
+        again = capsys.readouterr().out
+        started = cluster.current()
+        n = cluster.default_engines()
+        assert f"No cluster running in this session: starting {n} local engines." in announced
+        assert re.search(rf"Started cluster course-test-tasks-autostart: {n} local engine\(s\)", announced), announced
+        assert "No cluster running" not in again and "Started cluster" not in again, "one cluster, started once"
+        assert started is not None and started.cluster_id == "course-test-tasks-autostart"
+        assert started.status().alive == n
+        assert runtime.current(start=False).cluster is started
+    finally:
+        if cluster.current() is not None and cluster.current().cluster_id == "course-test-tasks-autostart":
+            cluster.current().stop()
+        for conn in worker._CONNECTIONS.values():
+            conn.close()
+
+
+def test_results_move_between_engines_not_through_the_notebook(fresh, monkeypatch):
+    @task(returns=1)
+    def produce(n):
+        import numpy as np
+        return np.arange(n)
+
+    @task(returns=1)
+    def consume(x):
+        import time
+        time.sleep(0.3)  # keeps both engines busy, so some consumers run away from the producer
+        return int(x.sum())
+
+    rt = runtime.current()
+    seen = []  # every value the notebook sends to, or fetches from, an engine
+    get, put = rt._get, rt._put
+    monkeypatch.setattr(rt, "_get", lambda engine, key: seen.append(("get", key)) or get(engine, key))
+    monkeypatch.setattr(rt, "_put", lambda engine, key, value: seen.append(("put", key)) or put(engine, key, value))
+    data = produce(1000)
+    sums = [consume(data) for _ in range(4)]
+    records = tasks.history()  # waits for every task; fetches no value
+    assert all(op == "put" and key.startswith("fn:") for op, key in seen), \
+        f"only the task functions may go through the notebook before compss_wait_on: {seen}"
+    home = records[0]["engine"]
+    consumers = records[1:]
+    assert all(r["parents"] == [(0, "IN")] for r in consumers)
+    away = sorted((r for r in consumers if r["engine"] != home), key=lambda r: r["start"])
+    assert away, f"every consumer ran on the producer's engine {home}: {records}"
+    assert [r["fetched"] for r in consumers if r["engine"] == home] == [0] * (len(consumers) - len(away)), \
+        "a consumer on the producer's engine finds the result there"
+    assert [r["fetched"] for r in away] == [1] + [0] * (len(away) - 1), \
+        f"the first consumer on engine {away[0]['engine']} fetches the result from its peer once, later ones reuse it"
+    assert compss_wait_on(sums) == [499500] * 4
 
 
 def test_delete_object_frees_it(fresh):
