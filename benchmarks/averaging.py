@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# this folder holds comm.py and tasks.py, which would shadow the `comm` package ipykernel imports
+# keep this folder off the path: its scripts are named like modules (horovod.py would shadow the horovod
+# package; a comm.py, as collectives.py once was, hid the `comm` package ipykernel imports)
 sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 from course import averaging, cluster, data, tasks  # noqa: E402

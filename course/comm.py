@@ -1,7 +1,8 @@
 """Collectives written out by hand for teaching, over mpi4py, and the alpha-beta model of their cost.
 
 Each function takes an mpi4py communicator and a NumPy array and returns what the matching MPI
-collective would: learners compare them with `MPI.Allreduce` and time both. The array sizes need
+collective would: learners compare them with `MPI.Allreduce` and time both. `reduce_scatter_allgather`
+builds the same all-reduce from MPI's own reduce-scatter and all-gather. The array sizes need
 not divide by the number of ranks (chunks come from `np.array_split`).
 """
 
@@ -92,15 +93,41 @@ def parameter_server_allreduce(comm, array: np.ndarray, op: str = "sum", server:
     return result
 
 
-def mpi_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
-    """The reference: MPI's own all-reduce of `array` (same signature as the hand-written ones)."""
+def _mpi_op(name: str):
+    """The MPI reduction (MPI.SUM, MAX, MIN) for one of the names in OPS."""
     from mpi4py import MPI
 
-    mpi_ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-    _op(op)
+    _op(name)
+    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[name]
+
+
+def reduce_scatter_allgather(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
+    """All-reduce as MPI's own reduce-scatter followed by MPI's own all-gather.
+
+    The same two phases as `ring_allreduce`, but with library collectives instead of a hand-written ring:
+    rank r receives the reduced chunk r (`Reduce_scatter`), then every rank gathers all chunks (`Allgatherv`).
+    This is the decomposition Horovod and NCCL build their all-reduce from. Returns an array of `array`'s shape.
+    """
+    mpi_op = _mpi_op(op)
+    array = np.asarray(array)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size == 1:
+        return array.copy()
+    flat = np.ascontiguousarray(array).reshape(-1)
+    counts = [len(chunk) for chunk in _chunks(flat, size)]
+    owned = np.empty(counts[rank], dtype=flat.dtype)
+    comm.Reduce_scatter(flat, owned, recvcounts=counts, op=mpi_op)
+    result = np.empty_like(flat)
+    comm.Allgatherv(owned, [result, counts])
+    return result.reshape(array.shape)
+
+
+def mpi_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
+    """The reference: MPI's own all-reduce of `array` (same signature as the hand-written ones)."""
+    mpi_op = _mpi_op(op)
     array = np.ascontiguousarray(array)
     result = np.empty_like(array)
-    comm.Allreduce(array, result, op=mpi_ops[op])
+    comm.Allreduce(array, result, op=mpi_op)
     return result
 
 
