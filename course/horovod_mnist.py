@@ -5,8 +5,10 @@
     HOROVOD_TIMELINE=timeline.json horovodrun -np 2 ... python -m course.horovod_mnist   # a timeline from rank 0
 
 Every rank runs this same file. Output paths may contain {rank}; only rank 0 writes checkpoints, TensorBoard
-logs, the saved model and the summary (so e.g. --checkpoint-dir ckpt-{rank} shows that only ckpt-0 appears).
-A second run with the same --checkpoint-dir continues from rank 0's newest checkpoint.
+logs, the saved model, the summary and the class-results row (so e.g. --checkpoint-dir ckpt-{rank} shows that
+only ckpt-0 appears). A second run with the same --checkpoint-dir continues from rank 0's newest checkpoint.
+With --results FILE rank 0 appends one row to the class results (course.results: strategy horovod, workers =
+ranks); a bad results file is refused before training starts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -31,6 +34,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-dir", default=None, help="TensorBoard logs")
     parser.add_argument("--save", default=None, help="save the trained model here (rank 0)")
     parser.add_argument("--summary", default=None, help="write a JSON summary here (rank 0)")
+    parser.add_argument("--results", default=None, metavar="FILE",
+                        help="append one row to this class results CSV (rank 0; epochs = the epochs this run trained)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch < 1 or args.threads < 1:
@@ -50,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rank, size = hvd.rank(), hvd.size()
     paths = {k: (v.format(rank=rank) if v else None) for k, v in
-             dict(checkpoint_dir=args.checkpoint_dir, log_dir=args.log_dir, save=args.save, summary=args.summary).items()}
+             dict(checkpoint_dir=args.checkpoint_dir, log_dir=args.log_dir, save=args.save, summary=args.summary,
+                  results=args.results).items()}
     print(f"rank {rank} of {size}, local rank {hvd.local_rank()}, device {training.horovod_device()}", flush=True)
+    if paths["results"] and not results_file_ok(paths["results"], rank):   # before any training: every rank stops
+        return 1
 
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset, limit=args.limit)
     x, y = data.shard((x_train, y_train), rank, size)             # 2. each rank its own part of the data
@@ -73,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     callbacks = training.horovod_callbacks(checkpoint_dir=paths["checkpoint_dir"], log_dir=paths["log_dir"],
                                            warmup_epochs=args.warmup_epochs, initial_lr=args.lr)  # 7. rank 0 writes
     train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat().batch(args.batch)
+    started = time.perf_counter()
     history = model.fit(train, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
                         callbacks=callbacks + [timer], verbose=2 if rank == 0 else 0)
+    elapsed = time.perf_counter() - started
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
     summary = timer.summary()
     if rank == 0:                                                             # 8. only rank 0 saves and reports
@@ -90,6 +100,53 @@ def main(argv: list[str] | None = None) -> int:
             with open(paths["summary"], "w") as handle:
                 json.dump(result, handle)
         print(f"SUMMARY {json.dumps(result)}", flush=True)
+        if paths["results"]:
+            return append_result(paths["results"], args, data.fallbacks_used, size, hvd.cross_size(), result, elapsed)
+    return 0
+
+
+def results_file_ok(path: str, rank: int) -> bool:
+    """Rank 0 checks that a row could be appended to `path`; every rank learns the answer (True: go on).
+
+    Only rank 0 touches the file (the others may be on nodes that do not share it); on a problem rank 0 prints
+    the one-line error and every rank returns False, so no rank is left waiting in a collective.
+    """
+    import horovod.tensorflow as hvd_tf
+
+    from course import UserError
+    from course.averaging import check_results_file
+
+    problem = None
+    if rank == 0:
+        try:
+            check_results_file(path)
+        except UserError as exc:
+            problem = str(exc)
+    problem = hvd_tf.broadcast_object(problem, root_rank=0, name="results_file_check")
+    if problem is not None and rank == 0:
+        print(f"course: error: {problem}", file=sys.stderr, flush=True)
+    return problem is None
+
+
+def append_result(path: str, args: argparse.Namespace, fallbacks: set[str], size: int, nodes: int, result: dict,
+                  elapsed: float) -> int:
+    """Rank 0: append this run to the class results (course.results' schema); 1 with a one-line error if it cannot."""
+    from course import UserError, data, results
+    from course.averaging import hardware
+
+    name = data.info(args.dataset).name
+    machine = hardware() + (f" per node, {nodes} nodes" if nodes > 1 else "")
+    row = {"strategy": "horovod", "dataset": "digits" if name in fallbacks else name, "network": "simple-mnist",
+           "workers": size, "epochs": len(result["epochs_run"]), "batch_size": result["global_batch"],
+           "elapsed_s": round(elapsed, 4), "accuracy": round(result["test_accuracy"], 6),
+           "epoch_time_s": round(result["epoch_time"], 4), "images_per_s": round(result["images_per_second"], 2),
+           "engines": size, "hardware": machine}
+    try:
+        results.append_row(path, row)
+    except UserError as exc:
+        print(f"course: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(f"Appended this run to {path}", flush=True)
     return 0
 
 

@@ -4,7 +4,8 @@
     python -m course job mirrored --gpus-per-node 4 --submit -- --epochs 5
 
 Without GPUs it makes logical CPU devices so the mechanics can be seen. Prints one `SUMMARY {json}` line
-(epoch time without the first epoch, images/s) and, with --results FILE, appends a row to the class results.
+(epoch time without the first epoch, images/s); with --results FILE it appends a row to the class results (a bad
+results file is refused before training), and with --log-dir DIR it writes TensorBoard logs.
 """
 
 from __future__ import annotations
@@ -27,13 +28,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-size", type=int, default=32, help="image side (seed 004 uses 128)")
     parser.add_argument("--limit", type=int, default=None, help="use at most this many training images")
     parser.add_argument("--dataset", default="cifar10")
-    parser.add_argument("--results", default=None, help="append a row to this class results CSV")
+    parser.add_argument("--results", default=None, metavar="FILE", help="append a row to this class results CSV")
+    parser.add_argument("--log-dir", default=None, metavar="DIR", help="write TensorBoard logs here")
     args = parser.parse_args(argv)
     if min(args.batch, args.epochs, args.input_size) < 1 or (args.replicas is not None and args.replicas < 1):
         parser.error("--replicas, --batch, --epochs and --input-size must be positive")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from course import UserError, training
 
+    if args.results:
+        from course.averaging import check_results_file
+
+        try:
+            check_results_file(args.results)   # fail now, not after the training
+        except UserError as exc:
+            print(f"course: error: {exc}", file=sys.stderr)
+            return 1
     replicas = args.replicas
     if replicas is None:
         import tensorflow as tf
@@ -43,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = training.mirrored_run(replicas, model=args.model, per_replica_batch=args.batch, base_lr=args.lr,
                                        input_size=args.input_size, epochs=args.epochs, steps=args.steps,
-                                       limit=args.limit, dataset=args.dataset)
+                                       limit=args.limit, dataset=args.dataset, log_dir=args.log_dir)
     except UserError as exc:
         print(f"course: error: {exc}", file=sys.stderr)
         return 1
@@ -53,13 +63,24 @@ def main(argv: list[str] | None = None) -> int:
                                                  "final_loss", "devices")}
     print(f"SUMMARY {json.dumps(summary)}", flush=True)
     if args.results:
-        from course import results
+        from course import data, results
+        from course.averaging import hardware
 
-        results.append_row(args.results, {"strategy": "mirrored", "dataset": args.dataset, "network": args.model,
-                                          "workers": result.replicas, "epochs": args.epochs,
-                                          "batch_size": result.global_batch, "elapsed_s": elapsed,
-                                          "accuracy": None, "epoch_time_s": result.epoch_time,
-                                          "images_per_s": result.images_per_second, "engines": 1})
+        name = data.info(args.dataset).name
+        try:
+            results.append_row(args.results, {"strategy": "mirrored",
+                                              "dataset": "digits" if name in data.fallbacks_used else name,
+                                              "network": "simple-mnist" if args.model == "mnist_cnn" else args.model,
+                                              "workers": result.replicas,
+                                              "epochs": args.epochs, "batch_size": result.global_batch,
+                                              "elapsed_s": round(elapsed, 4), "accuracy": None,
+                                              "epoch_time_s": round(result.epoch_time, 4),
+                                              "images_per_s": round(result.images_per_second, 2), "engines": 1,
+                                              "hardware": hardware()})
+        except UserError as exc:
+            print(f"course: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"Appended this run to {args.results}", flush=True)
     return 0
 
 

@@ -225,13 +225,14 @@ class MirroredResult:
 
 def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch: int = 32, base_lr: float = 0.01,
                  input_size: int = 32, epochs: int = 2, steps: int | None = None, limit: int | None = None,
-                 dataset: str = "cifar10", seed: int = 0) -> MirroredResult:
+                 dataset: str = "cifar10", seed: int = 0, log_dir: str | os.PathLike | None = None) -> MirroredResult:
     """Train `model` (a ResNet of `models.RESNETS`, or "mnist_cnn") with MirroredStrategy on `replicas` devices
     as seed 004 does, and time it.
 
     Global batch = per-replica batch x replicas; learning rate = base x replicas; variables created in the
     strategy's scope; epoch time excludes the first epoch. Needs a process where TensorFlow has not started
-    (logical CPU devices), e.g. `in_fresh_process(mirrored_run, 2, ...)`.
+    (logical CPU devices), e.g. `in_fresh_process(mirrored_run, 2, ...)`. With `log_dir`, TensorBoard logs
+    (loss per epoch, the graph) go there: `perf.tensorboard(log_dir)` shows them.
     """
     import numpy as np
     import tensorflow as tf
@@ -259,7 +260,10 @@ def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch:
     if images == 0:
         raise UserError(f"the global batch {global_batch} is larger than the {len(x)} training images: use more data")
     timer = perf.timing_callback(images)
-    history = net.fit(train, epochs=epochs, verbose=0, callbacks=[timer])
+    callbacks = [timer]
+    if log_dir is not None:  # one process for all replicas: it alone writes the logs
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(log_dir)))
+    history = net.fit(train, epochs=epochs, verbose=0, callbacks=callbacks)
     summary = timer.summary()
     return MirroredResult(model, strategy.num_replicas_in_sync, per_replica_batch, global_batch, lr, input_size,
                           summary.epoch_times, images, summary.epoch_time, summary.images_per_second,

@@ -1,9 +1,11 @@
 """Horovod and MirroredStrategy training (issue 7), on real MPI ranks and real logical devices.
 
 - Two Horovod ranks, each on half of every batch, end with the weights of one process on the whole batches.
-- Only rank 0 writes checkpoints, TensorBoard logs and the model; a second run resumes from rank 0's checkpoint.
+- Only rank 0 writes checkpoints, TensorBoard logs, the model and one class-results row per run (workers = ranks);
+  a second run resumes from rank 0's checkpoint. A bad results file stops every rank before training.
 - The Horovod timeline is written and parsed into negotiation / all-reduce / compute.
-- MirroredStrategy on 2 logical CPU devices gives the weights of 1 device at the same global batch.
+- MirroredStrategy on 2 logical CPU devices gives the weights of 1 device at the same global batch; the
+  MirroredStrategy program writes TensorBoard logs and a class-results row.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from course import UserError, mpi, perf, training
+from course import UserError, mpi, perf, results, training
 from tests.conftest import PROGRAMS, ROOT
 
 TIMEOUT = 600  # seconds per launch: the machine is shared
@@ -63,7 +65,8 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     timeline = tmp_path / "timeline.json"
     args = ["-m", "course.horovod_mnist", "--limit", "400", "--batch", "50",
             "--checkpoint-dir", str(tmp_path / "ckpt-{rank}"), "--log-dir", str(tmp_path / "tb-{rank}"),
-            "--save", str(tmp_path / "model-{rank}.h5"), "--summary", str(tmp_path / "summary-{rank}.json")]
+            "--save", str(tmp_path / "model-{rank}.h5"), "--summary", str(tmp_path / "summary-{rank}.json"),
+            "--results", str(tmp_path / "results-{rank}.csv")]
     env = dict(mpi.env(), HOROVOD_TIMELINE=str(timeline))
     first = run(mpi.command(2, sys.executable, *args, "--epochs", "2"), env=env, cwd=tmp_path)
 
@@ -72,11 +75,21 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     assert sorted(p.name for p in (tmp_path / "ckpt-0").iterdir()) == ["checkpoint-001.h5", "checkpoint-002.h5"]
     assert any((tmp_path / "tb-0").rglob("events.out.tfevents.*")), "rank 0 wrote no TensorBoard events"
     assert (tmp_path / "model-0.h5").is_file() and (tmp_path / "summary-0.json").is_file()
-    for written_by_rank1 in ("ckpt-1", "tb-1", "model-1.h5", "summary-1.json"):
+    for written_by_rank1 in ("ckpt-1", "tb-1", "model-1.h5", "summary-1.json", "results-1.csv"):
         assert not (tmp_path / written_by_rank1).exists(), f"rank 1 wrote {written_by_rank1}"
     (report,) = summary_line(first.stdout)  # printed once: by rank 0
     assert report["size"] == 2 and report["global_batch"] == 100 and report["epochs_run"] == [1, 2]
     assert report["steps_per_epoch"] == training.steps_per_epoch(400, 50, 2) == 4
+
+    # Exactly one class-results row, well-formed for course.results' reader: 2 Horovod workers.
+    table = results.collect(tmp_path / "results-0.csv")
+    assert table.problems == [] and len(table.rows) == 1, (table.problems, table.rows)
+    (row,) = table.rows
+    assert (row["strategy"], row["workers"], row["engines"], row["epochs"], row["batch_size"]) == \
+        ("horovod", "2", "2", "2", "100")
+    assert row["network"] == "simple-mnist" and row["dataset"] in ("mnist", "digits") and row["hardware"]
+    assert float(row["accuracy"]) == pytest.approx(report["test_accuracy"], abs=1e-6)
+    assert float(row["elapsed_s"]) >= sum(report["epoch_times"]) * 0.99
 
     # The timeline (written by rank 0) parses into negotiation / all-reduce / compute for both ranks.
     breakdown = perf.timeline_breakdown(timeline)
@@ -92,6 +105,21 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     (report,) = summary_line(second.stdout)
     assert report["initial_epoch"] == 2 and report["epochs_run"] == [3]
     assert (tmp_path / "ckpt-0" / "checkpoint-003.h5").is_file() and not (tmp_path / "ckpt-1").exists()
+    rows = results.collect(tmp_path / "results-0.csv").rows   # appended to, not rewritten: the epoch it trained
+    assert [(r["workers"], r["epochs"]) for r in rows] == [("2", "2"), ("2", "1")]
+
+
+@pytest.mark.slow
+def test_bad_results_file_stops_every_rank_before_training(tmp_path):
+    command = mpi.command(2, sys.executable, "-m", "course.horovod_mnist", "--limit", "400",
+                          "--results", str(tmp_path / "missing-folder" / "results.csv"))
+    env = dict(mpi.env(), TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
+    assert done.returncode != 0, done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("course: error:")]
+    assert errors == [f"course: error: cannot write results to {tmp_path / 'missing-folder' / 'results.csv'}: "
+                      f"the folder {tmp_path / 'missing-folder'} does not exist"], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Epoch 1" not in done.stdout and "SUMMARY" not in done.stdout
 
 
 # ---------------------------------------------------------------------------------- MirroredStrategy
@@ -104,6 +132,20 @@ def test_mirrored_two_logical_devices_equal_one_device(tmp_path):
     assert max_difference(one, weights(tmp_path / "initial.npz")) > 1e-3, "training did not change the weights"
     # Tolerance: float32 sums in a different order (per-replica gradients summed, divided by the global batch).
     assert max_difference(one, two) <= 1e-5
+
+
+@pytest.mark.slow
+def test_mirrored_program_writes_tensorboard_logs_and_a_results_row(tmp_path):
+    result = run([sys.executable, "-m", "course.mirrored_resnet", "--replicas", "2", "--model", "mnist_cnn",
+                  "--dataset", "mnist", "--input-size", "28", "--batch", "8", "--steps", "2", "--epochs", "1",
+                  "--limit", "64", "--log-dir", str(tmp_path / "tb"), "--results", str(tmp_path / "results.csv")],
+                 env=dict(os.environ, COURSE_OFFLINE="1"))
+    assert any((tmp_path / "tb").rglob("events.out.tfevents.*")), f"no TensorBoard events:\n{result.stdout}"
+    table = results.collect(tmp_path / "results.csv")
+    assert table.problems == [] and len(table.rows) == 1, (table.problems, table.rows)
+    (row,) = table.rows
+    assert (row["strategy"], row["workers"], row["engines"], row["batch_size"], row["accuracy"]) == \
+        ("mirrored", "2", "1", "16", "")
 
 
 def test_logical_cpus_after_tensorflow_started_is_a_clear_error(tmp_path):

@@ -122,6 +122,25 @@ def test_timeline_spans_and_gantt(tmp_path):
     assert len(fig.axes) == 3
 
 
+def test_timeline_breakdown_per_rank_by_hand():
+    # Worked out from TIMELINE's events (seconds = ts / 1e6):
+    #   grad_dense: negotiation 0.0-0.4 (rank 0 ready at 0.0, rank 1 at 0.3), ALLREDUCE 0.4-0.6 with
+    #               MPI_ALLREDUCE 0.45-0.55 inside it;  grad_conv: negotiation 1.0-1.1 (no rank marks), ALLREDUCE 1.1-2.0.
+    #   span 0.0-2.0 = 2.0; negotiation 0.4 + 0.1 = 0.5; all-reduce 0.2 + 0.9 = 1.1;
+    #   compute = 2.0 - |[0, 0.6] u [1.0, 2.0]| = 2.0 - 1.6 = 0.4.
+    #   rank 0 waits 0.0-0.4 = 0.4; compute = 2.0 - |[0, 0.4] u [0.4, 0.6] u [1.1, 2.0]| = 2.0 - 1.5 = 0.5.
+    #   rank 1 waits 0.3-0.4 = 0.1; compute = 2.0 - |[0.3, 0.6] u [1.1, 2.0]| = 2.0 - 1.2 = 0.8.
+    b = perf.timeline_breakdown(TIMELINE)
+    assert b.span == pytest.approx(2.0) and b.tensors == 2
+    assert (b.negotiation, b.allreduce, b.compute) == pytest.approx((0.5, 1.1, 0.4))
+    assert b.phases == {"MPI_ALLREDUCE": pytest.approx(0.1)}
+    assert sorted(b.ranks) == [0, 1]
+    assert b.ranks[0] == {perf.NEGOTIATION: pytest.approx(0.4), perf.ALLREDUCE: pytest.approx(1.1),
+                          perf.COMPUTE: pytest.approx(0.5)}
+    assert b.ranks[1] == {perf.NEGOTIATION: pytest.approx(0.1), perf.ALLREDUCE: pytest.approx(1.1),
+                          perf.COMPUTE: pytest.approx(0.8)}
+
+
 def test_karp_flatt_gives_the_serial_fraction_of_one_measurement():
     assert perf.karp_flatt(perf.amdahl_speedup(4, 0.15), 4) == pytest.approx(0.15)
     with pytest.raises(UserError):
