@@ -35,7 +35,7 @@ class Check:
 
 
 TF_PROBE = r"""
-import json, os
+import importlib.util, json, os
 import tensorflow as tf
 gpus = tf.config.list_physical_devices("GPU")
 names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
@@ -44,7 +44,8 @@ try:
     import horovod, horovod.tensorflow as hvd
     facts["horovod"] = {
         "version": horovod.__version__,
-        "frameworks": ["tensorflow"],
+        "frameworks": ["tensorflow"] + [fw for fw in ("torch", "mxnet") if importlib.util.find_spec(fw)
+                                        and importlib.util.find_spec(f"horovod.{fw}.mpi_lib_v2" if fw == "torch" else f"horovod.{fw}.mpi_lib")],
         "controllers": [n for n, built in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if built],
         "tensor_operations": [n for n, built in (("NCCL", hvd.nccl_built()), ("DDL", hvd.ddl_built()),
                                ("CCL", hvd.ccl_built()), ("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if built],
