@@ -35,7 +35,8 @@ DESCRIPTIONS = {
     "network": "simple-mnist, lenet, vgg16, resnet50v2, ...",
     "workers": "parallel workers: engines, Horovod ranks or MirroredStrategy replicas (integer >= 1)",
     "epochs": "epochs trained (integer >= 1)",
-    "batch_size": "global batch size (integer >= 1)",
+    "batch_size": ("batch size (integer >= 1): global for gradient averaging (horovod, mirrored: per worker x "
+                   "workers), per worker for parameter averaging, where each worker takes its own steps"),
     "elapsed_s": "total elapsed training time in seconds (> 0)",
     "accuracy": "test accuracy in [0, 1] (empty when the run did not evaluate)",
     "epoch_time_s": "median epoch time without the first epoch, seconds (> 0)",
