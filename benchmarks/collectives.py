@@ -36,8 +36,11 @@ def measure() -> None:
 
 
 def main() -> None:
+    import argparse
+
     from course import mpi
 
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help; no options
     print(f"{'ranks':>5} {'MB':>10} {'ring ms':>10} {'MPI ms':>10} {'ratio':>7}   (medians of {PAIRS} interleaved pairs)")
     for ranks in (2, 4):
         subprocess.run(mpi.command(ranks, sys.executable, __file__, "--rank"), env=mpi.env(), check=True)
