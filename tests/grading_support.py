@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import csv
 import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -15,8 +17,27 @@ from tests.conftest import ROOT, run_course
 
 FIXTURES = ROOT / "tests" / "fixtures"
 FIXTURE_COURSE = FIXTURES / "course"            # 99_fixture.ipynb: two quick exercises
-HOSTILE = FIXTURES / "hostile"                  # one folder per way a submission goes wrong
 WRONG = FIXTURES / "wrong_answers"              # <notebook>.json: plausible wrong answers
+
+
+def build_hostile(target: Path) -> Path:
+    """The hostile class at `target`: the committed folders of tests/fixtures/hostile, plus the broken files made
+    here from the good submission (JSON cut in half, binary bytes named .ipynb, a browser's download name), so
+    the repository itself holds no broken notebooks."""
+    shutil.copytree(FIXTURES / "hostile", target)
+    good = (target / "good" / "99_fixture.ipynb").read_bytes()
+    broken = {"malformed/99_fixture.ipynb": good[: len(good) // 2],
+              "not_a_notebook/99_fixture.ipynb": b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,
+              "misnamed/99_Fixture (1).ipynb": good}
+    for name, content in broken.items():
+        (target / name).parent.mkdir(exist_ok=True)
+        (target / name).write_bytes(content)
+    return target
+
+
+_HOSTILE_HOME = Path(tempfile.mkdtemp(prefix="course-hostile-"))
+atexit.register(shutil.rmtree, _HOSTILE_HOME, True)
+HOSTILE = build_hostile(_HOSTILE_HOME / "class")  # one folder per way a submission goes wrong
 
 
 def course_notebooks() -> list[Path]:
