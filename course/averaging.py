@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from course import UserError
+from course.results import hardware
 from course.tasks import COMMUTATIVE, INOUT, compss_delete_object, compss_wait_on, task
 
 STRATEGIES = ("sync", "async", "full-async")
@@ -294,38 +295,6 @@ def master_evaluate(model, weights: Weights, x: np.ndarray, y: np.ndarray, batch
 DATASETS = ("mnist", "cifar10")
 
 
-def check_results_file(path: str | os.PathLike) -> None:
-    """Fail now, before any training, when runs could not be appended to `path` (course.results' CSV)."""
-    import csv
-    from pathlib import Path
-
-    from course import results
-
-    file = Path(path)
-    if file.is_dir():
-        raise UserError(f"the results file {file} is a directory: give a file name such as {file / 'results.csv'}")
-    if not file.parent.is_dir():
-        raise UserError(f"cannot write results to {file}: the folder {file.parent} does not exist")
-    existed = file.exists()
-    try:
-        with open(file, "a+", newline="") as handle:
-            handle.seek(0)
-            header = next(csv.reader([handle.readline()]), []) if existed else []
-    except OSError as exc:
-        raise UserError(f"cannot write results to {file}: {exc.strerror}") from None
-    if header and tuple(h.strip() for h in header) != results.FIELDS:
-        raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
-                        "give a new file name")
-
-
-def hardware() -> str:
-    """What the workers ran on, for the results table: GPUs if any, else CPU cores."""
-    from course.cluster import visible_gpus
-
-    gpus = visible_gpus()
-    return f"{len(gpus)} GPU(s)" if gpus else f"{os.cpu_count()} CPU cores"
-
-
 def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int = 1, workers: int = 1,
           sync: str | int = "sync", runs: int = 1, batch_size: int = 32, results: str | os.PathLike | None = None,
           limit: int | None = None, learning_rate: float | None = None, engines: int | None = None,
@@ -353,7 +322,7 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
     if limit is not None and limit < workers:
         raise UserError(f"--limit {limit} gives fewer training samples than the {workers} workers")
     if results is not None:
-        check_results_file(results)
+        results_module.check_file(results)
 
     (x, y), (x_test, y_test) = data.load(dataset, limit=limit)
     dataset_used = "digits" if dataset in data.fallbacks_used else dataset

@@ -40,12 +40,13 @@ import tensorflow as tf
 gpus = tf.config.list_physical_devices("GPU")
 names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
 facts = {"version": tf.__version__, "cpus": len(tf.config.list_physical_devices("CPU")), "gpus": names}
+OTHER_OPS = {"torch": "horovod.torch.mpi_lib_v2", "mxnet": "horovod.mxnet.mpi_lib"}  # built only if asked for
 try:
     import horovod, horovod.tensorflow as hvd
     facts["horovod"] = {
         "version": horovod.__version__,
-        "frameworks": ["tensorflow"] + [fw for fw in ("torch", "mxnet") if importlib.util.find_spec(fw)
-                                        and importlib.util.find_spec(f"horovod.{fw}.mpi_lib_v2" if fw == "torch" else f"horovod.{fw}.mpi_lib")],
+        "frameworks": ["tensorflow"] + [fw for fw, ops in OTHER_OPS.items()
+                                        if importlib.util.find_spec(fw) and importlib.util.find_spec(ops)],
         "controllers": [n for n, built in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if built],
         "tensor_operations": [n for n, built in (("NCCL", hvd.nccl_built()), ("DDL", hvd.ddl_built()),
                                ("CCL", hvd.ccl_built()), ("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if built],

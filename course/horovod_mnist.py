@@ -113,13 +113,12 @@ def results_file_ok(path: str, rank: int) -> bool:
     """
     import horovod.tensorflow as hvd_tf
 
-    from course import UserError
-    from course.averaging import check_results_file
+    from course import UserError, results
 
     problem = None
     if rank == 0:
         try:
-            check_results_file(path)
+            results.check_file(path)
         except UserError as exc:
             problem = str(exc)
     problem = hvd_tf.broadcast_object(problem, root_rank=0, name="results_file_check")
@@ -132,10 +131,9 @@ def append_result(path: str, args: argparse.Namespace, fallbacks: set[str], size
                   elapsed: float) -> int:
     """Rank 0: append this run to the class results (course.results' schema); 1 with a one-line error if it cannot."""
     from course import UserError, data, results
-    from course.averaging import hardware
 
     name = data.info(args.dataset).name
-    machine = hardware() + (f" per node, {nodes} nodes" if nodes > 1 else "")
+    machine = results.hardware() + (f" per node, {nodes} nodes" if nodes > 1 else "")
     row = {"strategy": "horovod", "dataset": "digits" if name in fallbacks else name, "network": "simple-mnist",
            "workers": size, "epochs": len(result["epochs_run"]), "batch_size": result["global_batch"],
            "elapsed_s": round(elapsed, 4), "accuracy": round(result["test_accuracy"], 6),

@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     from course import UserError, training
 
     if args.results:
-        from course.averaging import check_results_file
+        from course import results
 
         try:
-            check_results_file(args.results)   # fail now, not after the training
+            results.check_file(args.results)   # fail now, not after the training
         except UserError as exc:
             print(f"course: error: {exc}", file=sys.stderr)
             return 1
@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SUMMARY {json.dumps(summary)}", flush=True)
     if args.results:
         from course import data, results
-        from course.averaging import hardware
 
         name = data.info(args.dataset).name
         try:
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                                               "elapsed_s": round(elapsed, 4), "accuracy": None,
                                               "epoch_time_s": round(result.epoch_time, 4),
                                               "images_per_s": round(result.images_per_second, 2), "engines": 1,
-                                              "hardware": hardware()})
+                                              "hardware": results.hardware()})
         except UserError as exc:
             print(f"course: error: {exc}", file=sys.stderr)
             return 1

@@ -107,6 +107,33 @@ def validate(row: dict[str, Any]) -> dict[str, str]:
         raise UserError(f"bad results row: {exc}") from None
 
 
+def check_file(path: str | os.PathLike) -> None:
+    """Fail now, before any training, when runs could not be appended to `path` (a results CSV)."""
+    file = Path(path)
+    if file.is_dir():
+        raise UserError(f"the results file {file} is a directory: give a file name such as {file / 'results.csv'}")
+    if not file.parent.is_dir():
+        raise UserError(f"cannot write results to {file}: the folder {file.parent} does not exist")
+    existed = file.exists()
+    try:
+        with open(file, "a+", newline="") as handle:
+            handle.seek(0)
+            header = next(csv.reader([handle.readline()]), []) if existed else []
+    except OSError as exc:
+        raise UserError(f"cannot write results to {file}: {exc.strerror}") from None
+    if header and tuple(h.strip() for h in header) != FIELDS:
+        raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
+                        "give a new file name")
+
+
+def hardware() -> str:
+    """What the workers ran on, for the results table: GPUs if any, else CPU cores."""
+    from course.cluster import visible_gpus
+
+    gpus = visible_gpus()
+    return f"{len(gpus)} GPU(s)" if gpus else f"{os.cpu_count()} CPU cores"
+
+
 def append_row(path: str | os.PathLike, row: dict[str, Any]) -> dict[str, str]:
     """Append one run to the results CSV at `path` (created with a header if new); returns the row written.
 
