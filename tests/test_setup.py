@@ -29,6 +29,27 @@ def test_a_user_who_is_not_root_is_told_what_to_install():
     assert "module load" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"), reason="needs root to act as another user")
+def test_a_missing_compiler_is_named_with_the_packages():
+    """Horovod compiles at install time: without g++ on PATH the default set-up names it (checked by what works)."""
+    import tempfile
+    from pathlib import Path
+
+    home = tempfile.TemporaryDirectory(prefix="course-setup-")  # under /tmp: 'nobody' may not enter pytest's
+    tools = Path(home.name) / "bin"
+    tools.mkdir()
+    Path(home.name).chmod(0o755)
+    for tool in ("bash", "dpkg", "dpkg-query", "id", "cat", "make", "cmake"):
+        (tools / tool).symlink_to(os.path.realpath(shutil.which(tool)))
+    (tools / "python3").symlink_to(shutil.which("python3"))
+    with home:
+        result = subprocess.run(["runuser", "-u", "nobody", "--", "/bin/bash", "-c", f"PATH={tools}; bash -s"],
+                                cwd="/", input=open(SYSTEM).read(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    install = next(line for line in result.stderr.splitlines() if "sudo apt-get install -y" in line)
+    assert "g++" in install.split() and "make" not in install.split(), result.stderr
+
+
 def test_second_python_setup_changes_nothing():
     before = sorted(p.name for p in (ROOT / ".venv").iterdir())
     result = subprocess.run(["bash", str(ROOT / "scripts" / "setup-python.sh")], capture_output=True, text=True,
