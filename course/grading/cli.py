@@ -28,8 +28,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    from course.grading.execute import check_timeout
     from course.grading.grade import grade
 
+    if args.timeout is not None:
+        check_timeout(args.timeout)
     print(grade(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout, workers=args.workers,
                 memory=args.memory, regrade=args.regrade, progress=sys.stderr.isatty()))
     return 0

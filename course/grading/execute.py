@@ -12,6 +12,7 @@ Limits, so that one hostile notebook cannot stall or sink a grading run:
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import threading
@@ -31,6 +32,19 @@ from course.grading import parse_memory, quiet_log, size_words  # noqa: F401  (r
 
 MAX_OUTPUT = 2**20  # bytes of output kept per cell
 GRACE = 30  # seconds a timed-out cell's kernel gets to honour the interrupt before it is killed
+
+
+def check_timeout(seconds: float) -> float:
+    """The per-cell limit as a float, or a UserError: it must be a positive, finite number of seconds.
+
+    Fractions are honoured (0.5 means half a second), so a small limit is never read as "no limit"."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        raise UserError(f"--timeout must be a number of seconds, not {seconds!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"--timeout must be a positive number of seconds (e.g. 0.5 or 300), not {value:g}")
+    return value
 
 
 @dataclass
@@ -165,10 +179,13 @@ def run(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_name: st
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+    timeout = check_timeout(timeout)
     outcome = Outcome()
     watchdog = Watchdog(memory, hang_after=timeout + GRACE)
-    executor = LimitedExecute(timeout=int(timeout), iopub_timeout=30, watchdog=watchdog, outcome=outcome,
-                              log=quiet_log(), **({"kernel_name": kernel_name} if kernel_name else {}))
+    # nbclient's `timeout` is whole seconds (0 would mean no limit); `timeout_func` gives it the exact limit.
+    executor = LimitedExecute(timeout=max(1, math.ceil(timeout)), timeout_func=lambda cell: timeout,
+                              iopub_timeout=30, watchdog=watchdog, outcome=outcome, log=quiet_log(),
+                              **({"kernel_name": kernel_name} if kernel_name else {}))
     resources = {"metadata": {"path": cwd}}
     watchdog.start()
     warnings.filterwarnings("ignore", module="nbgrader")

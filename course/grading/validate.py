@@ -18,7 +18,9 @@ from course.grading import explain
 def validate(path: Path, timeout: float | None = None, memory: str | None = None) -> tuple[bool, list[str]]:
     """Run the notebook at PATH (a copy: the file is not changed); returns (all passed, report lines)."""
     path = Path(path)
-    timeout = CELL_TIMEOUT if timeout is None else timeout
+    from course.grading.execute import check_timeout
+
+    timeout = check_timeout(CELL_TIMEOUT if timeout is None else timeout)
     memory_bytes = parse_memory(MEMORY_LIMIT if memory is None else memory)
     if not path.is_file():
         raise UserError(f"no notebook at {path}")
