@@ -17,25 +17,17 @@ MARK="# written by single-node-slurm.sh (course)"
 RUN=/run/course-slurm
 LOG=/var/log/course-slurm
 
-cannot() { echo "single-node-slurm: $*" >&2; exit 3; }
+NAME=single-node-slurm
+unset SLURM_CONF   # this script speaks to the Slurm of /etc/slurm, never to a virtual cluster's
+# shellcheck source=scripts/slurm-common.sh
+. "$(dirname "$0")/slurm-common.sh"
 
-need() {
-  [ "$(id -u)" -eq 0 ] || cannot "needs root (it starts munged, slurmctld and slurmd as system daemons)"
-  for tool in slurmctld slurmd munged sinfo; do
-    command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin" command -v "$tool" >/dev/null 2>&1 ||
-      cannot "$tool not found: install the Debian packages slurm-wlm and munge (bash scripts/setup-system.sh slurm-wlm munge)"
-  done
-  export PATH="$PATH:/usr/sbin"
-}
+need() { need_slurm; }
 
 node_up() {
   # the node answers and is in a state that takes jobs
-  local state
-  state=$(sinfo -h -N -o "%t" 2>/dev/null | head -1) || return 1
-  [[ "$state" =~ ^(idle|mix|alloc|comp) ]]
+  takes_jobs "$(node_states | head -1)"
 }
-
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 write_conf() {
   local host cpus mem
@@ -71,23 +63,6 @@ CONFIG
   mv "$CONF.new" "$CONF"
 }
 
-start_munge() {
-  if [ ! -s /etc/munge/munge.key ]; then
-    mungekey -c -f -k /etc/munge/munge.key
-  fi
-  chown munge:munge /etc/munge/munge.key 2>/dev/null || true
-  chmod 400 /etc/munge/munge.key
-  mkdir -p /run/munge /var/log/munge /var/lib/munge
-  chown munge:munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true
-  if ! alive /run/munge/munged.pid; then
-    if id munge >/dev/null 2>&1; then
-      su -s /bin/sh munge -c "munged --pid-file=/run/munge/munged.pid" 2>/dev/null || munged --force
-    else
-      munged --force
-    fi
-  fi
-}
-
 start() {
   local fresh=${1:-}
   need
@@ -112,15 +87,6 @@ start() {
   echo "single-node-slurm: Slurm did not come up within 60 s; see $LOG/slurmctld.log and $LOG/slurmd.log" >&2
   tail -5 "$LOG/slurmctld.log" "$LOG/slurmd.log" >&2 2>/dev/null || true
   exit 1
-}
-
-stop_pidfile() {
-  local file=$1
-  alive "$file" || return 0
-  local pid; pid=$(cat "$file")
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
-  kill -9 "$pid" 2>/dev/null || true
 }
 
 stop() {

@@ -1,0 +1,106 @@
+"""Two Slurm nodes on one machine (scripts/virtual-cluster.sh): nodes with their own names and addresses, MPI
+and Horovod across them, and a stop that leaves nothing behind."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import PROGRAMS, run_course
+from tests.slurm import slurm  # noqa: F401  (the session fixtures)
+from tests.virtual_cluster import SCRIPT, exports, virtual_cluster  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def run(args: list[str], env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_start_prints_what_a_client_needs_and_is_idempotent(virtual_cluster):  # noqa: F811
+    again = run(["bash", str(SCRIPT), "start", "--nodes", "2"], virtual_cluster)
+    assert again.returncode == 0 and "already running" in again.stderr, again.stderr
+    given = exports(again.stdout)
+    assert given["SLURM_CONF"] == virtual_cluster["SLURM_CONF"] != "/etc/slurm/slurm.conf"
+    assert given["COURSE_CONTROLLER_HOST"] == "10.77.0.1"
+    status = run(["bash", str(SCRIPT), "status"], virtual_cluster)
+    assert status.returncode == 0 and re.search(r"vc1 idle", status.stdout) and "vc2" in status.stdout, status.stdout
+
+
+def test_each_node_has_its_own_hostname(virtual_cluster):  # noqa: F811
+    done = run(["srun", "-N2", "-n2", "hostname"], virtual_cluster)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["vc1", "vc2"]
+
+
+def test_the_single_node_slurm_runs_beside_it(virtual_cluster, slurm):  # noqa: F811
+    """Clients without SLURM_CONF still reach the single-node Slurm: the two clusters do not mix."""
+    env = {k: v for k, v in virtual_cluster.items() if k != "SLURM_CONF"}
+    done = run(["sinfo", "-h", "-o", "%P"], env)
+    assert done.returncode == 0 and done.stdout.split()[0].rstrip("*") == slurm
+    assert "vc" not in done.stdout.split()
+
+
+MPI_PROGRAM = """
+import socket
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+values = np.full(1_000_000, comm.rank + 1.0)
+total = np.empty_like(values)
+comm.Allreduce(values, total)
+print("RANK", comm.rank, "HOST", socket.gethostname(), "SUM", total[0], total[-1], flush=True)
+"""
+
+
+def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tmp_path):  # noqa: F811
+    from course import mpi
+
+    program = tmp_path / "allreduce.py"
+    program.write_text(MPI_PROGRAM)
+    done = run(["salloc", "-N2", "-n2", "mpiexec", "-n", "2", *mpi.JOB_FLAGS, sys.executable, str(program)],
+               mpi.env(virtual_cluster), timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = sorted(line.split() for line in done.stdout.splitlines() if line.startswith("RANK"))
+    assert [line[1] for line in lines] == ["0", "1"], done.stdout
+    assert {line[3] for line in lines} == {"vc1", "vc2"}, "the two ranks should run on different nodes"
+    assert all(line[5:] == ["3.0", "3.0"] for line in lines), done.stdout
+
+
+def test_horovod_allreduce_sums_across_nodes(virtual_cluster, tmp_path):  # noqa: F811
+    env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"))
+    submitted = run_course("job", str(PROGRAMS / "hvd_allreduce.py"), "--nodes", "2", "--tasks-per-node", "1",
+                           "--time", "00:10:00", "--output-dir", str(tmp_path), "--submit", env=env, timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    waited = run_course("job", "wait", job_id, "--wait-timeout", "600", env=env, timeout=700)
+    assert waited.returncode == 0 and "COMPLETED" in waited.stdout, waited.stdout + waited.stderr
+    out = (tmp_path / f"course-hvd_allreduce_{job_id}.out").read_text()
+    for rank in (0, 1):
+        assert f"RANK {rank} SIZE 2 SUM [3.0, 20.0]" in out, out
+
+
+def test_not_root_is_told_why_with_exit_3(tmp_path):
+    """Where it cannot run, it says why on stderr and exits 3 (the fixture then skips with that reason)."""
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(SCRIPT),
+                           "start"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "needs root" in done.stderr and not done.stdout
+
+
+def test_stop_leaves_nothing_behind(virtual_cluster):  # noqa: F811
+    """Last in this file: stop removes every daemon, namespace, link and /etc/hosts line that start made."""
+    stopped = run(["bash", str(SCRIPT), "stop"], virtual_cluster, timeout=180)
+    assert stopped.returncode == 0, stopped.stderr
+    namespaces = run(["ip", "netns", "list"], virtual_cluster).stdout
+    assert not re.search(r"^vc\d", namespaces, flags=re.M), namespaces
+    links = run(["ip", "-o", "link", "show"], virtual_cluster).stdout
+    assert "brvc" not in links and not re.search(r"\bvch\d", links), links
+    with open("/etc/hosts") as hosts:
+        assert "virtual-cluster" not in hosts.read()
+    daemons = run(["pgrep", "-af", "slurm(ctld|d) -f /var/lib/course-vc"], virtual_cluster).stdout
+    assert not daemons.strip(), daemons
+    assert run(["bash", str(SCRIPT), "status"], virtual_cluster).returncode != 0
