@@ -464,3 +464,66 @@ def test_bad_call_is_a_user_error(fresh):
 
     with pytest.raises(UserError, match="task one: missing a required argument"):
         one()
+
+
+# ---------------------------------------------------------------------------- versions and failures
+
+def test_a_file_reader_keeps_its_version_and_the_graph_says_which(fresh, tmp_path):
+    @task(path=FILE_IN, returns=1)
+    def slow_read(path):
+        import time
+        time.sleep(1.0)
+        with open(path) as f:
+            return f.read()
+
+    @task(path=FILE_INOUT)
+    def append(path, text):
+        with open(path, "a") as f:
+            f.write(text)
+
+    log = tmp_path / "log.txt"
+    log.write_text("a")
+    seen = slow_read(str(log))
+    append(str(log), "b")
+    append(str(log), "c")
+    assert compss_wait_on(seen) == "a"
+    compss_barrier()
+    assert log.read_text() == "abc"
+    files = [r["files"] for r in tasks.history()]
+    assert files == [[("log.txt", 0, "reads")], [("log.txt", 0, "reads"), ("log.txt", 1, "writes")],
+                     [("log.txt", 1, "reads"), ("log.txt", 2, "writes")]]
+    labels = [t.get_text() for t in tasks.graph().axes[0].texts]
+    assert "r log.txt v1\nw log.txt v2" in labels, f"the graph shows which version each task read and wrote: {labels}"
+
+
+def test_barrier_raises_a_failure_that_stops_the_application_and_warns_about_others(fresh, capsys):
+    @task(returns=1, on_failure="CANCEL_SUCCESSORS")
+    def shaky(x):
+        raise ValueError("shaky")
+
+    @task(returns=1)
+    def after(v):
+        return v
+
+    @task(returns=0, on_failure="FAIL")
+    def broken():
+        raise OSError("disk on fire")
+
+    cancelled = after(shaky(1))
+    compss_barrier()  # CANCEL_SUCCESSORS: the program goes on
+    assert "shaky#0 failed with ValueError: shaky; its successors are cancelled" in capsys.readouterr().err
+    records = tasks.history()
+    assert [r["cancelled"] for r in records] == [False, True] and not records[1]["ok"]
+    with pytest.raises(ValueError, match="shaky"):
+        compss_wait_on(cancelled)
+    broken()
+    with pytest.raises(OSError, match="disk on fire"):
+        compss_barrier()
+    compss_barrier()  # reported once
+
+
+def test_bad_on_failure_is_a_user_error():
+    with pytest.raises(UserError, match="on_failure='SKIP'; use one of RETRY, CANCEL_SUCCESSORS, FAIL, IGNORE"):
+        @task(on_failure="SKIP")
+        def f(x):
+            return x

@@ -10,11 +10,13 @@ only receives a value when it asks for it with `compss_wait_on`.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import inspect
 import itertools
 import os
 import pickle
+import shutil
 import socket
 import sys
 import time
@@ -33,6 +35,8 @@ TASK_OPTIONS = {"returns", "priority", "is_replicated", "is_distributed", "compu
                 "time_out", "cache_returns", "target_direction", "varargs_type", "numba", "is_reduce",
                 "chunk_size", "processes", "processes_per_node"}
 SETUP_TIMEOUT = 120.0
+ON_FAILURE = ("RETRY", "CANCEL_SUCCESSORS", "FAIL", "IGNORE")  # PyCOMPSs's policies; RETRY is its default
+VERSIONS = ".course-tasks"  # beside a file: the versions its tasks wrote, until they are copied back
 
 
 class TaskError(RuntimeError):
@@ -48,12 +52,19 @@ def _immutable(value: Any) -> bool:
 class Task:
     """One call of a task function: what it depends on, where and when it ran."""
 
-    def __init__(self, number: int, name: str):
-        self.number, self.name = number, name
+    def __init__(self, number: int, name: str, on_failure: str = "RETRY"):
+        self.number, self.name, self.on_failure = number, name, on_failure
         self.ar = None
         self.edges: list[tuple[Task, str]] = []  # (the task whose output this one reads, direction)
+        self.files: list[tuple[str, int, str]] = []  # (file name, version, "reads" or "writes")
         self.meta: dict | None = None
         self.error: BaseException | None = None
+        self.reported = False
+
+    def failed(self) -> bool:
+        """Its own code failed (not cancelled because an input's task failed; not ignored)."""
+        self.wait()
+        return self.error is not None or bool(self.meta and not self.meta.get("ok") and not self.meta.get("cancelled"))
 
     def __repr__(self) -> str:
         return f"{self.name}#{self.number}"
@@ -96,6 +107,8 @@ class Datum:
         self.group: Group | None = None  # open COMMUTATIVE group
         self.readers = 0  # tasks submitted that read the current version (an update then works on a copy)
         self.uploaded = False
+        self.vpath = path  # a file: where its current version is (the user's path, or a version file)
+        self.path_readers: list[Task] = []  # a file: tasks that read the user's path itself
 
     def current_key(self) -> str:
         return f"{self.key}.{self.version}"
@@ -260,7 +273,7 @@ class Runtime:
             raise UserError(f"task {fname}: {exc}") from None
         bound.apply_defaults()
         eligible = self._eligible(tf)
-        task = Task(len(self.tasks), fname)
+        task = Task(len(self.tasks), fname, tf.on_failure)
         deps: list[Task] = []
         edges: list[tuple[Task, str]] = []
         inputs, updates, collection_updates, groups = {}, {}, {}, {}
@@ -278,22 +291,9 @@ class Runtime:
                 if not isinstance(value, (str, os.PathLike)):
                     raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a file path, "
                                     f"not a {type(value).__name__}")
-                path = os.path.abspath(os.fspath(value))
-                datum = self.files.get(path)
-                if datum is None:
-                    datum = self.files[path] = self._new_datum(os.path.basename(path), path=path)
-                if direction.read:
-                    if datum.writer is None and not os.path.exists(path):
-                        raise UserError(f"task {fname}: parameter {pname!r} is {label} but {path} does not exist "
-                                        "and no earlier task writes it")
-                    ref, writers = self._read(datum, pname, fname)
-                    deps += writers
-                    edges += [(w, label) for w in writers]
-                    inputs[pname] = ("f", path, ref) if ref[0] == "d" else ("v", path)
-                else:
-                    inputs[pname] = ("v", path)
+                inputs[pname] = self._file(os.fspath(value), pname, direction, task, deps, edges)
                 if direction.write:
-                    updates[pname] = self._write(datum, task)
+                    updates[pname] = self.files[os.path.abspath(os.fspath(value))].current_key()
                 continue
             if not direction.write:
                 inputs[pname] = self._input(value, pname, fname, direction.kind == "collection", deps, edges, label)
@@ -342,7 +342,8 @@ class Runtime:
         digest = self._function(tf)
         spec = {"name": f"{fname}#{task.number}", "digest": digest, "call": call, "inputs": inputs,
                 "groups": groups, "updates": updates, "collection_updates": collection_updates, "copy": copies,
-                "returns": [f.datum.current_key() for f in futures], "nreturns": tf.nreturns}
+                "returns": [f.datum.current_key() for f in futures], "nreturns": tf.nreturns,
+                "on_failure": tf.on_failure, "defaults": tf.defaults}
         task.edges = _unique(edges)
         after = [t.ar for t in _unique_tasks(deps) if not t.done()]
         flags = {"after": after}
@@ -361,6 +362,45 @@ class Runtime:
         if tf.nreturns == 0:
             return None
         return futures[0] if tf.nreturns == 1 and not tf.returns_sequence else tuple(futures)
+
+    def _file(self, path: str, pname: str, direction: P.ParameterDirection, task: Task, deps: list,
+              edges: list) -> tuple:
+        """A file parameter. Each write makes a new version in its own file (PyCOMPSs renames them too), so a
+        task that reads an earlier version keeps reading it while later tasks write; the user's path gets
+        the newest version back at compss_wait_on_file/compss_open, compss_barrier and the program's end."""
+        path, label = os.path.abspath(path), direction.name
+        datum = self.files.get(path)
+        if datum is None:
+            datum = self.files[path] = self._new_datum(os.path.basename(path), path=path)
+        source, ref = None, None
+        if direction.read:
+            if datum.writer is None and not os.path.exists(path):
+                raise UserError(f"task {task.name}: parameter {pname!r} is {label} but {path} does not exist "
+                                "and no earlier task writes it")
+            ref, writers = self._read(datum, datum.label, task.name)
+            ref = ref if ref[0] == "d" else None
+            deps += writers
+            edges += [(w, label) for w in writers]
+            source = datum.vpath
+            task.files.append((datum.label, datum.version, "reads"))
+            if source == path:
+                datum.path_readers.append(task)
+        if not direction.write:
+            return ("f", source, ref) if ref else ("v", source)
+        self._write(datum, task)
+        datum.vpath = os.path.join(os.path.dirname(path), VERSIONS, self.session,
+                                   f"v{datum.version}-{datum.key.rsplit(':', 1)[1]}-{datum.label}")
+        task.files.append((datum.label, datum.version, "writes"))
+        return ("fw", datum.vpath, source, ref)
+
+    def sync_file(self, datum: Datum) -> None:
+        """Wait for the file's newest version and copy it to the user's path (after that version's readers)."""
+        self.value(datum)
+        if datum.vpath != datum.path:
+            for reader in datum.path_readers:
+                reader.wait()
+            shutil.copyfile(datum.vpath, datum.path)
+            datum.vpath, datum.path_readers = datum.path, []
 
     def _collection_write(self, value, name, fname, task, deps, edges, label):
         refs, keys, shared = [], [], False
@@ -448,6 +488,9 @@ class Runtime:
         if isinstance(value, str) and value == worker.MISSING:
             raise UserError(f"{datum.label} is no longer on the cluster (deleted with compss_delete_object?)")
         if isinstance(value, worker.Failed):
+            number = value.task.rsplit("#", 1)[-1]
+            if number.isdigit() and int(number) < len(self.tasks):
+                self.tasks[int(number)].reported = True  # the program sees this failure here
             raise_failed(value)
         return value
 
@@ -470,12 +513,47 @@ class Runtime:
     def wait_file(self, path: str) -> str:
         datum = self.files.get(os.path.abspath(os.fspath(path)))
         if datum is not None:
-            self.value(datum)
+            self.sync_file(datum)
         return os.fspath(path)
 
-    def barrier(self) -> None:
+    def forget_file(self, path: str) -> None:
+        self.files.pop(os.path.abspath(os.fspath(path)), None)
+
+    def barrier(self, report: bool = True) -> None:
+        """Wait for every task, bring every file's newest version back, and report failures (see `failures`)."""
         for task in self.tasks:
             task.wait()
+        for datum in list(self.files.values()):
+            if datum.writer is not None and not datum.writer.failed():
+                self.sync_file(datum)
+        if report:
+            self.report()
+
+    def report(self) -> None:
+        """Raise the first failure whose on_failure stops the application (RETRY, FAIL); warn about the others."""
+        for task in self.tasks:
+            if task.reported or not task.done():
+                continue
+            meta = task.meta or {}
+            if task.failed() and task.on_failure in ("RETRY", "FAIL"):
+                task.reported = True
+                self._check(task)
+                raise_failed(meta["failure"])
+            elif task.failed() or meta.get("ignored"):
+                task.reported = True
+                what = "ignored (on_failure='IGNORE')" if meta.get("ignored") else \
+                    "its successors are cancelled (on_failure='CANCEL_SUCCESSORS')"
+                print(f"course.tasks: task {task} failed with {meta.get('ignored') or meta.get('error')}; {what}",
+                      file=sys.stderr)
+
+    def cleanup_versions(self) -> None:
+        """Remove this session's version files (the user's paths hold the newest versions by now)."""
+        for folder in {os.path.join(os.path.dirname(d.path), VERSIONS) for d in self.files.values()}:
+            shutil.rmtree(os.path.join(folder, self.session), ignore_errors=True)
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
 
     def delete(self, obj: Any) -> bool:
         datum = obj.datum if isinstance(obj, Future) else self.objects.pop(id(obj), None)
@@ -488,7 +566,8 @@ class Runtime:
     def close(self) -> None:
         """Forget this session's data on the engines (after its tasks finish)."""
         try:
-            self.barrier()
+            self.barrier(report=False)
+            self.cleanup_versions()
             for engine in self.ids:
                 worker.request(self.peers[engine], "drop", self.session + ":", None)
         except Exception:  # noqa: BLE001 - the cluster may be gone already
@@ -557,7 +636,44 @@ def current(start: bool = True) -> Runtime | None:
     if cluster is None:
         cluster = cluster_module.ensure()
     _RUNTIME = Runtime(cluster)
+    atexit.unregister(_at_exit)
+    atexit.register(_at_exit)  # after the cluster's own stop was registered: runs before it
     return _RUNTIME
+
+
+def _at_exit() -> None:
+    """The program ends: as PyCOMPSs at the end of an application, run what is pending and bring files back.
+
+    A task whose failure stops the application (on_failure RETRY or FAIL) makes the exit code 1. In a
+    Jupyter kernel nothing is waited for (a restart drops the task graph; see notebook 01)."""
+    rt = _RUNTIME
+    if rt is None or _in_kernel():
+        return
+    if getattr(sys, "last_value", None) is not None:  # the program itself failed: do not run its pending tasks
+        pending = sum(not t.done() for t in rt.tasks)
+        if pending:
+            print(f"course.tasks: the program failed; {pending} pending task(s) were not waited for", file=sys.stderr)
+        return
+    try:
+        rt.barrier()
+        rt.cleanup_versions()
+    except Exception as exc:  # noqa: BLE001 - a task's failure: say which, and fail the program
+        notes = "".join(f"\n{note}" for note in getattr(exc, "__notes__", []))
+        print(f"course.tasks: the application failed: {type(exc).__name__}: {exc}{notes}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            rt.cluster.stop()
+        finally:
+            os._exit(1)
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
 
 
 def reset(engines: list[int] | int | None = None, locality: bool = True) -> None:
@@ -594,6 +710,8 @@ class TaskFunction:
         params = self.signature.parameters
         self.directions: dict[str, P.ParameterDirection] = {}
         returns = options.pop("returns", None)
+        self.on_failure, self.defaults = "RETRY", {}
+        set_on_failure(self, options.pop("on_failure", "RETRY"))
         for key, value in options.items():
             if key in TASK_OPTIONS:
                 continue
@@ -618,6 +736,18 @@ class TaskFunction:
 
     def __repr__(self) -> str:
         return f"<task {self.name}{self.signature}>"
+
+
+def set_on_failure(tf: "TaskFunction", management: Any, defaults: dict | None = None) -> None:
+    """What a failure of the task does: PyCOMPSs's on_failure policies (RETRY, the default, then FAIL)."""
+    if management not in ON_FAILURE:
+        raise UserError(f"@task on {tf.name}: on_failure={management!r}; use one of {', '.join(ON_FAILURE)}")
+    unknown = sorted(set(defaults or {}) - set(tf.signature.parameters) - {"returns"})
+    if unknown:
+        raise UserError(f"@on_failure on {tf.name}: {', '.join(unknown)} is not a parameter of {tf.name}; "
+                        "give defaults for returns= or for the task's own parameters")
+    tf.on_failure = management
+    tf.defaults = dict(defaults or {})
 
 
 def _count_returns(name: str, returns: Any) -> tuple[int, bool]:
@@ -684,6 +814,18 @@ def constraint(**options: Any) -> Callable:
             existing = dict(getattr(function, "__course_constraints__", {}))
             existing.update(need)
             function.__course_constraints__ = existing
+        return function
+
+    return decorate
+
+
+def on_failure(management: str, **defaults: Any) -> Callable:
+    """`@on_failure(management="IGNORE", returns=0, x=...)` above `@task`: the policy and, for IGNORE, the outputs."""
+
+    def decorate(function: Any) -> Any:
+        if not isinstance(function, TaskFunction):
+            raise UserError(f"@on_failure on {getattr(function, '__name__', function)!r}: put it above @task")
+        set_on_failure(function, management, defaults)
         return function
 
     return decorate

@@ -16,7 +16,8 @@ def compss_wait_on(*objs: Any, **_ignored: Any) -> Any:
 
 
 def compss_barrier(no_more_tasks: bool = False) -> None:
-    """Wait until every task submitted so far has finished (failures are raised by compss_wait_on)."""
+    """Wait for every task submitted so far and bring their files back; raise a failure that stops the application
+    (on_failure RETRY or FAIL), warn about the others (CANCEL_SUCCESSORS, IGNORE)."""
     rt = runtime.current(start=False)
     if rt is not None:
         rt.barrier()
@@ -51,7 +52,10 @@ def compss_file_exists(*paths: str) -> Any:
 def compss_delete_file(*paths: str) -> bool:
     """Wait for the file's writers, then remove it."""
     compss_wait_on_file(*paths)
+    rt = runtime.current(start=False)
     for p in paths:
+        if rt is not None:
+            rt.forget_file(p)
         if os.path.exists(p):
             os.remove(p)
     return True

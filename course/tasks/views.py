@@ -14,7 +14,7 @@ def history(wait: bool = True) -> list[dict]:
     if rt is None:
         return []
     if wait:
-        rt.barrier()
+        rt.barrier(report=False)
     t0 = min((t.meta["fetch"] for t in rt.tasks if t.meta), default=0.0)
     records = []
     for t in rt.tasks:
@@ -29,6 +29,11 @@ def history(wait: bool = True) -> list[dict]:
             "ok": bool(meta and meta.get("ok")),
             "error": (meta or {}).get("error") or (f"{type(t.error).__name__}: {t.error}" if t.error else None),
             "fetched": (meta or {}).get("fetched", 0),
+            "on_failure": t.on_failure,
+            "cancelled": bool((meta or {}).get("cancelled")),  # an input's task failed: this one did not run
+            "ignored": (meta or {}).get("ignored"),  # on_failure="IGNORE": the error its defaults replaced
+            "retried": bool((meta or {}).get("retried")),
+            "files": list(t.files),  # (file, version, "reads"/"writes"): each write makes a new version
         })
     return records
 
@@ -115,6 +120,9 @@ def graph(ax: Any = None, labels: bool | None = None) -> Any:
                    linewidths=2 if r["number"] in failed else 0.8, zorder=3)
         if len(records) <= 40:
             ax.text(x, y, str(r["number"]), fontsize=7, ha="center", va="center", zorder=4, color="white")
+        if show_edge_labels and r["files"]:  # which version of each file the task read or wrote
+            ax.text(x, y - 0.22, "\n".join(f"{'r' if how == 'reads' else 'w'} {name} v{v}" for name, v, how in r["files"]),
+                    fontsize=6, color="0.25", ha="center", va="top", zorder=4)
     for name, colour in colours.items():
         ax.scatter([], [], s=80, color=colour, edgecolors="black", label=name)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="function", frameon=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import shutil
 import socket
 import threading
 import time
@@ -232,8 +233,13 @@ def _resolve(ref: Any, cache: dict, keep: bool = True) -> Any:
     if kind == "g":  # the latest value of a COMMUTATIVE group: ("g", group, home)
         latest = request(STATE["peers"][ref[2]], "resolve", ref[1])
         return _resolve(("d", latest[0], latest[1]), cache, keep)
-    if kind == "f":  # a file another task wrote: ("f", path, ("d", key, hint)); fails if the writer did
+    if kind == "f":  # a file version another task wrote: ("f", path, ("d", key, hint)); fails if the writer did
         _resolve(ref[2], cache)
+        return ref[1]
+    if kind == "fw":  # a new file version: ("fw", path, version it starts from or None, its writer's ref or None)
+        if ref[3] is not None:
+            _resolve(ref[3], cache)
+        _new_version(ref)
         return ref[1]
     if kind == "l":  # collection: ("l", type, [refs])
         items = [_resolve(r, cache, keep) for r in ref[2]]
@@ -241,6 +247,15 @@ def _resolve(ref: Any, cache: dict, keep: bool = True) -> Any:
     if kind == "m":  # dict collection: ("m", [(key, ref)])
         return {k: _resolve(r, cache, keep) for k, r in ref[1]}
     raise ValueError(f"unknown input kind {kind!r}")
+
+
+def _new_version(ref: tuple) -> None:
+    """Create the file of a new version: a copy of the version it updates (FILE_INOUT), or nothing (FILE_OUT)."""
+    os.makedirs(os.path.dirname(ref[1]), exist_ok=True)
+    if ref[2] is not None:
+        shutil.copyfile(ref[2], ref[1])
+    elif os.path.exists(ref[1]):
+        os.remove(ref[1])
 
 
 def _function(digest: str):
@@ -325,38 +340,92 @@ def execute(spec: dict) -> dict:
             if latest[2] and name in spec["copy"]:  # the first update of the run starts from a shared version
                 args[name] = copy.deepcopy(args[name])
         function = _function(spec["digest"])
-        positional, keywords = _call(spec, args)
         meta["start"] = time.time()
-        result = function(*positional, **keywords)
+        result = _run(function, spec, args, meta)
         meta["end"] = time.time()
         _store_outputs(spec, args, result)
         meta["ok"] = True
         meta["fetched"] = STATE["fetched"]
     except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the master
         meta["end"] = time.time()
-        if isinstance(exc, _InputFailed):
+        if isinstance(exc, _InputFailed):  # an input's task failed: this one is cancelled, its outputs fail too
             failed = exc.failed
+            meta["cancelled"] = True
         else:
-            try:
-                exc_bytes = pickle.dumps(exc)
-                pickle.loads(exc_bytes)
-            except Exception:
-                exc_bytes = None
-            in_function = "start" in meta and exc.__traceback__ is not None and exc.__traceback__.tb_next is not None
-            tb = exc.__traceback__.tb_next if in_function else exc.__traceback__
-            remote_tb = "".join(traceback.format_exception(type(exc), exc, tb))
-            failed = Failed(spec["name"], type(exc).__name__, str(exc), remote_tb, exc_bytes)
-        for key in _all_output_keys(spec):
-            STORE[key] = failed
+            failed = meta["failure"] = _failure(spec["name"], exc, in_function="start" in meta)
         meta.setdefault("start", meta["end"])
-        meta["ok"] = False
         meta["error"] = f"{failed.exc_type}: {failed.message}"
         meta["root"] = failed.task
+        if spec["on_failure"] == "IGNORE" and not meta.get("cancelled") and _ignore(spec, args, meta):
+            meta["ignored"], meta["ok"] = meta.pop("error"), True
+            meta["remote_tb"] = failed.remote_tb
+        else:
+            for key in _all_output_keys(spec):
+                STORE[key] = failed
+            meta["ok"] = False
     finally:
         for name in locked:
             group, home = groups[name]
             request(STATE["peers"][home], "unlock", group, (spec["updates"][name], STATE["engine"]))
     return meta
+
+
+def _run(function, spec: dict, args: dict, meta: dict) -> Any:
+    """Call the task function; under on_failure=RETRY a failed call runs once more from the same inputs."""
+    retry = spec["on_failure"] == "RETRY"
+    written = [n for n in (*spec["updates"], *spec["collection_updates"]) if spec["inputs"].get(n, ("",))[0] != "fw"]
+    snapshot = _snapshot({n: args[n] for n in written if n in args}) if retry else None
+    while True:
+        positional, keywords = _call(spec, args)
+        try:
+            return function(*positional, **keywords)
+        except Exception:
+            if not retry or snapshot is None:
+                raise
+            retry = False
+            meta["retried"] = True
+            args.update(pickle.loads(snapshot))  # the first attempt may have changed its INOUT arguments
+            for ref in spec["inputs"].values():
+                if ref[0] == "fw":
+                    _new_version(ref)
+
+
+def _snapshot(values: dict) -> bytes | None:
+    try:
+        return pickle.dumps(values, protocol=5)
+    except Exception:  # noqa: BLE001 - cannot be copied: no second attempt
+        return None
+
+
+def _ignore(spec: dict, args: dict, meta: dict) -> bool:
+    """on_failure=IGNORE: store the declared defaults (else None) as the task's outputs; False if impossible."""
+    defaults = spec["defaults"]
+    result = defaults.get("returns")
+    if spec["nreturns"] > 1 and not (isinstance(result, (tuple, list)) and len(result) == spec["nreturns"]):
+        result = (result,) * spec["nreturns"]
+    for name, value in defaults.items():
+        if name in args:
+            args[name] = value
+    try:
+        _store_outputs(spec, args, result)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _failure(name: str, exc: BaseException, in_function: bool) -> Failed:
+    """The failure of task `name`, with the traceback from the task function down (not the runtime's frames)."""
+    try:
+        exc_bytes = pickle.dumps(exc)
+        pickle.loads(exc_bytes)
+    except Exception:
+        exc_bytes = None
+    tb = exc.__traceback__
+    if in_function:
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+    remote_tb = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    return Failed(name, type(exc).__name__, str(exc), remote_tb, exc_bytes)
 
 
 def drop(prefix: str = "", keys: list | None = None) -> int:

@@ -1,0 +1,65 @@
+"""PyCOMPSs programs run as scripts, as a user runs them: imports swapped, `python program.py`, its own cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import PROGRAMS, ROOT
+
+pytestmark = pytest.mark.slow
+SOURCES = PROGRAMS / "pycompss"
+
+
+def run_script(name: str, workdir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Copy program `name` into `workdir` with `pycompss.api` swapped for `course.tasks.api`, and run it there."""
+    source = (SOURCES / f"{name}.py").read_text()
+    assert "pycompss.api" in source and "course" not in source, "the program must be written for PyCOMPSs"
+    script = workdir / f"{name}.py"
+    script.write_text(source.replace("pycompss.api.", "course.tasks.api."))
+    env = dict(os.environ, IPYTHONDIR=str(workdir / ".ipython"), COURSE_CLUSTER_ID=f"test-prog-{name}",
+               PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, script.name], cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_readers_keep_the_version_they_were_given(tmp_path):
+    """A FILE_INOUT/FILE_OUT (or INOUT) update submitted after a slow reader must not change what it reads."""
+    done = run_script("file_versions", tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.split(":")[0] in ("first", "second", "third", "before", "after", "file")]
+    assert lines == ["first: 'one\\n'", "second: 'one\\ntwo\\n'", "third: 'three\\n'",
+                     "before: [1]", "after: [1, 2]", "file: 'three\\n'"], done.stdout + done.stderr
+    assert (tmp_path / "log.txt").read_text() == "three\n"
+
+
+def test_work_pending_at_exit_runs_and_its_files_come_back(tmp_path):
+    """The program ends without a wait: every task still runs, and the result files hold the product."""
+    done = run_script("pending_files", tmp_path)
+    assert done.returncode == 0, done.stderr
+    n, size = 2, 4
+    A = np.block([[np.loadtxt(tmp_path / f"A_{i}{j}.txt") for j in range(n)] for i in range(n)])
+    B = np.block([[np.loadtxt(tmp_path / f"B_{i}{j}.txt") for j in range(n)] for i in range(n)])
+    C = np.block([[np.loadtxt(tmp_path / f"C_{i}{j}.txt") for j in range(n)] for i in range(n)])
+    assert C.shape == (n * size, n * size) and A.any() and B.any()
+    assert np.array_equal(C, A @ B), f"C blocks still zero: {[(i, j) for i in range(n) for j in range(n) if not np.loadtxt(tmp_path / f'C_{i}{j}.txt').any()]}"
+    assert not [p for p in tmp_path.rglob("*") if ".course-tasks" in p.parts and p.is_file()], \
+        "no version files are left beside the user's files"
+
+
+def test_failed_tasks_follow_their_on_failure_policy_and_the_program_fails(tmp_path):
+    done = run_script("failures", tmp_path)
+    out = done.stdout.splitlines()
+    assert "fragile: None" in out, done.stdout + done.stderr  # IGNORE: the outputs are empty
+    assert "guarded: -1 2" in out  # @on_failure(management="IGNORE", returns=-1): the default value
+    assert "follow 0 0" in out and "follow 2 200" in out  # CANCEL_SUCCESSORS: only the successors of step(1) go
+    assert any(line.startswith("follow 1 cancelled:") and "step 1 fails" in line for line in out), done.stdout
+    assert "main program done" in out
+    assert (tmp_path / "attempts.txt").read_text().count("attempt") == 2, "RETRY runs a failed task a second time"
+    assert done.returncode != 0, "a task that failed under the default on_failure fails the program"
+    assert "flaky" in done.stderr and "ZeroDivisionError" in done.stderr, done.stderr
