@@ -34,4 +34,7 @@ c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
 # nbgrader's default of 30 s per cell is too short for the training cells; the course's own grader uses the same.
 c.Execute.timeout = CELL_TIMEOUT
 c.Execute.interrupt_on_timeout = True
+# Every notebook nbgrader runs gets a cluster id of its own, and its engines end with its kernel (even after an
+# error, a time limit or a crash), so no submission attaches to another's engines (course/grading/isolation.py).
+c.Execute.kernel_manager_class = "course.grading.isolation.IsolatedKernelManager"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
