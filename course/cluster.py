@@ -743,7 +743,10 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
 def _new_ipp_cluster(cluster_id: str, settings: _Settings):
     import ipyparallel as ipp
 
-    location = {"controller_location": socket.gethostname()} if settings.controller_ip in ("*", "0.0.0.0") else {}
+    # engines on other nodes reach the controller at this host's name, or where COURSE_CONTROLLER_HOST says
+    # (e.g. the bridge address of scripts/virtual-cluster.sh, where the host's name resolves to 127.0.0.1)
+    host = os.environ.get("COURSE_CONTROLLER_HOST") or socket.gethostname()
+    location = {"controller_location": host} if settings.controller_ip in ("*", "0.0.0.0") else {}
     return ipp.Cluster(
         engines=settings.kind, n=settings.n, cluster_id=cluster_id, profile_dir=str(profile_dir()),
         controller_ip=settings.controller_ip, shutdown_atexit=False, log_level=40, engine_timeout=int(settings.timeout),

@@ -62,7 +62,7 @@ write_conf() {
   mem=$(awk -v n="$n" '/MemTotal/ {print int($2 / 1024 * 0.9 / n)}' /proc/meminfo)
   mkdir -p "$BASE/state" "$LOG"
   : > "$BASE/nodes"
-  for i in $(seq 1 "$n"); do echo "vc$i" >> "$BASE/nodes"; mkdir -p "$BASE/spool/vc$i"; done
+  for i in $(seq 1 "$n"); do echo "vc$i" >> "$BASE/nodes"; mkdir -p "$BASE/spool/vc$i" "$BASE/tmp/vc$i"; done
   {
     echo "# written by virtual-cluster.sh (course): $n nodes in network namespaces"
     echo "ClusterName=coursevc"
@@ -78,6 +78,8 @@ write_conf() {
     echo "SlurmUser=root"
     echo "StateSaveLocation=$BASE/state"
     echo "SlurmdSpoolDir=$BASE/spool/%n"
+    # each node its own temporary directory (PMIx's files are per node; /tmp is shared by the namespaces)
+    echo "TmpFS=$BASE/tmp/%n"
     echo "SlurmctldPidFile=$BASE/slurmctld.pid"
     echo "SlurmdPidFile=$BASE/slurmd-%n.pid"
     echo "SlurmctldLogFile=$LOG/slurmctld.log"
@@ -184,7 +186,7 @@ stop() {
     rm -f "$BASE/hosts.new"
   fi
   rm -f "$CONF" "$BASE/nodes"
-  rm -rf "$BASE/state" "$BASE/spool"
+  rm -rf "$BASE/state" "$BASE/spool" "$BASE/tmp"
   say "stopped (daemons, namespaces, links and /etc/hosts lines removed)"
 }
 

@@ -83,6 +83,36 @@ def test_horovod_allreduce_sums_across_nodes(virtual_cluster, tmp_path):  # noqa
         assert f"RANK {rank} SIZE 2 SUM [3.0, 20.0]" in out, out
 
 
+def _engines(virtual_cluster, cluster_id: str, *extra: str) -> subprocess.CompletedProcess:
+    return run([sys.executable, str(PROGRAMS / "slurm_engines.py"), cluster_id, *extra], virtual_cluster, timeout=300)
+
+
+def _ipengine_jobs(env: dict) -> str:
+    return run(["squeue", "-h", "-o", "%i %j"], env).stdout
+
+
+def test_slurm_engines_on_two_nodes_reach_the_controller_and_share_one_mpi_world(virtual_cluster):  # noqa: F811
+    """cluster.start(2, engines="slurm", tasks_per_node=1): an engine on each node, connected to a controller
+    that listens where the nodes can reach it; %px and mpi4py work across them; stop() cancels the job."""
+    done = _engines(virtual_cluster, "vc-engines")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "HOSTS vc1 vc2" in done.stdout, done.stdout
+    assert "MPI_SUM 3.0 3.0" in done.stdout, "the engines should form one MPI world across the two nodes"
+    assert "PX vc1 vc2" in done.stdout and "STOPPED" in done.stdout, done.stdout
+    assert "ipengine-course-vc-engines" not in _ipengine_jobs(virtual_cluster)
+
+
+def test_cluster_stop_all_cancels_a_two_node_engine_job(virtual_cluster):  # noqa: F811
+    kept = _engines(virtual_cluster, "vc-kept", "--keep")
+    assert kept.returncode == 0 and "HOSTS vc1 vc2" in kept.stdout, kept.stdout + kept.stderr
+    assert "ipengine-course-vc-kept" in _ipengine_jobs(virtual_cluster)
+    stopped = run_course("cluster", "stop", "--all", env=virtual_cluster, timeout=180)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "ipengine-course-vc-kept" not in _ipengine_jobs(virtual_cluster)
+    status = run_course("cluster", "status", env=virtual_cluster, timeout=120)
+    assert "vc-kept" not in status.stdout, status.stdout
+
+
 def test_not_root_is_told_why_with_exit_3(tmp_path):
     """Where it cannot run, it says why on stderr and exits 3 (the fixture then skips with that reason)."""
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(SCRIPT),
