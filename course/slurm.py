@@ -1,0 +1,249 @@
+"""The one place that speaks Slurm: job states, `#SBATCH` lines, submit, follow and cancel, srun's MPI plugin,
+and what a partition offers. course.cluster (engine jobs) and course.jobs (batch jobs) both use it.
+
+    lines = slurm.sbatch_lines(slurm.Options(nodes=2, tasks_per_node=4, gpus_per_node=4, time="01:00:00"))
+    slurm.check_fits(nodes=2, tasks_per_node=4, cpus_per_task=8)      # refused in one line if it cannot fit
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from course import UserError
+
+# States a job is in once it has ended (scontrol's JobState, sacct's State), and what each means to a user.
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                   "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+EXPLAIN = {
+    "COMPLETED": "finished with exit code 0",
+    "FAILED": "the program ended with a non-zero exit code: read the .err file",
+    "CANCELLED": "cancelled (scancel, or by an administrator)",
+    "TIMEOUT": "killed by Slurm at its time limit (--time): ask for more time or do less work",
+    "OUT_OF_MEMORY": "killed for using more memory than --mem",
+    "NODE_FAIL": "a node it ran on failed",
+    "PENDING": "waiting in the queue for resources",
+    "RUNNING": "running",
+}
+# CPU cores per GPU rank when nothing else is said: enough for an input pipeline, and what many GPU nodes offer
+# (e.g. 32-64 cores for 4-8 GPUs).
+CPUS_PER_GPU = 4
+_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=\S.*)?$|^-[A-Za-z] \S+$")
+
+
+@dataclass
+class Options:
+    """What an `#SBATCH` header asks for; None (or False) leaves an option out."""
+
+    job_name: str | None = None
+    output: str | None = None
+    error: str | None = None
+    nodes: int | None = None
+    ntasks: int | None = None
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    gpus_per_node: int | None = None
+    mem: str | None = None
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    export_all: bool = False
+    extra: list[str] = field(default_factory=list)
+
+
+def sbatch_lines(options: Options) -> list[str]:
+    """The `#SBATCH` lines for `options`, in the order a reader expects; site lines (`extra`) come last."""
+    o = options
+    pairs = [("job-name", o.job_name), ("output", o.output), ("error", o.error), ("nodes", o.nodes),
+             ("ntasks", o.ntasks), ("ntasks-per-node", o.tasks_per_node), ("cpus-per-task", o.cpus_per_task),
+             ("gres", f"gpu:{o.gpus_per_node}" if o.gpus_per_node else None), ("mem", o.mem), ("time", o.time),
+             ("partition", o.partition), ("account", o.account), ("qos", o.qos), ("constraint", o.constraint)]
+    lines = ["#SBATCH --export=ALL"] if o.export_all else []
+    lines += [f"#SBATCH --{name}={value}" for name, value in pairs if value is not None]
+    if o.exclusive:
+        lines.append("#SBATCH --exclusive")
+    lines += [f"#SBATCH {check_extra(line)}" for line in o.extra]
+    return lines
+
+
+def check_extra(option: str) -> str:
+    """An extra `#SBATCH` option as given (e.g. '--reservation=workshop'), or a UserError saying the form."""
+    text = str(option).strip().removeprefix("#SBATCH").strip()
+    if not _OPTION.match(text) or "\n" in text:
+        raise UserError(f"--sbatch {option!r} is not an sbatch option: give it as sbatch takes it, e.g. "
+                        f"--sbatch=--reservation=workshop or --sbatch='--mail-type=END'")
+    return text
+
+
+def tool(name: str) -> str:
+    """Path of a Slurm command, or a UserError saying this machine has no Slurm client."""
+    path = shutil.which(name)
+    if path is None:
+        raise UserError(f"{name} not found: this machine has no Slurm client (use --print to see the job script, "
+                        f"and submit it on a cluster's login node with sbatch)")
+    return path
+
+
+def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """A Slurm command's finished process (text output); the command must exist (see `tool`)."""
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def available() -> bool:
+    """True when a Slurm controller answers here (`sinfo` works)."""
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return False
+    try:
+        done = run([sinfo, "-h", "-o", "%P"], timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+@dataclass
+class Partition:
+    """What one partition offers: its name, its nodes and the smallest node's CPUs and GPUs."""
+
+    name: str
+    nodes: int
+    cpus_per_node: int
+    gpus_per_node: int = 0
+
+
+def _gpus(gres: str) -> int:
+    """GPUs per node in sinfo's GRES column, e.g. 'gpu:a100:4(S:0-1)' -> 4, '(null)' -> 0."""
+    found = re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres)
+    return sum(int(n) for n in found)
+
+
+def partitions() -> list[Partition]:
+    """The partitions Slurm answers with here, the default first ([] when Slurm does not answer)."""
+    if not available():
+        return []
+    done = run([tool("sinfo"), "-h", "-o", "%P|%D|%c|%G"], timeout=30)
+    found: dict[str, Partition] = {}
+    default = None
+    for line in done.stdout.splitlines():
+        try:
+            name, nodes, cpus, gres = line.strip().split("|")
+            part = Partition(name.rstrip("*"), int(nodes), int(cpus.rstrip("+")), _gpus(gres))
+        except ValueError:
+            continue
+        if name.endswith("*"):
+            default = part.name
+        known = found.get(part.name)
+        if known is None:  # sinfo prints a line per node configuration: add nodes, keep the smallest node
+            found[part.name] = part
+        else:
+            found[part.name] = Partition(part.name, known.nodes + part.nodes,
+                                         min(known.cpus_per_node, part.cpus_per_node),
+                                         min(known.gpus_per_node, part.gpus_per_node))
+    ordered = sorted(found.values(), key=lambda p: p.name != default)
+    return ordered
+
+
+def check_fits(nodes: int, tasks_per_node: int, cpus_per_task: int = 1, gpus_per_node: int = 0,
+               partition: str | None = None) -> None:
+    """Refuse, in one line and before anything is submitted, a request no node of the partition could run.
+
+    Where Slurm does not answer here (a laptop), nothing is checked: the script may be meant for another machine.
+    """
+    known = partitions()
+    if not known:
+        return
+    part = next((p for p in known if p.name == partition), None) if partition else known[0]
+    if part is None:
+        raise UserError(f"no partition {partition!r} here: Slurm offers {', '.join(p.name for p in known)}")
+    if nodes > part.nodes:
+        raise UserError(f"--nodes {nodes} is more than partition {part.name} has ({part.nodes} node(s)): "
+                        f"ask for at most {part.nodes}")
+    cores = tasks_per_node * cpus_per_task
+    if cores > part.cpus_per_node:
+        raise UserError(f"{tasks_per_node} task(s) per node x {cpus_per_task} CPU(s) per task = {cores} CPUs, "
+                        f"but a node of partition {part.name} has {part.cpus_per_node}: ask for fewer tasks per node "
+                        f"or CPUs per task")
+    if gpus_per_node > part.gpus_per_node:
+        raise UserError(f"--gpus-per-node {gpus_per_node} is more than a node of partition {part.name} has "
+                        f"({part.gpus_per_node} GPU(s))")
+
+
+def submit(script_file: str) -> int:
+    """`sbatch --parsable SCRIPT`; returns the job id, or a UserError with sbatch's own reason."""
+    done = run([tool("sbatch"), "--parsable", str(script_file)])
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip().splitlines()
+        raise UserError(f"sbatch refused the job: {why[-1] if why else 'no reason given'} (script: {script_file})")
+    return int(done.stdout.strip().split(";")[0])
+
+
+@dataclass
+class Job:
+    """A job as Slurm reports it: state, why it waits, exit code, times and output files."""
+
+    job_id: int
+    state: str
+    reason: str = ""
+    exit_code: str = ""
+    elapsed: str = ""
+    time_limit: str = ""
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+
+def job(job_id: int | str) -> Job | None:
+    """The job from `scontrol show job` (Slurm keeps ended jobs for MinJobAge), else `sacct`; None if unknown."""
+    jid = int(job_id)
+    done = run([tool("scontrol"), "show", "job", "-o", str(jid)], timeout=30)
+    if done.returncode == 0 and done.stdout.strip():
+        fields = dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", done.stdout))
+        return Job(jid, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""), fields.get("ExitCode", ""),
+                   fields.get("RunTime", ""), fields.get("TimeLimit", ""), fields.get("StdOut", ""),
+                   fields.get("StdErr", ""))
+    sacct = shutil.which("sacct")
+    if sacct:
+        acct = run([sacct, "-n", "-X", "-P", "-j", str(jid), "-o", "State,ExitCode,Elapsed,Timelimit"], timeout=30)
+        line = acct.stdout.strip().splitlines()[0] if acct.returncode == 0 and acct.stdout.strip() else ""
+        if line:
+            state, code, elapsed, limit = (line.split("|") + ["", "", "", ""])[:4]
+            return Job(jid, state.split()[0], "", code, elapsed, limit)
+    return None
+
+
+def cancel(job_id: int | str, wait: float = 60) -> Job | None:
+    """scancel the job and wait (up to `wait` s) until Slurm reports it ended or forgets it; its last state."""
+    done = run([tool("scancel"), str(job_id)], timeout=30)
+    if done.returncode != 0 and "Invalid job id" not in done.stderr:
+        raise UserError(f"scancel {job_id} failed: {(done.stderr or done.stdout).strip()}")
+    deadline = time.monotonic() + wait
+    current = job(job_id)
+    while current is not None and not current.ended and time.monotonic() < deadline:
+        time.sleep(0.5)
+        current = job(job_id)
+    return current
+
+
+def srun_mpi_plugin() -> str | None:
+    """srun's MPI plugin for one MPI world across the tasks (pmix, else pmi2), or None if srun offers neither."""
+    srun = shutil.which("srun")
+    if srun is None:
+        return None
+    try:
+        listed = run([srun, "--mpi=list"], timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = listed.stdout + listed.stderr
+    for plugin in ("pmix", "pmi2"):
+        if re.search(rf"\b{plugin}\b", text):
+            return plugin
+    return None

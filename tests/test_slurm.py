@@ -1,0 +1,79 @@
+"""course.slurm, the one place that speaks Slurm: #SBATCH lines, partitions and requests that cannot fit (asked of
+the two-node virtual cluster), job states and cancelling (a real job on the single-node Slurm)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from course import UserError
+from course import slurm as speak
+from tests.conftest import run_course
+from tests.slurm import slurm  # noqa: F401  (the session fixture)
+from tests.virtual_cluster import virtual_cluster  # noqa: F401  (the session fixture)
+
+
+def test_sbatch_lines_carry_site_options_and_refuse_what_is_not_an_option():
+    lines = speak.sbatch_lines(speak.Options(job_name="hvd", nodes=2, tasks_per_node=4, gpus_per_node=4,
+                                             time="01:00:00", qos="normal", constraint="a100", exclusive=True,
+                                             extra=["--reservation=workshop"]))
+    assert lines == ["#SBATCH --job-name=hvd", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+                     "#SBATCH --gres=gpu:4", "#SBATCH --time=01:00:00", "#SBATCH --qos=normal",
+                     "#SBATCH --constraint=a100", "#SBATCH --exclusive", "#SBATCH --reservation=workshop"]
+    for bad in ("reservation=workshop", "--x\n#SBATCH --y", ""):
+        with pytest.raises(UserError, match="not an sbatch option"):
+            speak.check_extra(bad)
+
+
+def test_gpus_are_read_from_sinfos_gres_column():
+    assert speak._gpus("gpu:a100:4(S:0-1)") == 4 and speak._gpus("gpu:2") == 2 and speak._gpus("(null)") == 0
+
+
+@pytest.fixture
+def on_virtual_cluster(virtual_cluster, monkeypatch):  # noqa: F811
+    for name in ("SLURM_CONF",):
+        monkeypatch.setenv(name, virtual_cluster[name])
+    return virtual_cluster
+
+
+def test_partitions_of_the_virtual_cluster(on_virtual_cluster):
+    [part] = speak.partitions()
+    cpus = max(1, os.cpu_count() // 2)
+    assert (part.name, part.nodes, part.cpus_per_node, part.gpus_per_node) == ("vc", 2, cpus, 0)
+
+
+@pytest.mark.parametrize("request_, message", [
+    (dict(nodes=3, tasks_per_node=1), "--nodes 3 is more than partition vc has (2 node(s))"),
+    (dict(nodes=2, tasks_per_node=8), "8 task(s) per node"),
+    (dict(nodes=1, tasks_per_node=1, gpus_per_node=1), "--gpus-per-node 1"),
+    (dict(nodes=1, tasks_per_node=1, partition="gpu"), "no partition 'gpu' here"),
+])
+def test_requests_that_cannot_fit_are_refused(on_virtual_cluster, request_, message):
+    with pytest.raises(UserError) as refused:
+        speak.check_fits(**request_)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    speak.check_fits(nodes=2, tasks_per_node=1)  # what fits passes
+
+
+def test_job_state_and_cancel_on_a_real_job(slurm, tmp_path):  # noqa: F811
+    script = tmp_path / "sleep.sh"
+    script.write_text("#!/bin/sh\n" + "\n".join(speak.sbatch_lines(speak.Options(
+        job_name="course-sleep", output=str(tmp_path / "%j.out"), time="00:05:00"))) + "\nsleep 600\n")
+    job_id = speak.submit(str(script))
+    assert speak.job(job_id).state in ("PENDING", "RUNNING", "CONFIGURING")
+    final = speak.cancel(job_id, wait=60)
+    assert final is None or (final.ended and final.state == "CANCELLED"), final
+    assert subprocess.run(["squeue", "-h", "-j", str(job_id)], capture_output=True, text=True).stdout.strip() == ""
+
+
+def test_srun_offers_an_mpi_plugin(slurm):  # noqa: F811
+    assert speak.srun_mpi_plugin() in ("pmix", "pmi2")
+
+
+def test_sbatch_refusal_is_one_line(slurm, tmp_path):  # noqa: F811
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --partition=no-such-partition\ntrue\n")
+    with pytest.raises(UserError, match="sbatch refused the job: .*partition"):
+        speak.submit(str(script))
