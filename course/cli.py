@@ -188,7 +188,8 @@ def cmd_job(args: argparse.Namespace) -> int:
         return 0
     request = jobs.Request(args.workload, extra, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                            tasks_per_node=args.tasks_per_node, cpus_per_task=args.cpus_per_task, mem=args.mem,
-                           time=args.time, partition=args.partition, account=args.account, job_name=args.job_name,
+                           time=args.time, partition=args.partition, account=args.account, qos=args.qos,
+                           constraint=args.constraint, exclusive=args.exclusive, sbatch=args.sbatch, job_name=args.job_name,
                            output_dir=args.output_dir, launcher=args.launcher, python=args.python or sys.executable,
                            timeline=args.timeline)
     line = jobs.command_line(args.argv) if getattr(args, "argv", None) else None
@@ -218,6 +219,11 @@ def add_job(commands) -> None:
     parser.add_argument("--time", default="00:30:00", help="time limit HH:MM:SS (default 00:30:00)")
     parser.add_argument("--partition", default=None, help="Slurm partition")
     parser.add_argument("--account", default=None, help="Slurm account to charge")
+    parser.add_argument("--qos", default=None, help="Slurm quality of service (a site's queue class)")
+    parser.add_argument("--constraint", default=None, help="node features, e.g. a100 or 'v100|a100'")
+    parser.add_argument("--exclusive", action="store_true", help="whole nodes, shared with no other job")
+    parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                        help="any other #SBATCH option, as sbatch takes it (repeatable), e.g. --sbatch=--reservation=ws")
     parser.add_argument("--job-name", default=None, help="job name (default course-WORKLOAD)")
     parser.add_argument("--output-dir", default=".", help="folder for NAME_JOBID.out/.err (default: here)")
     parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",

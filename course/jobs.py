@@ -4,11 +4,13 @@
     python -m course job mirrored --gpus-per-node 2 --submit
     python -m course job status|wait|output|cancel JOBID
 
-The scripts carry the options of seed 001's job script (job name, output/error files with %j, nodes, GPUs per
-node through --gres, tasks per node = GPUs, CPUs per task, memory, time limit, partition, account). Horovod
-runs one process per GPU started by `mpiexec` (flags and Open MPI settings from `course.mpi`) or `srun`;
-MirroredStrategy and `course train` run in one process that uses all the node's GPUs. Inconsistent requests
-are refused with one line before anything is submitted.
+The scripts carry the options of the University of Queensland workshop's job script (job name, output/error
+files with %j, nodes, GPUs per node through --gres, tasks per node = GPUs, CPUs per task, memory, time limit,
+partition, account) plus a site's own (--qos, --constraint, --exclusive, any other `#SBATCH` line); the
+`#SBATCH` lines, job states and sbatch/scontrol/scancel calls come from `course.slurm`. Horovod runs one
+process per GPU started by `mpiexec` (flags and Open MPI settings from `course.mpi`) or `srun`;
+MirroredStrategy and `course train` run in one process that uses all the node's GPUs. Inconsistent requests,
+and requests no node of the partition could run, are refused with one line before anything is submitted.
 """
 
 from __future__ import annotations
@@ -17,14 +19,12 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course import UserError, mpi
+from course import UserError, mpi, slurm
 
 WORKLOADS = {
     "train": ("python -m course train", ["-m", "course", "train"],
@@ -36,23 +36,11 @@ WORKLOADS = {
 }
 LAUNCHERS = ("mpiexec", "srun")
 ACTIONS = ("status", "wait", "output", "cancel")
-# Job states Slurm reports once a job has ended (squeue / scontrol JobState).
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
-         "DEADLINE"}
-EXPLAIN = {
-    "COMPLETED": "finished with exit code 0",
-    "FAILED": "the program ended with a non-zero exit code: read the .err file",
-    "CANCELLED": "cancelled (scancel, or by an administrator)",
-    "TIMEOUT": "killed by Slurm at its time limit (--time): ask for more time or do less work",
-    "OUT_OF_MEMORY": "killed for using more memory than --mem",
-    "NODE_FAIL": "a node it ran on failed",
-    "PENDING": "waiting in the queue for resources",
-    "RUNNING": "running",
-}
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _LIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,-]*$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\[\]*&|,:()-]+$")
 
 
 def jobs_dir() -> Path:
@@ -88,6 +76,10 @@ class Request:
     time: str = "00:30:00"
     partition: str | None = None
     account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    sbatch: list[str] = field(default_factory=list)
     job_name: str | None = None
     output_dir: str = "."
     workdir: str = "."
@@ -125,10 +117,12 @@ def check(request: Request) -> Request:
         raise UserError(f"--mem must be a size such as 4G, 500M or 16000 (megabytes), not {r.mem!r}")
     for name, pattern, what in (("job_name", _NAME, "letters, digits, '.', '_' and '-'"),
                                 ("partition", _LIST, "a partition name (or a comma-separated list)"),
-                                ("account", _NAME, "an account name")):
+                                ("account", _NAME, "an account name"), ("qos", _NAME, "a QOS name"),
+                                ("constraint", _CONSTRAINT, "a feature expression such as a100 or 'v100|a100'")):
         value = getattr(r, name)
         if value is not None and not pattern.match(value):
             raise UserError(f"--{name.replace('_', '-')} {value!r} is not {what}")
+    r.sbatch = [slurm.check_extra(line) for line in r.sbatch]
     if r.launcher not in LAUNCHERS:
         raise UserError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not {r.launcher!r}")
     gpus = r.gpus_per_node
@@ -158,7 +152,9 @@ def check(request: Request) -> Request:
             raise UserError(f"--tasks-per-node {r.tasks_per_node} is more than --gpus-per-node {gpus}: "
                             f"with GPUs, each task needs its own GPU")
     if r.cpus_per_task is None:
-        r.cpus_per_task = max(1, gpus) if r.tasks_per_node == 1 and kind != "script" else 1
+        # a GPU rank needs cores for its input pipeline; one process driving all the node's GPUs needs them all
+        per_process_gpus = gpus if r.tasks_per_node == 1 else 1
+        r.cpus_per_task = slurm.CPUS_PER_GPU * per_process_gpus if gpus else 1
     if r.timeline is not None and r.total_tasks < 2 and kind != "horovod":
         raise UserError("--timeline records a Horovod timeline: it needs the horovod workload or several tasks")
     if r.job_name is None:
@@ -177,7 +173,10 @@ def _launch(r: Request) -> tuple[list[str], str]:
     if r.total_tasks == 1:
         return program, "one process"
     if r.launcher == "srun":
-        return ["srun", "--mpi=pmix", *program], f"{r.total_tasks} processes started by srun"
+        # srun's MPI plugin (pmix where this Slurm offers it) makes the ranks one MPI world; unknown: the site default
+        plugin = slurm.srun_mpi_plugin()
+        return (["srun", *([f"--mpi={plugin}"] if plugin else []), *program],
+                f"{r.total_tasks} processes started by srun")
     return (["mpiexec", "-n", "${SLURM_NTASKS}", *mpi.JOB_FLAGS, *program],
             f"{r.total_tasks} processes started by mpiexec")
 
@@ -198,22 +197,12 @@ def script(request: Request, command_line: str | None = None) -> str:
              f"# Generated by: {command_line or 'course.jobs.script()'}",
              f"# Workload: {description}; {layout}; {how}.",
              f"# Submit: sbatch THIS_FILE   Follow: squeue -j JOBID   Stop: scancel JOBID",
-             f"#SBATCH --job-name={r.job_name}",
-             f"#SBATCH --output={out_dir}/{r.job_name}_%j.out",
-             f"#SBATCH --error={out_dir}/{r.job_name}_%j.err",
-             f"#SBATCH --chdir={Path(r.workdir).resolve()}",
-             f"#SBATCH --nodes={r.nodes}",
-             f"#SBATCH --ntasks-per-node={r.tasks_per_node}",
-             f"#SBATCH --cpus-per-task={r.cpus_per_task}"]
-    if gpus:
-        lines.append(f"#SBATCH --gres=gpu:{gpus}")
-    if r.mem:
-        lines.append(f"#SBATCH --mem={r.mem}")
-    lines.append(f"#SBATCH --time={r.time}")
-    if r.partition:
-        lines.append(f"#SBATCH --partition={r.partition}")
-    if r.account:
-        lines.append(f"#SBATCH --account={r.account}")
+             *slurm.sbatch_lines(slurm.Options(
+                 job_name=r.job_name, output=f"{out_dir}/{r.job_name}_%j.out", error=f"{out_dir}/{r.job_name}_%j.err",
+                 chdir=str(Path(r.workdir).resolve()), nodes=r.nodes, tasks_per_node=r.tasks_per_node,
+                 cpus_per_task=r.cpus_per_task, gpus_per_node=gpus or None, mem=r.mem, time=r.time,
+                 partition=r.partition, account=r.account, qos=r.qos, constraint=r.constraint, exclusive=r.exclusive,
+                 extra=r.sbatch))]
     lines += ["",
               "set -eo pipefail",
               "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
@@ -240,44 +229,23 @@ def script(request: Request, command_line: str | None = None) -> str:
 
 # ---------------------------------------------------------------------------------- submit and follow
 
-def _slurm(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        raise UserError(f"{tool} not found: this machine has no Slurm client (use --print to see the job script, "
-                        f"and submit it on a cluster's login node with sbatch)")
-    return path
-
-
 def slurm_available() -> bool:
     """True when a Slurm controller answers here (`sinfo` works): notebooks then submit for real."""
-    sinfo = shutil.which("sinfo")
-    if sinfo is None:
-        return False
-    try:
-        done = subprocess.run([sinfo, "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and bool(done.stdout.strip())
-
-
-def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    return slurm.available()
 
 
 def submit(request: Request, command_line: str | None = None) -> int:
     """Write the script, submit it with sbatch and return the job id (recorded under `jobs_dir()`)."""
     text = script(request, command_line)
-    sbatch = _slurm("sbatch")
+    slurm.tool("sbatch")
+    r = request
+    slurm.check_fits(r.nodes, r.tasks_per_node, r.cpus_per_task, r.gpus_per_node, r.partition)
     Path(request.output_dir).mkdir(parents=True, exist_ok=True)
     record_dir = jobs_dir()
     record_dir.mkdir(parents=True, exist_ok=True)
     script_file = record_dir / f"{request.job_name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.sbatch"
     script_file.write_text(text)
-    done = _run([sbatch, "--parsable", str(script_file)])
-    if done.returncode != 0:
-        why = (done.stderr or done.stdout).strip().splitlines()
-        raise UserError(f"sbatch refused the job: {why[-1] if why else 'no reason given'} (script: {script_file})")
-    job_id = int(done.stdout.strip().split(";")[0])
+    job_id = slurm.submit(str(script_file))
     out_dir = Path(request.output_dir).resolve()
     record = {"job_id": job_id, "script": str(script_file), "request": asdict(request),
               "stdout": str(out_dir / f"{request.job_name}_{job_id}.out"),
@@ -301,10 +269,10 @@ class Status:
 
     @property
     def ended(self) -> bool:
-        return self.state in ENDED
+        return self.state in slurm.ENDED
 
     def __str__(self) -> str:
-        what = EXPLAIN.get(self.state, "")
+        what = slurm.EXPLAIN.get(self.state, "")
         extra = f" ({what})" if what else ""
         reason = f", reason {self.reason}" if self.reason and self.reason != "None" else ""
         times = f", elapsed {self.elapsed} of {self.time_limit}" if self.elapsed else ""
@@ -331,20 +299,11 @@ def status(job_id: str | int) -> Status:
     """The job's state from `scontrol show job` (Slurm keeps ended jobs for MinJobAge), else from `sacct`."""
     jid = _job_id(job_id)
     record = _record(jid)
-    done = _run([_slurm("scontrol"), "show", "job", "-o", str(jid)])
-    if done.returncode == 0 and done.stdout.strip():
-        fields = dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", done.stdout))
-        return Status(jid, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""), fields.get("ExitCode", ""),
-                      fields.get("RunTime", ""), fields.get("TimeLimit", ""),
-                      fields.get("StdOut", record.get("stdout", "")), fields.get("StdErr", record.get("stderr", "")))
-    sacct = shutil.which("sacct")
-    if sacct:
-        acct = _run([sacct, "-n", "-X", "-P", "-j", str(jid), "-o", "State,ExitCode,Elapsed,Timelimit"])
-        line = acct.stdout.strip().splitlines()[0] if acct.returncode == 0 and acct.stdout.strip() else ""
-        if line:
-            state, code, elapsed, limit = (line.split("|") + ["", "", "", ""])[:4]
-            return Status(jid, state.split()[0], "", code, elapsed, limit, record.get("stdout", ""),
-                          record.get("stderr", ""))
+    slurm.tool("scontrol")
+    found = slurm.job(jid)
+    if found is not None:
+        return Status(jid, found.state, found.reason, found.exit_code, found.elapsed, found.time_limit,
+                      found.stdout or record.get("stdout", ""), found.stderr or record.get("stderr", ""))
     if record:
         return Status(jid, "UNKNOWN", "Slurm no longer remembers it (and has no accounting)", "", "", "",
                       record.get("stdout", ""), record.get("stderr", ""))
@@ -379,9 +338,7 @@ def output(job_id: str | int) -> tuple[str, str]:
 def cancel(job_id: str | int) -> Status:
     """scancel the job; returns its status afterwards."""
     jid = _job_id(job_id)
-    done = _run([_slurm("scancel"), str(jid)])
-    if done.returncode != 0:
-        raise UserError(f"scancel {jid} failed: {(done.stderr or done.stdout).strip()}")
+    slurm.cancel(jid, wait=0)
     return status(jid)
 
 

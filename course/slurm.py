@@ -41,6 +41,7 @@ class Options:
     job_name: str | None = None
     output: str | None = None
     error: str | None = None
+    chdir: str | None = None
     nodes: int | None = None
     ntasks: int | None = None
     tasks_per_node: int | None = None
@@ -60,7 +61,8 @@ class Options:
 def sbatch_lines(options: Options) -> list[str]:
     """The `#SBATCH` lines for `options`, in the order a reader expects; site lines (`extra`) come last."""
     o = options
-    pairs = [("job-name", o.job_name), ("output", o.output), ("error", o.error), ("nodes", o.nodes),
+    pairs = [("job-name", o.job_name), ("output", o.output), ("error", o.error), ("chdir", o.chdir),
+             ("nodes", o.nodes),
              ("ntasks", o.ntasks), ("ntasks-per-node", o.tasks_per_node), ("cpus-per-task", o.cpus_per_task),
              ("gres", f"gpu:{o.gpus_per_node}" if o.gpus_per_node else None), ("mem", o.mem), ("time", o.time),
              ("partition", o.partition), ("account", o.account), ("qos", o.qos), ("constraint", o.constraint)]

@@ -46,6 +46,8 @@ REFUSED = [
     (["resnet"], "unknown workload"),
     (["no/such/script.py"], "no script at"),
     ([str(PROGRAMS / "hvd_allreduce.py"), "--gpus-per-node", "1", "--tasks-per-node", "2"], "its own GPU"),
+    (["horovod", "--sbatch", "reservation=ws"], "not an sbatch option"),
+    (["horovod", "--constraint", "a100 v100"], "--constraint"),
 ]
 
 
@@ -58,6 +60,18 @@ def test_inconsistent_requests_are_refused_before_submission(argv, message, reco
     assert len(lines) == 1 and lines[0].startswith("course: error: ") and message in lines[0], done.stderr
     assert "Traceback" not in done.stderr
     assert not records.exists() or not list(records.iterdir()), "a refused request left a submitted job behind"
+
+
+def test_site_options_and_cores_per_gpu_rank_in_the_script():
+    """--qos, --constraint, --exclusive and any other #SBATCH line reach the script; GPU ranks get cores."""
+    text = jobs.script(jobs.Request("horovod", nodes=2, gpus_per_node=4, qos="long", constraint="a100|h100",
+                                    exclusive=True, sbatch=["--reservation=workshop", "--mail-type=END"]))
+    for line in ("--qos=long", "--constraint=a100|h100", "--exclusive", "--reservation=workshop", "--mail-type=END"):
+        assert f"#SBATCH {line}\n" in text, line
+    assert "#SBATCH --cpus-per-task=4\n" in text  # four cores per GPU rank: each feeds one GPU
+    mirrored = jobs.script(jobs.Request("mirrored", gpus_per_node=2))
+    assert "#SBATCH --cpus-per-task=8\n" in mirrored  # one process feeding both GPUs
+    assert "#SBATCH --cpus-per-task=1\n" in jobs.script(jobs.Request("horovod", tasks_per_node=2))
 
 
 def test_status_of_a_non_number_is_refused():
@@ -92,7 +106,7 @@ def test_every_generated_script_is_accepted_by_slurm(name, slurm, tmp_path):  # 
     """`sbatch --test-only` parses every directive and schedules the job.
 
     This Slurm is one node without GPUs: for GPU and multi-node scripts, the only complaint allowed is about
-    exactly that hardware, and the same script with the GPUs and nodes this node has is accepted.
+    exactly that hardware, and the same script with the GPUs, nodes and cores this node has is accepted.
     """
     options = dict(VARIANTS[name])
     workload = options.pop("workload")
@@ -111,7 +125,9 @@ def test_every_generated_script_is_accepted_by_slurm(name, slurm, tmp_path):  # 
     if done.returncode != 0:
         assert gpus or request.nodes > 1, f"sbatch refused {name}: {done.stderr}"
         assert re.search(r"gres|node configuration|node count", done.stderr, re.I), done.stderr
+        # GPU ranks get slurm.CPUS_PER_GPU cores each, more than this 2-core node has: one core each here
         here = re.sub(r"#SBATCH --gres=gpu:\d+\n", "", text).replace(f"--nodes={request.nodes}", "--nodes=1")
+        here = re.sub(r"--cpus-per-task=\d+", "--cpus-per-task=1", here)
         done = _test_only(here, tmp_path)
     assert done.returncode == 0, f"sbatch --test-only refused {name}: {done.stderr}"
     assert "to start at" in done.stderr, done.stderr

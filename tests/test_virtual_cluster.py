@@ -70,17 +70,34 @@ def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tm
     assert all(line[5:] == ["3.0", "3.0"] for line in lines), done.stdout
 
 
-def test_horovod_allreduce_sums_across_nodes(virtual_cluster, tmp_path):  # noqa: F811
+def test_horovod_job_with_one_rank_on_each_node(virtual_cluster, tmp_path):  # noqa: F811
+    """`course job horovod --nodes 2 --tasks-per-node 1`: both ranks train, on different nodes, in one job."""
     env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"))
-    submitted = run_course("job", str(PROGRAMS / "hvd_allreduce.py"), "--nodes", "2", "--tasks-per-node", "1",
-                           "--time", "00:10:00", "--output-dir", str(tmp_path), "--submit", env=env, timeout=120)
+    submitted = run_course("job", "horovod", "--nodes", "2", "--tasks-per-node", "1", "--time", "00:10:00",
+                           "--output-dir", str(tmp_path), "--submit", "--", "--epochs", "1", "--limit", "400",
+                           env=env, timeout=120)
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
     waited = run_course("job", "wait", job_id, "--wait-timeout", "600", env=env, timeout=700)
     assert waited.returncode == 0 and "COMPLETED" in waited.stdout, waited.stdout + waited.stderr
-    out = (tmp_path / f"course-hvd_allreduce_{job_id}.out").read_text()
-    for rank in (0, 1):
-        assert f"RANK {rank} SIZE 2 SUM [3.0, 20.0]" in out, out
+    out = (tmp_path / f"course-horovod_{job_id}.out").read_text()
+    assert "vc[1-2]" in out, out
+    ranks = re.findall(r"^rank (\d) of 2, local rank (\d).* on (vc\d)", out, flags=re.M)
+    assert sorted(r for r, _, _ in ranks) == ["0", "1"], out
+    # one rank per node: both are local rank 0, and Horovod saw two different hosts
+    assert {local for _, local, _ in ranks} == {"0"} and {host for _, _, host in ranks} == {"vc1", "vc2"}, out
+    assert "SUMMARY" in out and '"size": 2' in out, out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "3", "--tasks-per-node", "1"], "--nodes 3 is more than partition vc has (2 node(s))"),
+    (["--nodes", "2", "--tasks-per-node", "4"], "4 task(s) per node"),
+])
+def test_requests_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, tmp_path, argv, message):  # noqa: F811
+    env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"))
+    done = run_course("job", "horovod", *argv, "--submit", env=env, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert not (tmp_path / "records").exists() or not list((tmp_path / "records").iterdir())
 
 
 def _engines(virtual_cluster, cluster_id: str, *extra: str) -> subprocess.CompletedProcess:
