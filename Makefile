@@ -5,7 +5,7 @@ PY := .venv/bin/python
 TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test clean
+.PHONY: setup lab test clean student
 
 setup:
 	@bash scripts/setup-system.sh
@@ -17,6 +17,10 @@ lab: setup
 test: setup
 	@bash scripts/setup-system.sh $(TEST_APT)
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+# The course as learners get it (no solutions/ or hidden tests), for a `student` branch: make student OUT=DIR
+student:
+	@$(PY) -m course student-copy $(or $(OUT),build/student)
 
 clean:
 	rm -rf .venv .pytest_cache build *.egg-info

@@ -1,4 +1,4 @@
-"""The grading commands of `python -m course`: release, validate, grade (modules imported lazily)."""
+"""The grading commands of `python -m course`: release, validate, grade, student-copy (modules imported lazily)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_student_copy(args: argparse.Namespace) -> int:
+    from course.student import build
+
+    written = build(args.out, args.solutions)
+    print(f"wrote the student copy to {args.out}: {', '.join(written)} (no solutions/, hidden tests or instructor guide)")
+    return 0
+
+
 def add_grading(commands) -> None:
     """Add release, validate and grade to the course's command line."""
     release = commands.add_parser("release", help="generate the student notebooks/ from solutions/ (nbgrader)")
@@ -61,3 +69,8 @@ def add_grading(commands) -> None:
     grade.add_argument("--memory", default=None, metavar="SIZE", help="memory limit per kernel (default 4G)")
     grade.add_argument("--regrade", action="store_true", help="grade everything again, not only what changed")
     grade.set_defaults(func=cmd_grade)
+
+    copy = commands.add_parser("student-copy", help="write the course as learners get it (no solutions or hidden tests)")
+    copy.add_argument("out", metavar="OUT", help="a new or empty folder, or an earlier student copy to refresh")
+    copy.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
+    copy.set_defaults(func=cmd_student_copy)

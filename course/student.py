@@ -1,0 +1,92 @@
+"""`python -m course student-copy OUT` (or `make student`): the course as a learner should get it.
+
+    python -m course student-copy build/student     # then publish build/student (a `student` branch)
+
+The instructor's checkout holds every solution and hidden test (solutions/), the wrong answers the tests
+use, and the instructor guide. OUT gets only what a learner needs to run the course: the package
+(course/, with its offline data fallback), the student notebooks generated afresh from solutions/ by
+nbgrader's preprocessors, the set-up (Makefile, scripts/setup-*.sh, pyproject.toml, environment.yml,
+binder/), the benchmarks the notebooks mention, and a README for learners. Binder launches it and
+JupyterHub pulls it (nbgitpuller); see the instructor guide.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from course import UserError
+from course.grading import ROOT
+
+MARKER = ".course-student-copy"  # a folder holding this file may be refreshed in place (CI's checkout)
+FOLDERS = ("course", "binder", "benchmarks")
+FILES = ("environment.yml", "pyproject.toml", "Makefile", ".gitignore", "scripts/setup-system.sh",
+         "scripts/setup-python.sh")
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
+
+README = """# Distributed Deep Learning on HPC
+
+An interactive Jupyter course on training neural networks on many processes and GPUs: task graphs,
+SGD and parallel SGD, collectives, parameter averaging, Horovod, TensorFlow's MirroredStrategy,
+scaling studies and Slurm. Open the notebooks in `notebooks/`, in order, starting with
+`00_environment_and_cluster.ipynb`. Every exercise checks itself when you run the cell after it.
+
+## Run it
+
+- **Binder** (nothing to install, CPU only):
+  [Launch on Binder](https://mybinder.org/v2/gh/OWNER/REPOSITORY/student?urlpath=lab/tree/notebooks/00_environment_and_cluster.ipynb)
+- **JupyterHub or Open OnDemand**: your instructor's link puts this folder in your home directory;
+  open the notebooks with the kernel **Python (DDL on HPC)**.
+- **Your own machine** (Debian/Ubuntu, Python 3.11): `make lab` sets everything up in `.venv` (about
+  10 minutes the first time) and starts JupyterLab. Conda users: the steps are at the top of
+  `environment.yml`.
+
+## Check your work
+
+`python -m course validate notebooks/02_sgd.ipynb` runs a notebook and says, check by check, what
+passes and why the others fail. When you hand a notebook in, your instructor grades it with further
+tests that are not in your copy: passing the visible checks is necessary, not sufficient.
+
+## Data
+
+The notebooks load MNIST, Fashion-MNIST and CIFAR-10 from `COURSE_DATA_DIR` (your site may preload
+them), the Keras cache, or a download. Without any of these they fall back, and say so, to
+scikit-learn's small digits dataset, so every notebook runs offline.
+"""
+
+
+def build(out: Path, solutions: Path | None = None) -> list[str]:
+    """Write the student copy into OUT (new, empty, or an earlier student copy); returns what it wrote."""
+    from course.grading.release import release
+
+    out = Path(out).resolve()
+    solutions = Path(solutions).resolve() if solutions is not None else ROOT / "solutions"
+    _prepare(out)
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, out / folder, ignore=IGNORE)
+    for name in FILES:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, out / name)
+    release(solutions, out / "notebooks")
+    (out / "README.md").write_text(README, encoding="utf-8")
+    (out / MARKER).write_text("written by python -m course student-copy; refreshed in place by the next run\n")
+    return sorted(p.name for p in out.iterdir() if p.name != ".git")
+
+
+def _prepare(out: Path) -> None:
+    """OUT must be new, empty or an earlier student copy (refreshed: everything but .git is replaced)."""
+    if out == ROOT or out in ROOT.parents:
+        raise UserError(f"{out} is the course checkout (or holds it); give a new folder, e.g. build/student")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file; give a folder for the student copy")
+    if out.is_dir():
+        entries = [p for p in out.iterdir() if p.name != ".git"]
+        if entries and not (out / MARKER).is_file():
+            raise UserError(f"{out} is not empty and is not an earlier student copy; "
+                            f"give a new or empty folder (nothing in it was changed)")
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
