@@ -17,15 +17,20 @@ SOURCES = PROGRAMS / "pycompss"
 
 
 def run_script(name: str, workdir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    """Copy program `name` into `workdir` with `pycompss.api` swapped for `course.tasks.api`, and run it there."""
+    """Copy program `name` (and the modules beside it) into `workdir` with `pycompss.api` swapped for
+    `course.tasks.api`, and run it from `workdir` as `python [folder/]name.py`."""
     source = (SOURCES / f"{name}.py").read_text()
     assert "pycompss.api" in source and "course" not in source, "the program must be written for PyCOMPSs"
     script = workdir / f"{name}.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    for module in (SOURCES / name).parent.glob("*.py"):
+        if module.name != script.name and "/" in name:
+            (script.parent / module.name).write_text(module.read_text())
     script.write_text(source.replace("pycompss.api.", "course.tasks.api."))
-    env = dict(os.environ, IPYTHONDIR=str(workdir / ".ipython"), COURSE_CLUSTER_ID=f"test-prog-{name}",
+    env = dict(os.environ, IPYTHONDIR=str(workdir / ".ipython"), COURSE_CLUSTER_ID=f"test-prog-{name.replace('/', '-')}",
                PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, script.name], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, str(script.relative_to(workdir))], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_readers_keep_the_version_they_were_given(tmp_path):
@@ -63,3 +68,17 @@ def test_failed_tasks_follow_their_on_failure_policy_and_the_program_fails(tmp_p
     assert (tmp_path / "attempts.txt").read_text().count("attempt") == 2, "RETRY runs a failed task a second time"
     assert done.returncode != 0, "a task that failed under the default on_failure fails the program"
     assert "flaky" in done.stderr and "ZeroDivisionError" in done.stderr, done.stderr
+
+
+def test_methods_collections_with_depth_and_the_programs_own_modules(tmp_path):
+    """Run from another folder (as `python app/methods_collections.py`): its module shapes.py must import on the
+    engines; methods are tasks with self INOUT (IN with target_direction=IN); Depth decides what is an element."""
+    done = run_script("app/methods_collections", tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = {line.split(":")[0]: line.split(":", 1)[1].strip() for line in done.stdout.splitlines() if ":" in line}
+    assert out.get("balance") == "15", done.stdout + done.stderr  # the reader kept its version of the account
+    assert out["history"] == "ada [10, 5, 1]"
+    assert out["area"] == "14"
+    assert out["lengths"] == "[3, 2, 1]" and out["rows"] == "[[7, 8, 2], [9, 1], [0]]"  # Depth 1: rows are objects
+    assert out["grid"] == "[[[2.0, 2.0], [3.0, 3.0]], [[7.0, 7.0]]]"  # Depth 2: each block is updated
+    assert out["flat"] == "10"

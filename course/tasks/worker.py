@@ -161,9 +161,14 @@ def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None
             "env_cores": os.environ.get("COURSE_ENGINE_CORES")}
 
 
-def configure(peers: dict, threads: int) -> None:
-    """Learn the peers' data-server addresses and give BLAS/OpenMP `threads` threads per task."""
+def configure(peers: dict, threads: int, paths: list | tuple = ()) -> None:
+    """Learn the peers' data-server addresses, give BLAS/OpenMP `threads` threads per task, and import
+    modules from `paths` (the program's own folder, as runcompss puts it on the workers' path)."""
     STATE["peers"] = dict(peers)
+    import sys
+    for path in reversed(paths):
+        if path not in sys.path:
+            sys.path.insert(0, path)
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # the cluster's thread plan wins (course.cluster)
         threads = int(os.environ["OMP_NUM_THREADS"])
     if STATE.get("threads") != threads:
@@ -280,24 +285,31 @@ def _store_outputs(spec: dict, args: dict, result: Any) -> None:
     for name, key in spec["updates"].items():  # INOUT / OUT / COMMUTATIVE parameters
         STORE[key] = args[name]
     for name, keys_ in spec["collection_updates"].items():  # COLLECTION_INOUT elements
-        for key, value in zip(keys_, _flatten(args[name])):
-            if key is not None:
-                STORE[key] = value
+        _store_elements(keys_, args[name])
 
 
-def _flatten(value: Any) -> list:
-    if isinstance(value, (list, tuple)):
-        out = []
-        for item in value:
-            out.extend(_flatten(item) if isinstance(item, (list, tuple)) else [item])
-        return out
-    return [value]
+def _store_elements(keys: list, value: Any) -> None:
+    """Store a collection's elements under their keys, level by level (None: a basic value, not updated)."""
+    if not isinstance(value, (list, tuple)):
+        return
+    for key, item in zip(keys, value):
+        if isinstance(key, list):
+            _store_elements(key, item)
+        elif key is not None:
+            STORE[key] = item
+
+
+def _flatten(keys: list) -> list:
+    out = []
+    for key in keys:
+        out.extend(_flatten(key) if isinstance(key, list) else [key])
+    return out
 
 
 def _all_output_keys(spec: dict) -> list[str]:
     keys = list(spec["returns"]) + list(spec["updates"].values())
     for keys_ in spec["collection_updates"].values():
-        keys.extend(k for k in keys_ if k is not None)
+        keys.extend(k for k in _flatten(keys_) if k is not None)
     return keys
 
 
