@@ -67,19 +67,20 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             return 0
         failed = 0
         for cid in ids:
-            try:
-                status = cluster.attach(cid).status()
-            except cluster.ClusterError:
-                if args.id:
-                    raise
-                continue  # attach cleaned up what was left of a cluster that had died
+            status = cluster.inspect(cid)  # read only: never stops a cluster, even one still starting
+            if status.state == "ended" and not args.id:
+                continue  # what is left of a cluster whose processes all ended (stop --all removes it)
             print(status)
             failed += not status.ok
         return 1 if failed else 0
     if args.all:
-        ended = cluster.stop_all()
-        print(f"stopped: {', '.join(ended)}" if ended else "no course clusters were running")
+        ended, spared = cluster.stop_all(force=args.force)
+        print(f"stopped: {', '.join(ended)}" if ended else "no course clusters were stopped")
+        for line in spared:
+            print(f"spared {line}; stop it with --force (its process then fails at its next call)")
         return 0
+    if args.force:
+        raise UserError("--force goes with --all (stop --id ID always stops that cluster)")
     cid = cluster.normalise_id(args.id) if args.id else cluster.default_cluster_id()
     if not cluster.stop(cid):
         raise UserError(f"no cluster {cid} is running (running: {', '.join(cluster.running_ids()) or 'none'}; "
@@ -107,7 +108,9 @@ def add_cluster(commands) -> None:
     status.add_argument("--id", default=None, help="only this cluster")
     stop = sub.add_parser("stop", help="stop a cluster; --all ends every course cluster of this user")
     stop.add_argument("--id", default=None, help="cluster id (default course-default, or COURSE_CLUSTER_ID)")
-    stop.add_argument("--all", action="store_true", help="engines, controllers, mpiexec and Slurm jobs of every course cluster")
+    stop.add_argument("--all", action="store_true", help="engines, controllers, mpiexec and Slurm jobs of every course "
+                      "cluster whose process has ended (a notebook or script still running keeps its cluster)")
+    stop.add_argument("--force", action="store_true", help="with --all: stop clusters still in use too")
     for p in (start, status, stop):
         p.set_defaults(func=cmd_cluster)
 

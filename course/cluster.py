@@ -10,12 +10,17 @@ rank (with TensorFlow memory growth on); on a machine without GPUs each engine i
 intra-op threads (default 1) so that N engines do not oversubscribe N cores. A cluster has a stable id per
 notebook (or COURSE_CLUSTER_ID), so a restarted notebook re-attaches to its running cluster instead of
 starting a second one; `stop_all()` (`python -m course cluster stop --all`) ends every course cluster of
-this user, including ones whose notebook died.
+this user whose owner process has ended (a notebook that died), and spares those still in use unless forced.
+
+Clusters live beside each other: looking at one (`inspect`, `cluster status`) never stops it, and its files
+are removed only once every process it recorded (starter, users, controller, engines) has ended. A cluster
+stopped from outside makes the next call on it fail at once with `ClusterDown`, never hang.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import re
@@ -51,6 +56,11 @@ class ClusterError(UserError):
 
 class EngineLost(ClusterError, IndexError):
     """Work was sent to an engine that is no longer running."""
+
+
+class ClusterDown(ClusterError):
+    """The cluster itself failed: engines that could not start, or a controller that died or was stopped from
+    outside. Not the work's fault (the grader reports it as a grading-machinery error, not a learner's score)."""
 
 
 _current: "Cluster | None" = None
@@ -167,6 +177,73 @@ def _record_file(cluster_id: str) -> Path:
     return profile_dir() / "security" / f"course-record-{cluster_id}.json"
 
 
+def _me() -> list:
+    """This process as a record holds it: [pid, create time] (a pid alone may be reused)."""
+    return [os.getpid(), psutil.Process().create_time()]
+
+
+def _read_record(cluster_id: str) -> dict | None:
+    """The course's record of a cluster (written whole, atomically), or None if there is none."""
+    try:
+        return json.loads(_record_file(cluster_id).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _update_record(cluster_id: str, /, edit=None, **changes) -> dict:
+    """Change a cluster's record under a lock (several processes may use one cluster) and write it atomically;
+    `edit(record)`, if given, changes it in place under the same lock."""
+    path = _record_file(cluster_id)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = _read_record(cluster_id) or {}
+        record.update(changes)
+        if edit is not None:
+            edit(record)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(path)
+    return record
+
+
+def _alive(entry) -> bool:
+    """Whether a recorded [pid, create time] (or a bare pid) is still that process."""
+    if isinstance(entry, (list, tuple)):
+        return bool(entry) and entry[0] > 0 and _pid_matches(int(entry[0]), entry[1])
+    return bool(entry) and int(entry) > 0 and _pid_matches(int(entry), None)
+
+
+def _holders(record: dict) -> list:
+    """The processes that started or use a cluster, other than this one, that are still running."""
+    me = os.getpid()
+    if record.get("host", socket.gethostname()) != socket.gethostname():
+        return []
+    entries = [record.get("owner") or record.get("started_by_pid", -1), *record.get("users", [])]
+    return [e for e in entries if _alive(e) and (e[0] if isinstance(e, (list, tuple)) else e) != me]
+
+
+def _recorded_alive(cluster_id: str, record: dict | None) -> bool:
+    """True while any process the cluster recorded (owner, users, controller, launcher, engines) runs."""
+    if record and record.get("host", socket.gethostname()) != socket.gethostname():
+        return True  # started on another host: nothing here can tell, so never clean it up from here
+    entries: list = []
+    if record:
+        entries += [record.get("owner") or record.get("started_by_pid", -1), *record.get("users", [])]
+        entries += [[e["pid"], e.get("create_time")] for e in record.get("engines", [])]
+        entries += [record.get(k, -1) for k in ("controller_pid", "launcher_pid")]
+    cluster_file = profile_dir() / "security" / f"cluster-{cluster_id}.json"
+    try:
+        data = json.loads(cluster_file.read_text())
+        entries.append(data.get("controller", {}).get("state", {}).get("pid", -1))
+        for engine_set in data.get("engines", {}).get("sets", {}).values():  # ipyparallel's launchers' state
+            entries.append(engine_set.get("pid", -1))
+            entries += [launcher.get("pid", -1) for launcher in engine_set.get("engines", {}).values()
+                        if isinstance(launcher, dict)]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return any(_alive(e) for e in entries if e not in (None, -1))
+
+
 # ------------------------------------------------------------------------------------- engine-side code
 
 def _engine_facts() -> dict:
@@ -217,9 +294,65 @@ def configure_tensorflow() -> str:
 
 def _client_class():
     import ipyparallel as ipp
+    from ipyparallel.client.view import DirectView
+    from ipyparallel.error import CompositeError
+
+    class View(DirectView):
+        """ipyparallel's DirectView; a call that several engines answer with ClusterDown raises it once."""
+
+        def _really_apply(self, *args, **kwargs):
+            try:
+                return super()._really_apply(*args, **kwargs)
+            except CompositeError as exc:
+                reasons = {str(e[1]) for e in exc.elist if e[0] == "ClusterDown"}
+                if len(reasons) == 1 and all(e[0] == "ClusterDown" for e in exc.elist):
+                    raise ClusterDown(reasons.pop()) from None
+                raise
 
     class Client(ipp.Client):
-        """ipyparallel's Client, with a clear error when work is sent to an engine that died."""
+        """ipyparallel's Client, with a clear error when work is sent to an engine that died, and calls that fail
+        at once (ClusterDown) instead of waiting for ever once the cluster's controller is gone."""
+
+        _course_down = None  # set by Cluster._watch: why the cluster can no longer run work, or ""
+
+        def direct_view(self, targets="all", **kwargs):
+            view = super().direct_view(targets, **kwargs)
+            if type(view) is DirectView:
+                view.__class__ = View
+            return view
+
+        def _send(self, *args, **kwargs):
+            why = self._course_down() if self._course_down is not None and not self._closed else ""
+            if why:
+                raise ClusterDown(why)
+            return super()._send(*args, **kwargs)
+
+        def course_watch(self, down, interval: float = 1.0) -> None:
+            """Check every `interval` s, while calls wait, that the cluster still runs; fail them if not."""
+            import threading
+
+            self._course_down = down
+
+            def watch():
+                while not self._closed:
+                    time.sleep(interval)
+                    if self.outstanding and not self._closed:
+                        why = down()
+                        if why:
+                            self._io_loop.add_callback(self._course_fail, why)
+                            time.sleep(interval)
+
+            threading.Thread(target=watch, daemon=True, name="course-cluster-watch").start()
+
+        def _course_fail(self, why: str) -> None:
+            """Answer every waiting call with a ClusterDown error (runs in the client's IO thread), the way
+            ipyparallel answers calls that were on an engine that died."""
+            for msg_id in list(self.outstanding):
+                content = {"status": "error", "ename": "ClusterDown", "evalue": why,
+                           "traceback": [f"ClusterDown: {why}"], "engine_info": {}}
+                msg = self.session.msg("apply_reply", content=content)
+                msg["parent_header"]["msg_id"] = msg_id
+                self._handle_apply_reply(msg)
 
         def _build_targets(self, targets):
             try:
@@ -258,6 +391,8 @@ class Status:
     slurm_job: str = ""
     slurm_state: str = ""
     stopped: bool = False
+    state: str = ""    # "starting", "ended" or why it cannot be asked, as another process sees it (`inspect`)
+    holders: str = ""  # processes that started or use it and are still running
 
     @property
     def dead(self) -> list[int]:
@@ -269,17 +404,29 @@ class Status:
 
     @property
     def ok(self) -> bool:
-        return self.controller_alive and self.alive == self.expected
+        return self.state == "starting" or (not self.state and self.controller_alive and self.alive == self.expected)
 
     def __str__(self) -> str:
         if self.stopped:
             return f"cluster {self.cluster_id} ({self.kind}): stopped"
+        if self.state == "starting":
+            return (f"cluster {self.cluster_id} ({self.kind}): starting {self.expected} engine(s)"
+                    + (f" (process {self.holders})" if self.holders else ""))
+        if self.state == "stopping":
+            return f"cluster {self.cluster_id} ({self.kind}): being stopped"
+        if self.state == "ended":
+            return f"cluster {self.cluster_id} ({self.kind}): ended (none of its processes is running)"
+        if self.state:
+            return f"cluster {self.cluster_id} ({self.kind}): {self.state}"
         head = (f"cluster {self.cluster_id} ({self.kind}): controller {'running' if self.controller_alive else 'DOWN'}, "
                 f"{self.alive} of {self.expected} engines running")
         if self.slurm_job:
             head += f"; Slurm job {self.slurm_job} {self.slurm_state or 'gone'}"
         rows = [f"  engine {e.id:>3}  {'running' if e.alive else 'DEAD   '}  {e.host}:{e.pid}  {e.device}" for e in self.engines]
         tail = [f"  engine(s) {', '.join(map(str, self.dead))} died: restart with cluster.restart()"] if self.dead else []
+        if not self.controller_alive and self.holders:
+            tail.append(f"  its controller is gone while process {self.holders} uses it; stop it with: "
+                        f"python -m course cluster stop --id {self.cluster_id}")
         return "\n".join([head, *rows, *tail])
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -307,6 +454,8 @@ class Cluster:
         self.view = None
         self.engines: list[dict] = []  # facts reported by each engine at start: id, host, pid, device
         self.stopped = False
+        self._owner = _me()  # the process that started it (replaced by the record's when re-attached)
+        self._controller: list | None = None
 
     # ---- properties
     @property
@@ -341,16 +490,21 @@ class Cluster:
         """Start the controller (if needed) and the engines with ipyparallel's launchers, then wait for them."""
         if self._ipp.controller is None:
             self._ipp.start_controller_sync()
+            self._save_record("starting")
         before = set(self.client.ids) if self.client is not None else set()
         self._start_engines()
+        self._save_record("starting")  # the engines' launcher (mpiexec, Slurm job) is on record from now on
         if self.client is None:
-            # ipyparallel's Client (our subclass only words errors about dead engines), from the cluster's files
+            # ipyparallel's Client (our subclass words errors about dead engines and a cluster gone), from its files
             self.client = _client_class()(profile_dir=self._ipp.profile_dir, cluster_id=self.cluster_id,
                                           cluster=self._ipp)
+            self._watch()
         self._wait_for_engines(before)
         self._configure(exclude=before)
 
     def _start_engines(self) -> None:
+        from ipyparallel.error import EngineError
+
         s = self.settings
         engine_kwargs: dict[str, Any] = {"environment": self._launch_environment()}
         if s.kind == "mpi":
@@ -362,6 +516,8 @@ class Cluster:
             engine_kwargs["batch_file_name"] = str(profile_dir() / "log" / f"slurm-engines-{self.cluster_id}.sbatch")
         try:
             self._ipp.start_engines_sync(s.n, **engine_kwargs)
+        except EngineError as exc:  # the engine launcher stopped at once
+            raise ClusterDown(f"engines did not start: {self._launch_problem() or explain_engine_error(exc)}") from None
         except subprocess.CalledProcessError as exc:  # sbatch refused the job
             output = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else str(exc.output or "")
             raise ClusterError(f"Slurm refused the engine job: {_tail(output) if output.strip() else exc}") from None
@@ -375,6 +531,26 @@ class Cluster:
         if not gpu_job:
             env.update(thread_env(s.threads))  # before the engine starts: OpenMP and BLAS read these once
         return env
+
+    def _watch(self) -> None:
+        """Make calls on this cluster fail at once with ClusterDown once its controller is gone."""
+        controller = self._ipp.controller
+        process = getattr(controller, "process", None)
+        try:
+            self._controller = [process.pid, process.create_time()]
+        except (AttributeError, psutil.Error):
+            return  # no local controller process to watch (started on another host)
+        self.client.course_watch(self._down_reason)
+
+    def _down_reason(self) -> str:
+        """Why this cluster can no longer run work (its controller is gone), or '' while it can."""
+        if self.stopped or _alive(self._controller):
+            return ""
+        record = _read_record(self.cluster_id)
+        how = "died" if record and record.get("state") != "stopping" else "was stopped from outside (course cluster stop)"
+        return (f"cluster {self.cluster_id} {how}: its controller (process {self._controller[0]}) is gone, so no work "
+                f"can run on it; start a new one with course.cluster.start() "
+                f"(in a terminal: python -m course cluster start --id {self.cluster_id})")
 
     def _engine_set(self):
         """ipyparallel's (first) engine set launcher of this cluster."""
@@ -403,6 +579,8 @@ class Cluster:
         return ""
 
     def _wait_for_engines(self, before: set[int]) -> None:
+        from ipyparallel.error import EngineError
+
         n, timeout = self.settings.n, self.settings.timeout
         deadline = time.monotonic() + timeout
         while True:
@@ -411,19 +589,21 @@ class Cluster:
                 break
             problem = self._launch_problem()
             if problem:
-                raise ClusterError(f"engines did not start: {problem}")
+                raise ClusterDown(f"engines did not start: {problem}")
             if time.monotonic() > deadline:
                 why = ""
                 if self.kind == "slurm":
                     job = self._engine_set().job_id
                     state, reason = slurm_job_state(job)
                     why = f"; Slurm job {job} is {state} ({reason})" if state else ""
-                raise ClusterError(f"only {have} of {n} engines connected within {timeout:.0f} s{why}; "
-                                   f"pass timeout=... to wait longer")
+                raise ClusterDown(f"only {have} of {n} engines connected within {timeout:.0f} s{why}; "
+                                  f"pass timeout=... to wait longer")
             try:
                 self.client.wait_for_engines(n + len(before), timeout=0.5, interactive=False)
             except TimeoutError:
                 pass
+            except EngineError as exc:  # ipyparallel saw the engine launcher stop
+                raise ClusterDown(f"engines did not start: {self._launch_problem() or explain_engine_error(exc)}") from None
 
     def _configure(self, exclude: set[int] = frozenset()) -> None:
         """Ask every engine where it runs, pin its device, record it for status() and stop_all()."""
@@ -438,7 +618,15 @@ class Cluster:
         self.view = self.client.direct_view(ids)
         self.view.block = True
         self._activate()
-        self._save_record()
+        self._save_record("running")
+
+    def _join(self) -> None:
+        """Put this process on record as a user of the cluster (so `stop --all` spares it) and enable %px."""
+        def add_me(record: dict) -> None:
+            record["users"] = [u for u in record.get("users", []) if _alive(u)] + [_me()]
+
+        _update_record(self.cluster_id, edit=add_me)
+        self._activate()
 
     def _activate(self) -> None:
         try:
@@ -448,18 +636,17 @@ class Cluster:
         if get_ipython() is not None:
             self.view.activate()  # %px, %%px, %autopx run on these engines
 
-    # ---- records (for re-attach and stop --all)
-    def _save_record(self) -> None:
+    # ---- records (for re-attach, status and stop --all)
+    def _save_record(self, state: str) -> None:
+        """Record what this cluster is ("starting" or "running") and every process it has, for other processes."""
         controller = self._ipp.controller
         engine_set = self._engine_set()
-        record = {
-            "cluster_id": self.cluster_id, "settings": asdict(self.settings), "persist": self.persist,
-            "engines": self.engines, "controller_pid": getattr(controller, "pid", -1),
-            "launcher_pid": getattr(engine_set, "pid", -1) if self.kind == "mpi" else -1,
-            "slurm_job": getattr(engine_set, "job_id", "") if self.kind == "slurm" else "",
-            "started_by_pid": os.getpid(), "host": socket.gethostname(),
-        }
-        _record_file(self.cluster_id).write_text(json.dumps(record, indent=1))
+        _update_record(
+            self.cluster_id, cluster_id=self.cluster_id, state=state, settings=asdict(self.settings),
+            persist=self.persist, engines=self.engines, controller_pid=getattr(controller, "pid", -1),
+            launcher_pid=getattr(engine_set, "pid", -1) if self.kind == "mpi" else -1,
+            slurm_job=getattr(engine_set, "job_id", "") if self.kind == "slurm" else "",
+            started_by_pid=self._owner[0], owner=self._owner, host=socket.gethostname())
 
     # ---- inspection
     def status(self) -> Status:
@@ -537,6 +724,8 @@ class Cluster:
             return
         procs = self._local_pids()
         job = self._record_slurm_job()
+        if _record_file(self.cluster_id).exists():
+            _update_record(self.cluster_id, state="stopping")
         if self.client is not None:
             self.client.close()
         try:
@@ -547,12 +736,22 @@ class Cluster:
         self._wait_slurm_gone(job)
         self._ipp.remove_cluster_file()
         _record_file(self.cluster_id).unlink(missing_ok=True)
+        _record_file(self.cluster_id).with_suffix(".lock").unlink(missing_ok=True)
         self.stopped = True
         if _current is self:
             _current = None
 
 
 # ------------------------------------------------------------------------------------------- helpers
+
+def explain_engine_error(exc: Exception) -> str:
+    """ipyparallel's EngineError in words, on one line."""
+    text = " ".join(str(exc).split())
+    codes = re.findall(r"'exit_code': (-?\d+)", text)
+    if text.startswith("Engine set stopped") and codes:
+        return f"the engine processes exited as they started (exit code {codes[-1]}); see the engines' log in {profile_dir() / 'log'}"
+    return text[:300] or type(exc).__name__
+
 
 def _process_alive(process) -> bool:
     if process is None:
@@ -720,6 +919,8 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
         if (existing.kind, existing.n) != (kind, n):
             raise ClusterError(f"cluster {cid} is already running with {existing.n} {existing.kind} engine(s); stop it "
                                f"first (cluster.stop() or python -m course cluster stop --id {cid}) or pass another cluster_id")
+        if existing is not _current:
+            existing._join()
         if not quiet:
             print(f"Re-attached to running cluster {cid}: {existing.status().alive} of {n} {kind} engines.")
         _current = existing
@@ -727,6 +928,7 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
 
     cluster = Cluster(_new_ipp_cluster(cid, settings), settings, persist)
     try:
+        cluster._save_record("starting")  # before any process starts: others see it starting, and who starts it
         cluster._launch()
     except BaseException:
         cluster.stop()
@@ -755,35 +957,90 @@ def _new_ipp_cluster(cluster_id: str, settings: _Settings):
 
 
 def _attach(cluster_id: str) -> Cluster | None:
-    """The running cluster `cluster_id` from its files (cleaning up what is left of a dead one), or None."""
+    """The running cluster `cluster_id` from its files, or None if there is none (or only what is left of a
+    cluster whose every process has ended, which is then cleaned up). Never stops a cluster in use: one that
+    is starting, or has lost its controller while a process still holds it, is a ClusterError saying so."""
+    record = _read_record(cluster_id)
+    cluster_file = profile_dir() / "security" / f"cluster-{cluster_id}.json"
+    if record is None and not cluster_file.exists():
+        return None
+    if not _recorded_alive(cluster_id, record):
+        _stop_from_files(cluster_id)  # every process it had has ended: only its files are left
+        return None
+    holders = _holders(record or {})
+    state = record.get("state", "running") if record else "starting"
+    if state == "stopping":
+        raise ClusterError(f"cluster {cluster_id} is being stopped; start it again when that has finished, "
+                           f"or pass another cluster_id")
+    if state != "running":
+        if holders or record is None:
+            raise ClusterError(f"cluster {cluster_id} is still starting (process "
+                               f"{_pids(holders) or 'unknown'}); wait for it, or pass another cluster_id")
+        _stop_from_files(cluster_id)  # half-started by a process that has ended: no one can be using it
+        return None
+    cluster = _connect(cluster_id, record)
+    if cluster is None:
+        if holders:
+            raise ClusterError(f"cluster {cluster_id} has lost its controller, and process {_pids(holders)} still "
+                               f"uses it; stop it with: python -m course cluster stop --id {cluster_id}")
+        _stop_from_files(cluster_id)  # no controller and no one using it: nothing to re-attach to
+    return cluster
+
+
+def _pids(entries: list) -> str:
+    return ", ".join(str(e[0] if isinstance(e, (list, tuple)) else e) for e in entries)
+
+
+def _connect(cluster_id: str, record: dict) -> Cluster | None:
+    """A handle on a running cluster from its files (a Client connected to its controller), or None if its
+    controller is not running. Connecting changes nothing in the cluster."""
     import ipyparallel as ipp
 
-    record_file = _record_file(cluster_id)
     cluster_file = profile_dir() / "security" / f"cluster-{cluster_id}.json"
-    if not record_file.exists() and not cluster_file.exists():
+    try:
+        ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
+        cluster = Cluster(ipp_cluster, _Settings(**record["settings"]), record.get("persist", True))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    cluster.engines = record.get("engines", [])
+    cluster._owner = record.get("owner") or [record.get("started_by_pid", -1), None]
+    if ipp_cluster.controller is None or not _process_alive(getattr(ipp_cluster.controller, "process", None)):
         return None
     try:
-        record = json.loads(record_file.read_text())
-        ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
-    except (OSError, ValueError, KeyError):
-        _stop_from_files(cluster_id)
-        return None
-    cluster = Cluster(ipp_cluster, _Settings(**record["settings"]), record.get("persist", True))
-    cluster.engines = record["engines"]
-    alive = ipp_cluster.controller is not None and _process_alive(getattr(ipp_cluster.controller, "process", None))
-    if alive:
-        try:
-            cluster.client = _client_class()(profile_dir=ipp_cluster.profile_dir, cluster_id=cluster_id,
-                                             cluster=ipp_cluster, timeout=10)
-        except Exception:
-            alive = False
-    if not alive:  # the controller is gone: nothing to re-attach to; end what is left
-        _stop_from_files(cluster_id)
-        return None
+        cluster.client = _client_class()(profile_dir=ipp_cluster.profile_dir, cluster_id=cluster_id,
+                                         cluster=ipp_cluster, timeout=30)
+    except Exception as exc:  # the controller runs but did not answer (a busy machine): leave it alone
+        raise ClusterError(f"cluster {cluster_id}'s controller is running but did not answer within 30 s "
+                           f"({type(exc).__name__}); try again in a moment") from None
+    cluster._watch()
     cluster.view = cluster.client.direct_view(cluster.ids)
     cluster.view.block = True
-    cluster._activate()
     return cluster
+
+
+def inspect(cluster_id: str) -> Status:
+    """The status of cluster `cluster_id` as another process sees it: read only, it never stops anything."""
+    record = _read_record(cluster_id)
+    settings = (record or {}).get("settings", {})
+    kind, n = settings.get("kind", "?"), settings.get("n", 0)
+    if not _recorded_alive(cluster_id, record):
+        return Status(cluster_id, kind, False, [], n, state="ended")
+    state = record.get("state", "running") if record else "starting"
+    if state != "running":
+        return Status(cluster_id, kind, False, [], n, state=state, holders=_pids(_holders(record or {})))
+    try:
+        cluster = _connect(cluster_id, record)
+    except ClusterError as exc:
+        return Status(cluster_id, kind, True, [], n, state=f"not answering: {exc}")
+    if cluster is None:  # controller gone, something else still running: say so, touch nothing
+        here = socket.gethostname()
+        engines = [EngineState(e["id"], e["host"], e["pid"], e["host"] == here and _pid_matches(e["pid"], e.get("create_time")),
+                               e.get("device", "")) for e in record.get("engines", [])]
+        return Status(cluster_id, kind, False, engines, n, holders=_pids(_holders(record)))
+    try:
+        return cluster.status()
+    finally:
+        cluster.client.close()
 
 
 def attach(cluster_id: str | None = None) -> Cluster:
@@ -794,6 +1051,7 @@ def attach(cluster_id: str | None = None) -> Cluster:
     if cluster is None:
         raise ClusterError(f"no running cluster {cid}; start one with course.cluster.start() "
                            f"(running: {', '.join(running_ids()) or 'none'})")
+    cluster._join()
     _current = cluster
     return cluster
 
@@ -841,6 +1099,8 @@ def _stop_from_files(cluster_id: str) -> bool:
     cluster_file = security / f"cluster-{cluster_id}.json"
     record_file = _record_file(cluster_id)
     found = cluster_file.exists() or record_file.exists()
+    if record_file.exists():
+        _update_record(cluster_id, state="stopping")  # its users' calls then say it was stopped, not that it died
     pids: list[tuple[int, float | None]] = []
     jobs: set[str] = set()
     try:
@@ -879,6 +1139,7 @@ def _stop_from_files(cluster_id: str) -> bool:
         _scancel(job)
     cluster_file.unlink(missing_ok=True)
     record_file.unlink(missing_ok=True)
+    record_file.with_suffix(".lock").unlink(missing_ok=True)
     for leftover in [*security.glob(f"ipcontroller-{cluster_id}-*.json"), profile_dir() / "log" / f"engines{cluster_id}.json"]:
         leftover.unlink(missing_ok=True)
     return found
@@ -908,18 +1169,27 @@ def _course_slurm_jobs() -> list[str]:
             if "|" in line and line.split("|", 1)[1].startswith(f"ipengine-{PREFIX}")]
 
 
-def stop_all() -> list[str]:
-    """End every course cluster of this user: engines, controllers, mpiexec and Slurm jobs. Returns what it ended."""
+def stop_all(force: bool = False) -> tuple[list[str], list[str]]:
+    """End the course clusters of this user: engines, controllers, mpiexec and Slurm jobs. A cluster whose
+    owner (or a process that re-attached to it) still runs is spared unless `force`. Returns (ended, spared),
+    the spared ones with the processes that hold them."""
     global _current
-    ended = []
+    ended, spared, spared_jobs = [], [], set()
     if current() is not None:
         ended.append(current().cluster_id)
         current().stop()
     for cid in running_ids():
+        record = _read_record(cid) or {}
+        holders = _holders(record)
+        if holders and not force:
+            spared.append(f"{cid} (in use by process {_pids(holders)})")
+            spared_jobs.add(str(record.get("slurm_job") or ""))
+            continue
         if _stop_from_files(cid):
             ended.append(cid)
     for job in _course_slurm_jobs():
-        _scancel(job)
-        ended.append(f"Slurm job {job}")
+        if job not in spared_jobs:
+            _scancel(job)
+            ended.append(f"Slurm job {job}")
     _current = None
-    return ended
+    return ended, spared

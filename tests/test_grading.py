@@ -223,3 +223,32 @@ def test_user_mistakes_are_one_line(args, words, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("course: error:") and words in lines[0], result.stderr
+
+
+def test_a_cluster_that_cannot_start_is_an_error_row_not_a_score_and_not_cached(tmp_path):
+    # the grading machinery fails, not the learner: every engine of the notebook's cluster exits as it starts
+    # (a startup file all engines of this IPYTHONDIR run); then the machine is fixed and grading runs again
+    from tests.grading_support import FIXTURES
+
+    solutions = FIXTURES / "cluster_course"
+    submissions = tmp_path / "class"
+    (submissions / "alice").mkdir(parents=True)
+    shutil.copyfile(solutions / "98_cluster.ipynb", submissions / "alice" / "98_cluster.ipynb")  # a correct answer
+    startup = tmp_path / "ipython" / "profile_course" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-broken.py").write_text("import os\nos._exit(3)\n")
+    env = {**tagged_env(uuid.uuid4().hex), "IPYTHONDIR": str(tmp_path / "ipython")}
+    broken = grade(submissions, tmp_path / "out", "--workers", "1", "--timeout", "120", solutions=solutions, env=env)
+    assert broken.returncode == 0, broken.stderr
+    row = by_cell(tmp_path / "out")[("alice", "98_cluster", "ex1-check")]
+    assert row["status"] == "error" and row["points"] == "", row
+    assert "grading machinery failed" in row["message"] and "engines did not start" in row["message"], row
+    assert "NOT GRADED" in broken.stdout and "0 of 1 notebook(s) with full marks" in broken.stdout, broken.stdout
+    feedback = (tmp_path / "out" / "feedback" / "alice" / "98_cluster.txt").read_text()
+    assert "Score: not graded yet" in feedback and "0 / 2" not in feedback, feedback
+
+    (startup / "00-broken.py").unlink()  # the machine is fixed: the next run grades alice again (nothing cached)
+    fixed = grade(submissions, tmp_path / "out", "--workers", "1", "--timeout", "120", solutions=solutions, env=env)
+    assert fixed.returncode == 0 and fixed.stdout.startswith("graded 1 submission(s)"), fixed.stdout + fixed.stderr
+    row = by_cell(tmp_path / "out")[("alice", "98_cluster", "ex1-check")]
+    assert (row["status"], row["points"]) == ("passed", "2"), row

@@ -78,6 +78,9 @@ class Job:
 class Result:
     rows: list[dict] = field(default_factory=list)
     feedback: str = ""
+    machinery: str = ""  # why the grading machinery (not the submission) failed: not a score, never cached
+
+MACHINERY_ERRORS = ("ClusterDown",)  # raised by course.cluster when its processes fail, whatever the learner wrote
 
 
 class Problem(Exception):
@@ -299,6 +302,9 @@ def _grade(job: Job) -> Result:
                       for g in gb.find_submission_notebook(spec.notebook, ASSIGNMENT, job.student).grades}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    broken = _machinery_failure(nb)
+    if broken:
+        return _machinery(job, broken)
     rows = _rows(job, nb, scores, outcome, per_cell)
     if outcome.stopped:
         notes.insert(0, stop)
@@ -314,6 +320,25 @@ def _grade(job: Job) -> Result:
         rows.append(dict(student=job.student, notebook=spec.notebook, cell="", points=0, max_points=0,
                          status="warning", message=note))
     return Result(rows, _feedback(job, rows, notes, nb))
+
+
+def _machinery_failure(nb: NotebookNode) -> str:
+    """The first error of the grading machinery in the run (a cluster that could not start or was lost), if any."""
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if output.get("output_type") == "error" and (
+                    output.get("ename") in MACHINERY_ERRORS or "ClusterDown" in str(output.get("evalue", ""))):
+                return f"{_label(nb, index)}: {output.get('ename')}: {explain.one_line(output.get('evalue', ''))}"
+    return ""
+
+
+def _machinery(job: Job, detail: str) -> Result:
+    """Rows for a submission the grading machinery failed on: status error, no points (not the learner's score)."""
+    message = (f"not graded: the grading machinery failed, not this submission ({detail}); "
+               f"it was not saved, so the next `course grade` grades it again")
+    rows = [dict(student=job.student, notebook=job.spec.notebook, cell=c.grade_id, points="", max_points=_num(c.points),
+                 status="error", message=message) for c in job.spec.graded]
+    return Result(rows, _feedback(job, rows, [message]), machinery=detail)
 
 
 def _mark_not_run(nb: NotebookNode, outcome: Outcome, reason: str) -> None:
@@ -382,10 +407,11 @@ def _num(x: float) -> float | int:
 def _feedback(job: Job, rows: list[dict], notes: list[str], nb: NotebookNode | None = None) -> str:
     """A plain-text feedback sheet for one student and notebook."""
     graded = [r for r in rows if r["cell"]]
-    got = sum(float(r["points"]) for r in graded)
+    got = sum(float(r["points"] or 0) for r in graded)
     total = sum(float(r["max_points"]) for r in graded)
-    lines = [f"Feedback for {job.student} on {job.spec.notebook} (file: {job.file})",
-             f"Score: {_num(got)} / {_num(total)} points", ""]
+    score = (f"{_num(got)} / {_num(total)} points" if all(r["points"] != "" for r in graded)
+             else f"not graded yet (out of {_num(total)} points): see the note below")
+    lines = [f"Feedback for {job.student} on {job.spec.notebook} (file: {job.file})", f"Score: {score}", ""]
     width = max([len(r["cell"]) for r in graded] + [4])
     for r in graded:
         line = f"  {r['cell']:<{width}}  {str(r['points']):>4} / {str(r['max_points']):<4} {r['status']}"

@@ -288,8 +288,9 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: 
     new_state = {}
     for n, i in enumerate(todo):
         job = the_plan.jobs[i]
-        new_state[job.file] = {"key": keys[i], "notebook": job.spec.notebook, "rows": fresh[n].rows,
-                               "feedback": fresh[n].feedback}
+        # a failure of the grading machinery is kept for this run's report but never reused: no key
+        new_state[job.file] = {"key": "" if fresh[n].machinery else keys[i], "notebook": job.spec.notebook,
+                               "rows": fresh[n].rows, "feedback": fresh[n].feedback}
     for i, job in enumerate(the_plan.jobs):
         if job.file not in new_state:
             new_state[job.file] = state[job.file]
@@ -314,14 +315,20 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: 
 def _summary(rows, the_plan, graded, seconds, out, workers, timeout, memory, size_words) -> str:
     reused = len(the_plan.jobs) - graded
     per = {}
+    ungraded = set()
     for r in rows:
         if r["student"] and r["cell"]:
+            if r["points"] == "":  # the grading machinery failed: no score, graded again next run
+                ungraded.add((r["student"], r["notebook"]))
+                continue
             got, total = per.get((r["student"], r["notebook"]), (0.0, 0.0))
             per[(r["student"], r["notebook"])] = (got + float(r["points"]), total + float(r["max_points"]))
-    full = sum(1 for got, total in per.values() if total and got >= total)
+    full = sum(1 for key, (got, total) in per.items() if total and got >= total and key not in ungraded)
     problems = sum(1 for r in rows if r["status"] not in ("passed", "failed", "partial", "warning"))
+    failed = (f"; {len(ungraded)} notebook(s) NOT GRADED because the grading machinery failed (see their rows): "
+              f"run course grade again" if ungraded else "")
     return (f"graded {graded} submission(s) in {seconds:.0f} s on {workers} worker(s)"
             f"{f', reused {reused} unchanged' if reused else ''}; {len(the_plan.students)} student(s), "
-            f"{full} of {len(per)} notebook(s) with full marks, {problems} row(s) with problems "
+            f"{full} of {len(per | dict.fromkeys(ungraded))} notebook(s) with full marks, {problems} row(s) with problems "
             f"(limits: {timeout:g} s per cell, {size_words(memory)} per kernel); "
-            f"wrote {out / 'grades.csv'} and {out / 'feedback'}/")
+            f"wrote {out / 'grades.csv'} and {out / 'feedback'}/{failed}")
