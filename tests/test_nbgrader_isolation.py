@@ -12,10 +12,12 @@ import time
 import psutil
 import pytest
 
+from tests.conftest import run_course
 from tests.nbgrader_support import cell, config_copy, nbgrader, notebook, with_answer
 
 pytestmark = pytest.mark.slow
 NB = "99_isolation"
+ASSIGNMENT = "99-isolation"  # one nbgrader assignment per notebook
 
 START = "import course.cluster\n\ncluster = course.cluster.start(1)"
 FRESH = """cluster.view.execute("_left = sorted(k for k in globals() if k.startswith('learner_'))")
@@ -52,20 +54,22 @@ def test_two_submissions_in_a_row_do_not_share_engines(tmp_path):
     (course / "solutions" / f"{NB}.ipynb").write_text(__import__("nbformat").writes(source))
     ipython_dir = str(tmp_path / "ipython")
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_CLUSTER_ID", "JPY_SESSION_NAME")}
-    env.update(IPYTHONDIR=ipython_dir, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), COURSE_PROFILE="quick")
-    root = course / "build" / "nbgrader"
+    root = tmp_path / "grading"
+    env.update(IPYTHONDIR=ipython_dir, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), COURSE_PROFILE="quick",
+               COURSE_NBGRADER_ROOT=str(root))
     try:
-        nbgrader("generate_assignment", "ddl-hpc", cwd=course, env=env)
-        released = root / "release" / "ddl-hpc" / f"{NB}.ipynb"
+        assert run_course("nbgrader-setup", "--solutions", str(course / "solutions"), env=env).returncode == 0
+        nbgrader("generate_assignment", ASSIGNMENT, cwd=course, env=env)
+        released = root / "release" / ASSIGNMENT / f"{NB}.ipynb"
         for student, answer in (("alice", ALICE), ("bob", ANSWER)):
-            folder = root / "submitted" / student / "ddl-hpc"
+            folder = root / "submitted" / student / ASSIGNMENT
             folder.mkdir(parents=True)
             (folder / f"{NB}.ipynb").write_text(with_answer(released, "answer", answer))
         for student in ("alice", "bob"):  # two submissions in a row, as an instructor grades them
-            nbgrader("autograde", "ddl-hpc", "--student", student, cwd=course, env=env)
+            nbgrader("autograde", ASSIGNMENT, "--student", student, cwd=course, env=env)
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
             scores = {(s, g.name): g.score for s in ("alice", "bob")
-                      for g in gb.find_submission_notebook(NB, "ddl-hpc", s).grades}
+                      for g in gb.find_submission_notebook(NB, ASSIGNMENT, s).grades}
         assert scores[("alice", "fresh-engine")] == 1 and scores[("alice", "answer-check")] == 0, scores
         assert scores[("bob", "fresh-engine")] == 1, \
             f"bob's notebook saw alice's engine variables: {scores} (the two submissions shared a cluster)"

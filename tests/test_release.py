@@ -13,7 +13,8 @@ import pytest
 
 from course.grading.release import release, render, student_version
 from tests.conftest import ROOT, run_course
-from tests.grading_support import FIXTURE_COURSE, course_notebooks
+from tests.grading_support import FIXTURE_COURSE, course_notebooks, tree_digest
+from tests.nbgrader_support import config_copy, nbgrader
 
 
 def test_notebooks_folder_is_up_to_date_with_solutions():
@@ -63,14 +64,37 @@ def test_student_version_has_stubs_no_hidden_tests_no_outputs(source):
 
 @pytest.mark.slow
 def test_nbgraders_own_generate_assignment_agrees_with_release(tmp_path):
-    """nbgrader_config.py maps the course onto nbgrader's layout; its command releases the same cells."""
-    shutil.copy(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
-    shutil.copytree(FIXTURE_COURSE, tmp_path / "solutions")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "ddl-hpc"], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    theirs = nbformat.read(str(tmp_path / "build/nbgrader/release/ddl-hpc/99_fixture.ipynb"), as_version=4)
+    """nbgrader_config.py maps the course onto nbgrader's layout, one assignment per notebook, in a folder the
+    instructor chooses: loading it and running nbgrader writes nothing in the checkout (so it may be read only).
+    A first run without the environment's tools on PATH leaves a gradebook without its schema version;
+    `course nbgrader-setup` repairs it, and nbgrader's own commands then work on it."""
+    checkout = config_copy(tmp_path / "checkout")
+    shutil.copytree(FIXTURE_COURSE, checkout / "solutions")
+    grading = tmp_path / "grading"
+    grading.mkdir()
+    env = {**os.environ, "COURSE_NBGRADER_ROOT": str(grading)}
+    before = tree_digest(checkout)
+    no_tools = {**env, "PATH": "/usr/bin:/bin"}  # as from a shell that has not activated the environment
+    failed = subprocess.run([sys.executable, "-m", "nbgrader", "db", "student", "add", "alice"], cwd=checkout,
+                            env=no_tools, capture_output=True, text=True, timeout=600)
+    assert failed.returncode != 0 and (grading / "gradebook.db").is_file()
+    setup = run_course("nbgrader-setup", "--solutions", str(checkout / "solutions"), env=env)
+    assert setup.returncode == 0, setup.stderr
+    assert "repaired" in setup.stdout and "99-fixture, and ddl-hpc (the whole course)" in setup.stdout, setup.stdout
+    assert (grading / "source" / "ddl-hpc" / "99_fixture.ipynb").resolve() == checkout / "solutions" / "99_fixture.ipynb"
+    nbgrader("generate_assignment", "99-fixture", cwd=checkout, env=env)
+    nbgrader("db", "upgrade", cwd=checkout, env=env)  # fails on a gradebook without its schema version
+    theirs = nbformat.read(str(grading / "release" / "99-fixture" / "99_fixture.ipynb"), as_version=4)
     ours = student_version(nbformat.read(str(FIXTURE_COURSE / "99_fixture.ipynb"), as_version=4), "99_fixture")
     assert [(c.source, c.metadata.get("nbgrader")) for c in theirs.cells] == \
            [(c.source, c.metadata.get("nbgrader")) for c in ours.cells]
+    assert tree_digest(checkout) == before, "nbgrader or its configuration wrote into the checkout"
+
+
+def test_one_assignment_per_notebook_and_the_whole_course():
+    from course.grading.nbgrader_course import assignments
+
+    found = assignments(ROOT / "solutions")
+    stems = [p.stem for p in sorted((ROOT / "solutions").glob("*.ipynb"))]
+    assert list(found) == [s.replace("_", "-") for s in stems] + ["ddl-hpc"]
+    assert found["02-sgd"] == [ROOT / "solutions" / "02_sgd.ipynb"] and len(found["ddl-hpc"]) == len(stems)

@@ -1,4 +1,4 @@
-"""The grading commands of `python -m course`: release, validate, grade, student-copy (modules imported lazily)."""
+"""The grading commands of `python -m course`: release, validate, grade, nbgrader-setup, student-copy (modules imported lazily)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,23 @@ def cmd_student_copy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nbgrader_setup(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from course.grading import solutions_dir
+    from course.grading.nbgrader_course import ENV_ROOT, assignments, course_root, setup
+
+    solutions = solutions_dir(args.solutions).resolve()
+    root = course_root(solutions.parent)
+    for note in setup(root, solutions):
+        print(note)
+    names = list(assignments(solutions))
+    print(f"nbgrader course directory: {root} (choose another with {ENV_ROOT}=DIR)")
+    print(f"assignments: {', '.join(names[:-1])}, and {names[-1]} (the whole course)")
+    print(f'next: export PATH="{Path(sys.executable).parent}:$PATH"; nbgrader generate_assignment {names[0]}')
+    return 0
+
+
 def add_grading(commands) -> None:
     """Add release, validate and grade to the course's command line."""
     release = commands.add_parser("release", help="generate the student notebooks/ from solutions/ (nbgrader)")
@@ -69,6 +86,10 @@ def add_grading(commands) -> None:
     grade.add_argument("--memory", default=None, metavar="SIZE", help="memory limit per kernel (default 4G)")
     grade.add_argument("--regrade", action="store_true", help="grade everything again, not only what changed")
     grade.set_defaults(func=cmd_grade)
+
+    setup = commands.add_parser("nbgrader-setup", help="prepare nbgrader's course directory: one assignment per notebook")
+    setup.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
+    setup.set_defaults(func=cmd_nbgrader_setup)
 
     copy = commands.add_parser("student-copy", help="write the course as learners get it (no solutions or hidden tests)")
     copy.add_argument("out", metavar="OUT", help="a new or empty folder, or an earlier student copy to refresh")
