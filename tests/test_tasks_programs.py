@@ -17,16 +17,16 @@ SOURCES = PROGRAMS / "pycompss"
 
 
 def run_script(name: str, workdir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    """Copy program `name` (and the modules beside it) into `workdir` with `pycompss.api` swapped for
-    `course.tasks.api`, and run it from `workdir` as `python [folder/]name.py`."""
+    """Copy program `name` (and the modules beside it) into `workdir` with its `pycompss.` imports swapped for
+    `course.tasks.` (pycompss.api.task -> course.tasks.api.task), and run it from `workdir` as `python [folder/]name.py`."""
     source = (SOURCES / f"{name}.py").read_text()
-    assert "pycompss.api" in source and "course" not in source, "the program must be written for PyCOMPSs"
+    assert "from pycompss." in source and "course" not in source, "the program must be written for PyCOMPSs"
     script = workdir / f"{name}.py"
     script.parent.mkdir(parents=True, exist_ok=True)
     for module in (SOURCES / name).parent.glob("*.py"):
         if module.name != script.name and "/" in name:
             (script.parent / module.name).write_text(module.read_text())
-    script.write_text(source.replace("pycompss.api.", "course.tasks.api."))
+    script.write_text(source.replace("from pycompss.", "from course.tasks."))
     env = dict(os.environ, IPYTHONDIR=str(workdir / ".ipython"), COURSE_CLUSTER_ID=f"test-prog-{name.replace('/', '-')}",
                PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, str(script.relative_to(workdir))], cwd=workdir, env=env,
@@ -82,3 +82,30 @@ def test_methods_collections_with_depth_and_the_programs_own_modules(tmp_path):
     assert out["lengths"] == "[3, 2, 1]" and out["rows"] == "[[7, 8, 2], [9, 1], [0]]"  # Depth 1: rows are objects
     assert out["grid"] == "[[[2.0, 2.0], [3.0, 3.0]], [[7.0, 7.0]]]"  # Depth 2: each block is updated
     assert out["flat"] == "10"
+
+
+def test_the_rest_of_the_api_programs_import(tmp_path):
+    done = run_script("api_tour", tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = {line.split(":")[0]: line.split(":", 1)[1].strip() for line in done.stdout.splitlines() if ":" in line}
+    assert out.get("reduce") == "15 True", done.stdout + done.stderr
+    assert out["chunks"] == "[[1, 2], [3, 4], [5]]"
+    assert out["generator"] == "[(4, 3), (4, 3)]"
+    assert out["group"] == "3 is too big"  # a task's COMPSsException ends its group, in the program
+    assert out["later"] == "[0, 1]"
+    assert out["dict"] == "{'ada': [1, 3], 'bo': [2]}"
+    assert out["lines"] == "3" and out["join"] == "to be sure"
+    assert out["directory"] == "['0.txt', '1.txt', '2.txt']"
+    assert out["size"] == "3" and out["implement"] == "3" and out["deleted"] == "True"
+    assert out["binary"] == "hello"  # echo's stdout went to the FILE_OUT with StdIOStream STDOUT
+    assert out["mpi"] == "2"  # hostname on 2 MPI ranks
+    assert (tmp_path / "w1.txt").read_text() == "be"
+
+
+@pytest.mark.parametrize("module", ["ompss", "container", "http", "multinode"])
+def test_unsupported_decorators_are_refused_at_import_in_one_line(tmp_path, module):
+    done = subprocess.run([sys.executable, "-c", f"from course.tasks.api.{module} import {module}"], cwd=tmp_path,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"@{module}" in lines[0] and "use " in lines[0], done.stderr

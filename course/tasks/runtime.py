@@ -146,6 +146,8 @@ class Runtime:
         self.objects: dict[int, Datum] = {}
         self.files: dict[str, Datum] = {}
         self.functions: set[str] = set()
+        self.groups: dict[str, list[Task]] = {}  # TaskGroup name -> its tasks
+        self.open_groups: list[str] = []
         self.start_time = time.time()
         self._setup(engines)
 
@@ -295,22 +297,31 @@ class Runtime:
             value = bound.arguments.get(pname, () if kind == "varpos" else {} if kind == "varkw" else None)
             direction = tf.directions.get(pname, P.IN)
             label = direction.name
-            if direction.kind == "file":
-                if not isinstance(value, (str, os.PathLike)):
-                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a file path, "
-                                    f"not a {type(value).__name__}")
-                inputs[pname] = self._file(os.fspath(value), pname, direction, task, deps, edges)
+            if direction.kind in ("file", "directory"):
+                inputs[pname] = self._file(_path(value, pname, fname, label), pname, direction, task, deps, edges)
                 if direction.write:
                     updates[pname] = self.files[os.path.abspath(os.fspath(value))].current_key()
+                continue
+            if direction.kind == "file_collection":  # a list of paths, each a file of this direction
+                if not isinstance(value, (list, tuple)):
+                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a list of paths, "
+                                    f"not a {type(value).__name__}")
+                paths = [_path(v, f"{pname}[{i}]", fname, label) for i, v in enumerate(value)]
+                inputs[pname] = ("l", "list", [self._file(p, pname, direction, task, deps, edges) for p in paths])
+                if direction.write:
+                    collection_updates[pname] = [self.files[os.path.abspath(p)].current_key() for p in paths]
                 continue
             if not direction.write:
                 depth = tf.depths.get(pname, MAX_DEPTH) if direction.kind == "collection" else 0
                 inputs[pname] = self._input(value, pname, fname, depth, deps, edges, label)
+                if direction.delete and not isinstance(value, Future):  # IN_DELETE: the program is done with it
+                    self.objects.pop(id(value), None)
                 continue
             if direction.kind == "collection":
-                if not isinstance(value, (list, tuple)):
-                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a list, "
-                                    f"not a {type(value).__name__}")
+                wanted = dict if label.startswith("DICTIONARY") else (list, tuple)
+                if not isinstance(value, wanted):
+                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a "
+                                    f"{'dict' if wanted is dict else 'list'}, not a {type(value).__name__}")
                 refs, keys, shared = self._collection_write(value, pname, fname, task, deps, edges, label,
                                                             tf.depths.get(pname, MAX_DEPTH))
                 if shared:
@@ -369,6 +380,8 @@ class Runtime:
             where = f"argument {culprit!r}" if culprit else "an argument"
             raise UserError(f"task {fname}: {where} cannot be sent to an engine: {exc}") from None
         self.tasks.append(task)
+        for group in self.open_groups:
+            self.groups[group].append(task)
         if tf.nreturns == 0:
             return None
         return futures[0] if tf.nreturns == 1 and not tf.returns_sequence else tuple(futures)
@@ -401,7 +414,7 @@ class Runtime:
         datum.vpath = os.path.join(os.path.dirname(path), VERSIONS, self.session,
                                    f"v{datum.version}-{datum.key.rsplit(':', 1)[1]}-{datum.label}")
         task.files.append((datum.label, datum.version, "writes"))
-        return ("fw", datum.vpath, source, ref)
+        return ("dw" if direction.kind == "directory" else "fw", datum.vpath, source, ref)
 
     def sync_file(self, datum: Datum) -> None:
         """Wait for the file's newest version and copy it to the user's path (after that version's readers)."""
@@ -409,17 +422,25 @@ class Runtime:
         if datum.vpath != datum.path:
             for reader in datum.path_readers:
                 reader.wait()
-            shutil.copyfile(datum.vpath, datum.path)
+            if os.path.isdir(datum.vpath):  # a DIRECTORY_OUT/INOUT: the folder becomes the new version's
+                shutil.rmtree(datum.path, ignore_errors=True)
+                shutil.copytree(datum.vpath, datum.path)
+            else:
+                shutil.copyfile(datum.vpath, datum.path)
             datum.vpath, datum.path_readers = datum.path, []
 
     def _collection_write(self, value, name, fname, task, deps, edges, label, depth):
         """A COLLECTION_OUT/INOUT: its elements are updated in place, nested lists taken apart `depth` levels
         deep (PyCOMPSs's Depth); deeper lists are single objects, and basic values (numbers, strings) travel
         by value and are not updated, as in PyCOMPSs. Keys mirror the nesting."""
+        if isinstance(value, dict):  # DICTIONARY_*: the values are the elements (keys travel as they are)
+            refs, keys, shared = self._collection_write(list(value.values()), name, fname, task, deps, edges, label,
+                                                        depth)
+            return ("m", list(zip(value, refs[2]))), ("m", list(zip(value, keys))), shared
         refs, keys, shared = [], [], False
         for i, item in enumerate(value):
             iname = f"{name}[{i}]"
-            if isinstance(item, (list, tuple)) and not isinstance(item, Future) and depth > 1:
+            if isinstance(item, (list, tuple, dict)) and not isinstance(item, Future) and depth > 1:
                 sub_refs, sub_keys, sub_shared = self._collection_write(item, iname, fname, task, deps, edges, label,
                                                                         depth - 1)
                 refs.append(sub_refs)
@@ -441,7 +462,8 @@ class Runtime:
 
     def _function(self, tf: "TaskFunction") -> str:
         if tf.payload is None:
-            module = sys.modules.get(tf.function.__module__)
+            target = getattr(tf.function, "func", tf.function)  # @binary/@mpi: a partial of course.tasks.external
+            module = sys.modules.get(getattr(target, "__module__", None) or "")
             source = getattr(module, "__file__", None) or ""
             if module is not None and module.__name__ not in ("__main__", "builtins") and \
                     not module.__name__.startswith("course.") and "-packages" not in source:
@@ -553,6 +575,8 @@ class Runtime:
             if task.reported or not task.done():
                 continue
             meta = task.meta or {}
+            if meta.get("compss_exception") and any(task in g for g in self.groups.values()):
+                continue  # raised by its group's barrier
             if task.failed() and task.on_failure in ("RETRY", "FAIL"):
                 task.reported = True
                 self._check(task)
@@ -563,6 +587,36 @@ class Runtime:
                     "its successors are cancelled (on_failure='CANCEL_SUCCESSORS')"
                 print(f"course.tasks: task {task} failed with {meta.get('ignored') or meta.get('error')}; {what}",
                       file=sys.stderr)
+
+    def barrier_group(self, name: str) -> None:
+        """Wait for a TaskGroup's tasks; raise a COMPSsException one of them raised (the rest of the group is
+        cancelled, as in PyCOMPSs), else the first failure that stops the application."""
+        if name not in self.groups:
+            raise UserError(f"no task group {name!r}; open one with `with TaskGroup({name!r}):`")
+        members = self.groups[name]
+        raised = None
+        for task in members:
+            task.wait()
+            if raised is None and task.meta and task.meta.get("compss_exception"):
+                raised = task
+                self.cancel_group(name)
+        if raised is not None:
+            raised.reported = True
+            raise_failed(raised.meta["failure"])
+        for task in members:
+            if not task.reported and task.failed() and task.on_failure in ("RETRY", "FAIL"):
+                task.reported = True
+                self._check(task)
+                raise_failed(task.meta["failure"])
+
+    def cancel_group(self, name: str) -> None:
+        """Cancel the group's tasks that have not started (ipyparallel's abort)."""
+        for task in self.groups.get(name, []):
+            if task.ar is not None and not task.ar.ready():
+                try:
+                    self.client.abort(task.ar)
+                except Exception:  # noqa: BLE001 - it started meanwhile
+                    pass
 
     def cleanup_versions(self) -> None:
         """Remove this session's version files (the user's paths hold the newest versions by now)."""
@@ -590,6 +644,12 @@ class Runtime:
                 worker.request(self.peers[engine], "drop", self.session + ":", None)
         except Exception:  # noqa: BLE001 - the cluster may be gone already
             pass
+
+
+def _path(value: Any, pname: str, fname: str, label: str) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a path, not a {type(value).__name__}")
+    return os.fspath(value)
 
 
 def program_paths() -> list[str]:
@@ -787,7 +847,10 @@ class TaskFunction:
             if isinstance(value, dict):
                 if P.Depth in value:
                     self.depths[key] = _depth(self.name, key, value[P.Depth])
-                value = value.get(P.Type, value.get(P.Direction))
+                stream = value.get(P.StdIOStream)
+                value = value.get(P.Type, value.get(P.Direction, P.FILE_IN if stream else None))
+                if stream in (P.STDIN, P.STDOUT, P.STDERR) and isinstance(value, P.ParameterDirection):
+                    value = P.DIRECTIONS.get(f"{value.name}_{stream}", value)
             if not isinstance(value, P.ParameterDirection):
                 raise UserError(f"@task on {self.name}: parameter {key!r} has direction {value!r}, which is not one "
                                 f"of {', '.join(P.DIRECTIONS)}")
@@ -907,3 +970,28 @@ def on_failure(management: str, **defaults: Any) -> Callable:
         return function
 
     return decorate
+
+
+class COMPSsException(Exception):
+    """Raised by a task to stop its TaskGroup: the group's other tasks are cancelled and the group's barrier
+    raises it in the program (PyCOMPSs's `pycompss.api.exceptions.COMPSsException`)."""
+
+
+class TaskGroup:
+    """`with TaskGroup("name"):` the tasks submitted inside form a group; at the end of the block the program
+    waits for them (implicit_barrier=True), or later with compss_barrier_group("name")."""
+
+    def __init__(self, group_name: str, implicit_barrier: bool = True):
+        self.group_name, self.implicit_barrier = group_name, implicit_barrier
+
+    def __enter__(self) -> "TaskGroup":
+        rt = current()
+        rt.groups[self.group_name] = []
+        rt.open_groups.append(self.group_name)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        rt = current()
+        rt.open_groups.remove(self.group_name)
+        if self.implicit_barrier and exc[0] is None:
+            rt.barrier_group(self.group_name)

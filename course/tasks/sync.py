@@ -69,3 +69,23 @@ def compss_start(*_args: Any, **_kwargs: Any) -> None:
 def compss_stop(*_args: Any, **_kwargs: Any) -> None:
     """Wait for all tasks (PyCOMPSs stops its runtime here; the cluster is stopped with its own .stop())."""
     compss_barrier()
+
+
+def compss_wait_on_directory(*paths: str) -> Any:
+    """Wait until the tasks writing these directories have finished and bring their newest versions back."""
+    return compss_wait_on_file(*paths)
+
+
+def compss_barrier_group(group_name: str) -> None:
+    """Wait for the tasks of TaskGroup `group_name`; raise the COMPSsException (or failure) one of them raised."""
+    runtime.current().barrier_group(group_name)
+
+
+def compss_cancel_group(group_name: str) -> None:
+    """Cancel the tasks of TaskGroup `group_name` that have not started yet."""
+    runtime.current().cancel_group(group_name)
+
+
+def compss_get_number_of_resources() -> int:
+    """How many engines run tasks (PyCOMPSs: worker nodes)."""
+    return len(runtime.current().ids)

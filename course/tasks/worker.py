@@ -241,7 +241,7 @@ def _resolve(ref: Any, cache: dict, keep: bool = True) -> Any:
     if kind == "f":  # a file version another task wrote: ("f", path, ("d", key, hint)); fails if the writer did
         _resolve(ref[2], cache)
         return ref[1]
-    if kind == "fw":  # a new file version: ("fw", path, version it starts from or None, its writer's ref or None)
+    if kind in ("fw", "dw"):  # a new file (directory) version: (kind, path, version it starts from, writer's ref)
         if ref[3] is not None:
             _resolve(ref[3], cache)
         _new_version(ref)
@@ -257,7 +257,13 @@ def _resolve(ref: Any, cache: dict, keep: bool = True) -> Any:
 def _new_version(ref: tuple) -> None:
     """Create the file of a new version: a copy of the version it updates (FILE_INOUT), or nothing (FILE_OUT)."""
     os.makedirs(os.path.dirname(ref[1]), exist_ok=True)
-    if ref[2] is not None:
+    if ref[0] == "dw":
+        shutil.rmtree(ref[1], ignore_errors=True)
+        if ref[2] is not None:
+            shutil.copytree(ref[2], ref[1])
+        else:
+            os.makedirs(ref[1])
+    elif ref[2] is not None:
         shutil.copyfile(ref[2], ref[1])
     elif os.path.exists(ref[1]):
         os.remove(ref[1])
@@ -290,19 +296,26 @@ def _store_outputs(spec: dict, args: dict, result: Any) -> None:
 
 def _store_elements(keys: list, value: Any) -> None:
     """Store a collection's elements under their keys, level by level (None: a basic value, not updated)."""
+    if isinstance(keys, tuple) and keys[0] == "m":  # a dict: ("m", [(dict key, element key)])
+        for name, key in keys[1]:
+            if isinstance(value, dict) and name in value:
+                _store_elements([key], [value[name]])
+        return
     if not isinstance(value, (list, tuple)):
         return
     for key, item in zip(keys, value):
-        if isinstance(key, list):
+        if isinstance(key, (list, tuple)):  # a nested list, or a dict ("m", pairs)
             _store_elements(key, item)
         elif key is not None:
             STORE[key] = item
 
 
-def _flatten(keys: list) -> list:
+def _flatten(keys: Any) -> list:
+    if isinstance(keys, tuple) and keys[0] == "m":
+        return _flatten([key for _, key in keys[1]])
     out = []
     for key in keys:
-        out.extend(_flatten(key) if isinstance(key, list) else [key])
+        out.extend(_flatten(key) if isinstance(key, (list, tuple)) else [key])
     return out
 
 
@@ -365,6 +378,7 @@ def execute(spec: dict) -> dict:
             meta["cancelled"] = True
         else:
             failed = meta["failure"] = _failure(spec["name"], exc, in_function="start" in meta)
+            meta["compss_exception"] = type(exc).__name__ == "COMPSsException"  # for its TaskGroup
         meta.setdefault("start", meta["end"])
         meta["error"] = f"{failed.exc_type}: {failed.message}"
         meta["root"] = failed.task
@@ -385,20 +399,21 @@ def execute(spec: dict) -> dict:
 def _run(function, spec: dict, args: dict, meta: dict) -> Any:
     """Call the task function; under on_failure=RETRY a failed call runs once more from the same inputs."""
     retry = spec["on_failure"] == "RETRY"
-    written = [n for n in (*spec["updates"], *spec["collection_updates"]) if spec["inputs"].get(n, ("",))[0] != "fw"]
+    written = [n for n in (*spec["updates"], *spec["collection_updates"])
+               if spec["inputs"].get(n, ("",))[0] not in ("fw", "dw")]
     snapshot = _snapshot({n: args[n] for n in written if n in args}) if retry else None
     while True:
         positional, keywords = _call(spec, args)
         try:
             return function(*positional, **keywords)
-        except Exception:
-            if not retry or snapshot is None:
+        except Exception as exc:
+            if not retry or snapshot is None or type(exc).__name__ == "COMPSsException":
                 raise
             retry = False
             meta["retried"] = True
             args.update(pickle.loads(snapshot))  # the first attempt may have changed its INOUT arguments
             for ref in spec["inputs"].values():
-                if ref[0] == "fw":
+                if ref[0] in ("fw", "dw"):
                     _new_version(ref)
 
 
