@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROGRAMS, run_course
+from tests.conftest import PROGRAMS, ROOT, run_course
 from tests.slurm import slurm  # noqa: F401  (the session fixtures)
 from tests.virtual_cluster import SCRIPT, exports, virtual_cluster  # noqa: F401
 
@@ -70,25 +71,6 @@ def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tm
     assert all(line[5:] == ["3.0", "3.0"] for line in lines), done.stdout
 
 
-def test_horovod_job_with_one_rank_on_each_node(virtual_cluster, tmp_path):  # noqa: F811
-    """`course job horovod --nodes 2 --tasks-per-node 1`: both ranks train, on different nodes, in one job."""
-    env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"))
-    submitted = run_course("job", "horovod", "--nodes", "2", "--tasks-per-node", "1", "--time", "00:10:00",
-                           "--output-dir", str(tmp_path), "--submit", "--", "--epochs", "1", "--limit", "400",
-                           env=env, timeout=120)
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip()
-    waited = run_course("job", "wait", job_id, "--wait-timeout", "600", env=env, timeout=700)
-    assert waited.returncode == 0 and "COMPLETED" in waited.stdout, waited.stdout + waited.stderr
-    out = (tmp_path / f"course-horovod_{job_id}.out").read_text()
-    assert "vc[1-2]" in out, out
-    ranks = re.findall(r"^rank (\d) of 2, local rank (\d).* on (vc\d)", out, flags=re.M)
-    assert sorted(r for r, _, _ in ranks) == ["0", "1"], out
-    # one rank per node: both are local rank 0, and Horovod saw two different hosts
-    assert {local for _, local, _ in ranks} == {"0"} and {host for _, _, host in ranks} == {"vc1", "vc2"}, out
-    assert "SUMMARY" in out and '"size": 2' in out, out
-
-
 @pytest.mark.parametrize("argv, message", [
     (["--nodes", "3", "--tasks-per-node", "1"], "--nodes 3 is more than partition vc has (2 node(s))"),
     (["--nodes", "2", "--tasks-per-node", "4"], "4 task(s) per node"),
@@ -138,10 +120,33 @@ def test_not_root_is_told_why_with_exit_3(tmp_path):
     assert "needs root" in done.stderr and not done.stdout
 
 
-def test_stop_leaves_nothing_behind(virtual_cluster):  # noqa: F811
-    """Last in this file: stop removes every daemon, namespace, link and /etc/hosts line that start made."""
-    stopped = run(["bash", str(SCRIPT), "stop"], virtual_cluster, timeout=180)
-    assert stopped.returncode == 0, stopped.stderr
+def guide_block(heading: str) -> str:
+    """The first bash block after `heading` in the instructor guide."""
+    text = (ROOT / "docs" / "instructor-guide.md").read_text()
+    after = text[text.index(heading):]
+    return after.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_guides_rehearsal_runs_in_order_and_stop_leaves_nothing_behind(virtual_cluster, tmp_path):  # noqa: F811
+    """Last in this file: the guide's block, as written (from a folder with the checkout's scripts/), then
+    every daemon, namespace, link and /etc/hosts line that start made is gone."""
+    block = guide_block("### Rehearsing a multi-node workshop on one machine")
+    (tmp_path / "scripts").symlink_to(ROOT / "scripts")
+    env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"), PYTHONPATH=str(ROOT),
+               PATH=f"{Path(sys.executable).parent}:{virtual_cluster['PATH']}")
+    done = subprocess.run(["bash", "-e", "-c", block], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(done.stdout.splitlines()[:2]) == ["vc1", "vc2"], done.stdout  # srun -N2 hostname
+    # course job horovod --nodes 2 --tasks-per-node 1: both ranks train in one job, one on each node
+    assert "COMPLETED" in done.stdout and "vc[1-2]" in done.stdout, done.stdout
+    ranks = re.findall(r"^rank (\d) of 2, local rank (\d).* on (vc\d)", done.stdout, flags=re.M)
+    assert sorted(r for r, _, _ in ranks) == ["0", "1"], done.stdout
+    assert {local for _, local, _ in ranks} == {"0"} and {host for _, _, host in ranks} == {"vc1", "vc2"}
+    assert "SUMMARY" in done.stdout and '"size": 2' in done.stdout, done.stdout
+    # course cluster start --engines slurm -n 2 --tasks-per-node 1: an engine on each node
+    assert "2 of 2 engines running" in done.stdout and re.search(r"engine +0 +running +vc\d", done.stdout)
+    assert {m for m in re.findall(r"running +(vc\d):", done.stdout)} == {"vc1", "vc2"}, done.stdout
     namespaces = run(["ip", "netns", "list"], virtual_cluster).stdout
     assert not re.search(r"^vc\d", namespaces, flags=re.M), namespaces
     links = run(["ip", "-o", "link", "show"], virtual_cluster).stdout
