@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 
@@ -26,7 +27,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=100, help="batch per rank (the global batch is batch x ranks)")
     parser.add_argument("--lr", type=float, default=0.05, help="learning rate of ONE worker; scaled by the ranks")
     parser.add_argument("--momentum", type=float, default=0.0)
-    parser.add_argument("--warmup-epochs", type=int, default=0, help="ramp the learning rate up over these epochs")
+    parser.add_argument("--warmup-epochs", type=int, default=0,
+                        help="ramp the learning rate from --lr up to the scaled rate (--lr x ranks) over these epochs "
+                             "(Horovod's LearningRateWarmupCallback)")
     parser.add_argument("--limit", type=int, default=None, help="use at most this many samples per split")
     parser.add_argument("--dataset", default="mnist")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank on CPU")
@@ -57,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = {k: (v.format(rank=rank) if v else None) for k, v in
              dict(checkpoint_dir=args.checkpoint_dir, log_dir=args.log_dir, save=args.save, summary=args.summary,
                   results=args.results).items()}
-    print(f"rank {rank} of {size}, local rank {hvd.local_rank()}, device {training.horovod_device()}", flush=True)
+    print(f"rank {rank} of {size}, local rank {hvd.local_rank()}, device {training.horovod_device()} "
+          f"on {socket.gethostname()}", flush=True)
     if paths["results"] and not results_file_ok(paths["results"], rank):   # before any training: every rank stops
         return 1
 
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     model = models.mnist_cnn(x.shape[1:], 10)
     model.compile(optimizer=training.distributed_sgd(lr, args.momentum),   # 5. average gradients
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    initial_epoch = training.resume(model, paths["checkpoint_dir"])         # 6. continue from rank 0's checkpoint
+    model, initial_epoch = training.resume(model, paths["checkpoint_dir"])  # 6. continue from rank 0's checkpoint
     if initial_epoch:
         training.root_print(f"resumed from rank 0's checkpoint at epoch {initial_epoch}")
     if initial_epoch >= args.epochs:
@@ -78,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     timer = perf.timing_callback(steps * args.batch * size)
+    rates = training.learning_rate_log()                                    # what the optimizer really used
     callbacks = training.horovod_callbacks(checkpoint_dir=paths["checkpoint_dir"], log_dir=paths["log_dir"],
-                                           warmup_epochs=args.warmup_epochs, initial_lr=args.lr)  # 7. rank 0 writes
+                                           warmup_epochs=args.warmup_epochs, initial_lr=lr)  # 7. rank 0 writes
     train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat().batch(args.batch)
     started = time.perf_counter()
     history = model.fit(train, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
-                        callbacks=callbacks + [timer], verbose=2 if rank == 0 else 0)
+                        callbacks=callbacks + [timer, rates], verbose=2 if rank == 0 else 0)
     elapsed = time.perf_counter() - started
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
     summary = timer.summary()
@@ -95,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                   "epochs_run": [initial_epoch + i + 1 for i in range(len(history.history["loss"]))],
                   "epoch_times": summary.epoch_times, "epoch_time": summary.epoch_time,
                   "images_per_second": summary.images_per_second, "test_accuracy": float(accuracy),
-                  "test_loss": float(loss)}
+                  "test_loss": float(loss), "learning_rates": rates.rates,
+                  "optimizer_steps": int(model.optimizer.iterations.numpy())}
         if paths["summary"]:
             with open(paths["summary"], "w") as handle:
                 json.dump(result, handle)

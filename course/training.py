@@ -2,7 +2,8 @@
 
 - Horovod (notebook 05): `horovod_init` (hvd.init, one GPU per process by local rank with memory growth, or a
   few CPU threads per rank), rank-0-only output (`is_root`, `root_print`, `horovod_callbacks`), scaled batch and
-  learning rate, steps per epoch, resuming from rank 0's checkpoint.
+  learning rate, steps per epoch, the learning rate in effect per epoch (`learning_rate_log`), resuming from rank
+  0's checkpoint with the optimizer's state.
 - MirroredStrategy (notebook 06): one replica per GPU, or per logical CPU device where there is no GPU
   (`logical_cpus` must run before TensorFlow initialises: use `in_fresh_process`), `mirrored_run`,
   `largest_batch`.
@@ -99,10 +100,11 @@ _CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)\.h5$")
 
 def horovod_callbacks(*, checkpoint_dir: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
                       warmup_epochs: int = 0, initial_lr: float | None = None, verbose: int = 0) -> list:
-    """The callbacks of seed 001, in order: broadcast rank 0's variables, average metrics, learning-rate warm-up;
-    and on rank 0 only, a checkpoint per epoch and TensorBoard logs.
+    """The callbacks of the UQ workshop, in order: broadcast rank 0's variables, average metrics, learning-rate
+    warm-up; and on rank 0 only, a checkpoint per epoch and TensorBoard logs.
 
-    warmup_epochs > 0 ramps the learning rate from `initial_lr` (the single-worker rate) to the scaled rate.
+    warmup_epochs > 0 needs `initial_lr`, the SCALED rate (base x size): Horovod's LearningRateWarmupCallback
+    ramps from initial_lr / size up to initial_lr and keeps it there.
     """
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
@@ -110,7 +112,7 @@ def horovod_callbacks(*, checkpoint_dir: str | os.PathLike | None = None, log_di
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
     if warmup_epochs > 0:
         if initial_lr is None:
-            raise UserError("warm-up needs initial_lr: the learning rate of one worker")
+            raise UserError("warm-up needs initial_lr: the scaled learning rate (base x size) it ramps up to")
         callbacks.append(hvd.callbacks.LearningRateWarmupCallback(initial_lr=initial_lr, warmup_epochs=warmup_epochs,
                                                                   verbose=verbose))
     if hvd.rank() == 0:
@@ -120,6 +122,29 @@ def horovod_callbacks(*, checkpoint_dir: str | os.PathLike | None = None, log_di
         if log_dir is not None:
             callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(log_dir), histogram_freq=1))
     return callbacks
+
+
+def learning_rate_log():
+    """A Keras callback recording the learning rate in effect in each epoch, read from the optimizer after every
+    step (a warm-up changes it step by step, so `.rates[e]` is the mean over epoch e's steps)."""
+    import tensorflow as tf
+
+    class LearningRateLog(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.rates: list[float] = []
+            self._steps: list[float] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._steps = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._steps.append(float(tf.keras.backend.get_value(self.model.optimizer.lr)))
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.rates.append(sum(self._steps) / len(self._steps) if self._steps else float("nan"))
+
+    return LearningRateLog()
 
 
 def latest_checkpoint(checkpoint_dir: str | os.PathLike | None) -> tuple[Path | None, int]:
@@ -133,21 +158,27 @@ def latest_checkpoint(checkpoint_dir: str | os.PathLike | None) -> tuple[Path | 
     return path, epoch
 
 
-def resume(model, checkpoint_dir: str | os.PathLike | None) -> int:
-    """Continue from rank 0's newest checkpoint: rank 0 loads its weights, every rank gets them and the epoch.
+def resume(model, checkpoint_dir: str | os.PathLike | None) -> tuple[Any, int]:
+    """Continue from rank 0's newest checkpoint: weights AND optimizer state (step count, momentum, learning rate).
 
-    Returns the epoch to pass as `fit(initial_epoch=...)` (0 when there is no checkpoint). Only rank 0 reads the
-    directory, so it need not be shared between nodes.
+    Rank 0 reads the checkpoint and sends it to every rank (so the directory need not be shared between nodes);
+    each rank loads it with `hvd.load_model`, which wraps the saved optimizer in a DistributedOptimizer. Returns
+    (model, epoch to pass as `fit(initial_epoch=...)`): the given model and 0 when there is no checkpoint.
     """
+    import tempfile
+
     import horovod.tensorflow as hvd
+    import horovod.tensorflow.keras as hvd_keras
 
     path, epoch = latest_checkpoint(checkpoint_dir) if hvd.rank() == 0 else (None, 0)
-    epoch = int(hvd.broadcast_object(epoch, root_rank=0, name="resume_epoch"))
-    if epoch > 0:
-        if hvd.rank() == 0:
-            model.load_weights(str(path))
-        hvd.broadcast_variables(model.variables, root_rank=0)
-    return epoch
+    content = path.read_bytes() if path is not None else None
+    epoch, content = hvd.broadcast_object((epoch, content), root_rank=0, name="resume_checkpoint")
+    if not epoch:
+        return model, 0
+    with tempfile.TemporaryDirectory(prefix="course-resume-") as folder:
+        copy = Path(folder) / "checkpoint.h5"
+        copy.write_bytes(content)
+        return hvd_keras.load_model(str(copy), legacy_opts=True), int(epoch)
 
 
 def broadcast_weights(model) -> None:

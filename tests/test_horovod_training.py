@@ -2,7 +2,8 @@
 
 - Two Horovod ranks, each on half of every batch, end with the weights of one process on the whole batches.
 - Only rank 0 writes checkpoints, TensorBoard logs, the model and one class-results row per run (workers = ranks);
-  a second run resumes from rank 0's checkpoint. A bad results file stops every rank before training.
+  a second run resumes from rank 0's checkpoint, optimizer state included. A bad results file stops every rank
+  before training. The warm-up ends on the scaled learning rate (read from the optimizer).
 - The Horovod timeline is written and parsed into negotiation / all-reduce / compute.
 - MirroredStrategy on 2 logical CPU devices gives the weights of 1 device at the same global batch; the
   MirroredStrategy program writes TensorBoard logs and a class-results row.
@@ -66,7 +67,7 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     args = ["-m", "course.horovod_mnist", "--limit", "400", "--batch", "50",
             "--checkpoint-dir", str(tmp_path / "ckpt-{rank}"), "--log-dir", str(tmp_path / "tb-{rank}"),
             "--save", str(tmp_path / "model-{rank}.h5"), "--summary", str(tmp_path / "summary-{rank}.json"),
-            "--results", str(tmp_path / "results-{rank}.csv")]
+            "--results", str(tmp_path / "results-{rank}.csv"), "--momentum", "0.9"]
     env = dict(mpi.env(), HOROVOD_TIMELINE=str(timeline))
     first = run(mpi.command(2, sys.executable, *args, "--epochs", "2"), env=env, cwd=tmp_path)
 
@@ -80,6 +81,7 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     (report,) = summary_line(first.stdout)  # printed once: by rank 0
     assert report["size"] == 2 and report["global_batch"] == 100 and report["epochs_run"] == [1, 2]
     assert report["steps_per_epoch"] == training.steps_per_epoch(400, 50, 2) == 4
+    assert report["optimizer_steps"] == 2 * 4
 
     # Exactly one class-results row, well-formed for course.results' reader: 2 Horovod workers.
     table = results.collect(tmp_path / "results-0.csv")
@@ -104,9 +106,24 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     assert "resumed from rank 0's checkpoint at epoch 2" in second.stdout
     (report,) = summary_line(second.stdout)
     assert report["initial_epoch"] == 2 and report["epochs_run"] == [3]
+    # The optimizer's state came back too (step count and momentum, saved with the checkpoint): 8 + 4 steps.
+    assert report["optimizer_steps"] == 3 * 4, "the resumed optimizer started counting again from 0"
     assert (tmp_path / "ckpt-0" / "checkpoint-003.h5").is_file() and not (tmp_path / "ckpt-1").exists()
     rows = results.collect(tmp_path / "results-0.csv").rows   # appended to, not rewritten: the epoch it trained
     assert [(r["workers"], r["epochs"]) for r in rows] == [("2", "2"), ("2", "1")]
+
+
+@pytest.mark.slow
+def test_warmup_ramps_up_to_the_scaled_rate(tmp_path):
+    """2 ranks at one worker's rate 0.05: the scaled rate is 0.1; the warm-up starts below it and ends on it."""
+    done = run(mpi.command(2, sys.executable, "-m", "course.horovod_mnist", "--limit", "200", "--batch", "25",
+                           "--warmup-epochs", "1", "--epochs", "3", "--lr", "0.05"), cwd=tmp_path)
+    (report,) = summary_line(done.stdout)
+    rates = report["learning_rates"]  # read from the optimizer at every step, mean per epoch
+    assert len(rates) == 3, rates
+    assert rates[0] < 0.1 - 1e-3, f"the first epoch should warm up below the scaled rate 0.1: {rates}"
+    assert rates[1] == pytest.approx(0.1, rel=1e-6) and rates[2] == pytest.approx(0.1, rel=1e-6), \
+        f"after the warm-up the rate should be the scaled 0.05 x 2 = 0.1: {rates}"
 
 
 @pytest.mark.slow
