@@ -1,0 +1,223 @@
+"""Notebook 06's checks and measurements for a MirroredStrategy training loop the learner writes.
+
+The learner writes `build(strategy, make_model, learning_rate)` (model and optimizer in the strategy's scope),
+`replica_step(model, optimizer, images, labels, global_batch)` (one replica's loss, scaled by the global batch) and
+`train(strategy, model, optimizer, dataset, global_batch, epochs)` (`strategy.run` + `strategy.reduce`). This module
+runs them on 1 and 2 replicas of one process and says, in one line, what differs - it holds no training loop of its
+own. The process needs its replica devices before TensorFlow starts: `training.replica_devices(n)` first.
+
+    devices = training.replica_devices(2)
+    mirrored.check_same_as_one_device(mirrored.compare_replicas(build, train))
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+TOLERANCE = 1e-5  # largest weight difference allowed between 1 and 2 replicas: float32 sums in another order
+
+
+def check_build(build: Callable, replicas: int = 2) -> dict[str, Any]:
+    """Call `build` under a `replicas`-device strategy; fail with a hint unless model and optimizer are mirrored."""
+    from course import models, training
+
+    strategy = training.mirrored_strategy(replicas)
+    try:
+        model, optimizer = build(strategy, models.mnist_cnn, 0.1)
+    except ValueError as exc:
+        raise AssertionError(f"build raised {exc}") from None
+    variable, step = model.weights[0], optimizer.iterations
+    found = {"replicas": strategy.num_replicas_in_sync, "kind": type(variable).__name__,
+             "copies": len(getattr(variable, "values", [variable])), "optimizer": type(step).__name__}
+    assert found["kind"] == "MirroredVariable", (
+        f"the model's variables are {found['kind']}, not MirroredVariable: build (make_model()) the model inside "
+        f"`with strategy.scope():`")
+    assert found["optimizer"] == "MirroredVariable", (
+        "the optimizer's variables (its step counter, momentum...) are not mirrored: create the optimizer inside "
+        "`with strategy.scope():` too")
+    return found
+
+
+def check_step(replica_step: Callable, learning_rate: float = 0.1, seed: int = 0) -> dict[str, float]:
+    """One call of the learner's step on 8 images of a global batch of 16, outside any strategy: the loss must be
+    the sum of the 8 per-image losses / 16, and the update exactly one SGD step on that loss."""
+    import tensorflow as tf
+
+    from course import models
+
+    tf.keras.utils.set_random_seed(seed)
+    model = models.mnist_cnn()
+    rng = np.random.default_rng(seed)
+    images = rng.random((8, 28, 28, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, 8)
+    before = [w.numpy() for w in model.trainable_variables]
+    with tf.GradientTape() as tape:
+        probabilities = model(images, training=True)
+        total = tf.reduce_sum(tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities))
+    gradients = tape.gradient(total, model.trainable_variables)  # of the SUM: the check scales it itself
+    correct = float(np.sum(np.argmax(probabilities.numpy(), axis=1) == labels))
+    result = replica_step(model, tf.keras.optimizers.SGD(learning_rate), tf.constant(images), tf.constant(labels), 16)
+    assert isinstance(result, (tuple, list)) and len(result) == 2, "replica_step should return (loss, correct)"
+    loss, got_correct = float(result[0]), float(result[1])
+    total = float(total)
+    assert not np.isclose(loss, total / 8, rtol=1e-4), (
+        f"your loss {loss:.4f} is the mean over the replica's own 8 images; MirroredStrategy adds the gradients of "
+        f"all replicas, so with 2 replicas that step would be twice too large. Divide the sum of the per-image "
+        f"losses by the GLOBAL batch (16 here): tf.nn.compute_average_loss(..., global_batch_size=global_batch)")
+    assert np.isclose(loss, total / 16, rtol=1e-4), (
+        f"the loss should be the sum of the 8 per-image cross-entropies divided by the global batch 16 "
+        f"({total / 16:.4f}), not {loss:.4f}")
+    moved = max(float(np.abs(w.numpy() - b).max()) for w, b in zip(model.trainable_variables, before))
+    assert moved > 0, "the weights did not change: apply the gradients with optimizer.apply_gradients"
+    wrong = max(float(np.abs(w.numpy() - (b - learning_rate * g.numpy() / 16)).max())
+                for w, b, g in zip(model.trainable_variables, before, gradients))
+    assert wrong < TOLERANCE, (f"the update differs from one SGD step on your loss by {wrong:.2e}: take the "
+                               f"gradients of the scaled loss with respect to model.trainable_variables")
+    assert got_correct == correct, (f"correct should count this replica's right predictions ({correct:.0f} of 8), "
+                                    f"not {got_correct:g}")
+    return {"loss": loss, "correct": got_correct}
+
+
+@dataclass
+class Comparison:
+    """The learner's loop on each replica count from the same weights and global batches."""
+
+    weights: dict[int, list[np.ndarray]]
+    initial: list[np.ndarray]
+    history: dict[int, list[dict]]
+    global_batch: int
+
+    def difference(self, n: int, base: int = 1) -> float:
+        """Largest absolute weight difference between `n` replicas and `base`."""
+        return max(float(np.abs(a - b).max()) for a, b in zip(self.weights[n], self.weights[base]))
+
+    def movement(self, n: int) -> float:
+        """How far training moved the weights on `n` replicas (Euclidean norm of the change)."""
+        return float(np.sqrt(sum(float(np.sum((a - b) ** 2)) for a, b in zip(self.weights[n], self.initial))))
+
+
+def compare_replicas(build: Callable, train: Callable, replicas: Sequence[int] = (1, 2), *, global_batch: int = 16,
+                     steps: int = 4, learning_rate: float = 0.05, seed: int = 0) -> Comparison:
+    """Train from the same initial weights on the same `steps` global batches with each replica count."""
+    import tensorflow as tf
+
+    from course import models, training
+
+    rng = np.random.default_rng(seed)
+    images = rng.random((steps * global_batch, 28, 28, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, steps * global_batch)
+    tf.keras.utils.set_random_seed(seed)
+    initial = models.mnist_cnn().get_weights()
+    weights, history = {}, {}
+    for n in replicas:
+        strategy = training.mirrored_strategy(n)
+        try:
+            model, optimizer = build(strategy, models.mnist_cnn, learning_rate)
+            model.set_weights(initial)
+            history[n] = train(strategy, model, optimizer, tf.data.Dataset.from_tensor_slices((images, labels)),
+                               global_batch, 1)
+        except Exception as exc:  # noqa: BLE001 - the learner's code: say what it raised, in one line
+            raise AssertionError(f"training on {n} replica(s) raised {type(exc).__name__}: "
+                                 f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                                 f"{_hint(exc)}") from None
+        weights[n] = model.get_weights()
+    return Comparison(weights, initial, history, global_batch)
+
+
+def _hint(exc: Exception) -> str:
+    text = f"{type(exc).__name__} {exc}"
+    if "colocate_vars_with" in text or "scope" in text:
+        return " (create the model and the optimizer inside strategy.scope())"
+    if "PerReplica" in text:
+        return (" (strategy.run returns one value per replica: combine them into one with "
+                "strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None))")
+    return ""
+
+
+def check_same_as_one_device(comparison: Comparison, n: int = 2) -> float:
+    """Fail with the reason unless `n` replicas end with the weights and metrics of 1 device; returns the difference."""
+    c = comparison
+    assert c.movement(1) > 1e-4, "training on 1 device did not change the weights: does each step apply the gradients?"
+    ratio = c.movement(n) / c.movement(1)
+    difference = c.difference(n)
+    if difference > TOLERANCE:
+        if abs(ratio - n) < 0.15 * n:
+            raise AssertionError(
+                f"with {n} replicas the weights moved {ratio:.2f}x as far as with 1 device on the same global batches: "
+                f"each replica divided its loss by its own {c.global_batch // n} images (a per-replica mean), and "
+                f"MirroredStrategy adds the replicas' gradients, so every step is {n}x too large. Scale each "
+                f"replica's loss by the GLOBAL batch ({c.global_batch}) instead")
+        raise AssertionError(f"{n} replicas end with weights {difference:.2e} away from 1 device's (tolerance "
+                             f"{TOLERANCE:g}) on the same global batches: they should train the same model")
+    for metric in ("loss", "accuracy"):
+        one, many = _last(c.history[1], metric), _last(c.history[n], metric)
+        if not np.isclose(one, many, rtol=1e-4, atol=1e-6):
+            share = f" - about 1/{n} of it" if np.isclose(many * n, one, rtol=0.3) else ""
+            raise AssertionError(
+                f"the {metric} reported for {n} replicas ({many:.4f}) differs from 1 device's ({one:.4f}){share}: "
+                f"each replica returns only its part of a step's {metric} (one replica's value, or the mean of them, "
+                f"is about 1/{n} of it); add the parts up with strategy.reduce(tf.distribute.ReduceOp.SUM, ..., "
+                f"axis=None)")
+    assert 0 <= _last(c.history[1], "accuracy") <= 1, "accuracy should be a fraction between 0 and 1"
+    return difference
+
+
+def _last(history: Any, metric: str) -> float:
+    try:
+        return float(history[-1][metric])
+    except (TypeError, KeyError, IndexError, ValueError) as exc:
+        raise AssertionError(f"train should return a list with one dict per epoch holding {metric!r} "
+                             f"(as the given loop does): {type(exc).__name__}: {exc}") from None
+
+
+def epoch_time(history: list[dict]) -> float:
+    """Mean seconds per epoch, the first epoch left out (it also traces the step); needs two epochs or more."""
+    later = [e["seconds"] for e in history[1:]]
+    if not later:
+        from course import UserError
+
+        raise UserError("epoch_time needs at least 2 epochs: the first one also traces the step and is left out")
+    return float(np.mean(later))
+
+
+def accuracy_on(model, dataset, batch: int = 256) -> float:
+    """Share of right predictions of `model` on an unbatched (image, label) tf.data.Dataset."""
+    right = total = 0
+    for images, labels in dataset.batch(batch):
+        predicted = np.argmax(model(images, training=False).numpy(), axis=1)
+        right += int(np.sum(predicted == labels.numpy()))
+        total += len(predicted)
+    return right / total
+
+
+def search_batch(model: str, input_size: int, candidates: Sequence[int], memory_limit_gb: float | None = None,
+                 timeout: float | None = 1800):
+    """The largest-batch search of `training.search_batch` (one step per candidate, each in a fresh process,
+    stopping at the first out-of-memory), also for the small "mnist_cnn" the quick profile trains."""
+    from course import training
+
+    return training.largest_batch(lambda batch: training.in_fresh_process(
+        _batch_trial, model, input_size, batch, memory_limit_gb, timeout=timeout), candidates)
+
+
+def _batch_trial(model: str, input_size: int, batch: int, memory_limit_gb: float | None) -> float:
+    """One training step on `batch` zero images (in a fresh process, under the memory cap if any); its seconds."""
+    import resource
+
+    import psutil
+
+    from course import models
+
+    channels = 1 if model == "mnist_cnn" else 3
+    shape = (input_size, input_size, channels)
+    net = models.mnist_cnn(shape) if model == "mnist_cnn" else models.resnet(model, input_shape=shape)
+    if memory_limit_gb is not None:
+        allowed = psutil.Process().memory_info().vms + int(memory_limit_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (allowed, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    started = time.perf_counter()
+    net.train_on_batch(np.zeros((batch, *shape), np.float32), np.zeros(batch, np.int64))
+    return time.perf_counter() - started

@@ -1,0 +1,86 @@
+"""Run in a fresh process (2 logical CPU devices): course.mirrored's checks on a right MirroredStrategy loop and on
+plausible wrong ones; prints one line `RESULT {json}` mapping each case to "pass" or the check's message."""
+
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from course import training
+
+training.replica_devices(2)                      # before TensorFlow starts
+import tensorflow as tf  # noqa: E402
+
+from course import mirrored  # noqa: E402
+
+tf.get_logger().setLevel("ERROR")
+
+
+def build(strategy, make_model, learning_rate, optimizer_in_scope=True, model_in_scope=True):
+    model = optimizer = None
+    with strategy.scope():
+        if model_in_scope:
+            model = make_model()
+        if optimizer_in_scope:
+            optimizer = tf.keras.optimizers.SGD(learning_rate)
+    return model or make_model(), optimizer or tf.keras.optimizers.SGD(learning_rate)
+
+
+def make_step(per_replica_mean=False):
+    def replica_step(model, optimizer, images, labels, global_batch):
+        with tf.GradientTape() as tape:
+            probabilities = model(images, training=True)
+            per_image = tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+            loss = (tf.reduce_mean(per_image) if per_replica_mean
+                    else tf.nn.compute_average_loss(per_image, global_batch_size=global_batch))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, axis=1), labels), tf.float32))
+        return loss, correct
+    return replica_step
+
+
+def make_train(step, reduce="sum"):
+    def train(strategy, model, optimizer, dataset, global_batch, epochs):
+        batches = strategy.experimental_distribute_dataset(dataset.batch(global_batch, drop_remainder=True))
+
+        @tf.function
+        def distributed_step(images, labels):
+            loss, correct = strategy.run(step, args=(model, optimizer, images, labels, global_batch))
+            if reduce == "none":
+                return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(correct)[0]
+            op = tf.distribute.ReduceOp.SUM if reduce == "sum" else tf.distribute.ReduceOp.MEAN
+            return strategy.reduce(op, loss, axis=None), strategy.reduce(op, correct, axis=None)
+
+        history = []
+        for _ in range(epochs):
+            total_loss = total_correct = steps = 0
+            for images, labels in batches:
+                loss, correct = distributed_step(images, labels)
+                total_loss, total_correct, steps = total_loss + float(loss), total_correct + float(correct), steps + 1
+            history.append({"loss": total_loss / steps, "accuracy": total_correct / (steps * global_batch)})
+        return history
+    return train
+
+
+def outcome(check):
+    try:
+        value = check()
+    except AssertionError as exc:
+        return str(exc)
+    return ["pass", value]
+
+
+right, mean_step = make_step(), make_step(per_replica_mean=True)
+cases = {
+    "right": lambda: mirrored.check_same_as_one_device(mirrored.compare_replicas(build, make_train(right))),
+    "build right": lambda: mirrored.check_build(build)["kind"],
+    "step right": lambda: mirrored.check_step(right)["loss"],
+    "model outside scope": lambda: mirrored.check_build(lambda s, m, lr: build(s, m, lr, model_in_scope=False)),
+    "optimizer outside scope": lambda: mirrored.check_build(lambda s, m, lr: build(s, m, lr, optimizer_in_scope=False)),
+    "step per-replica mean": lambda: mirrored.check_step(mean_step),
+    "loop per-replica mean": lambda: mirrored.check_same_as_one_device(
+        mirrored.compare_replicas(build, make_train(mean_step))),
+    "loop no reduce": lambda: mirrored.check_same_as_one_device(
+        mirrored.compare_replicas(build, make_train(right, reduce="none"))),
+}
+print("RESULT " + json.dumps({name: outcome(check) for name, check in cases.items()}), flush=True)
