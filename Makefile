@@ -22,5 +22,10 @@ test: setup
 student:
 	@$(PY) -m course student-copy $(or $(OUT),build/student)
 
+# Removes what set-up and the tests build. Never nbgrader's course folder (build/nbgrader: its gradebook,
+# submissions and feedback) nor grades, submissions or class results: it says which of those it kept.
 clean:
-	rm -rf .venv .pytest_cache build *.egg-info
+	rm -rf .venv .pytest_cache *.egg-info
+	@if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name nbgrader -exec rm -rf {} +; fi
+	@kept="$$(ls -d build/nbgrader SUBMISSIONS submissions grades dry-run run-output class-results class.csv results.csv 2>/dev/null | tr '\n' ' ')"; \
+	if [ -n "$$kept" ]; then echo "kept (student data and grades; delete by hand when done): $$kept"; fi

@@ -48,12 +48,21 @@ def cmd_lab(args: argparse.Namespace) -> int:
     return lab.serve(ip=args.ip, port=args.port, root=args.root)
 
 
+def add_site_options(parser: argparse.ArgumentParser) -> None:
+    """The Slurm options a site may require, for batch jobs and Slurm engines alike (course.slurm writes them)."""
+    parser.add_argument("--qos", default=None, help="Slurm quality of service (a site's queue class)")
+    parser.add_argument("--constraint", default=None, help="Slurm node features, e.g. a100 or 'v100|a100'")
+    parser.add_argument("--exclusive", action="store_true", help="Slurm: whole nodes, shared with no other job")
+    parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                        help="any other #SBATCH option, as sbatch takes it (repeatable), e.g. --sbatch=--reservation=ws")
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from course import cluster
 
     if args.cluster_command == "start":
-        options = {k: getattr(args, k) for k in ("partition", "time_limit", "account", "gpus_per_node", "tasks_per_node")
-                   if getattr(args, k) is not None}
+        options = {k: getattr(args, k) for k in ("partition", "time_limit", "account", "gpus_per_node", "tasks_per_node",
+                                                 "qos", "constraint", "exclusive", "sbatch") if getattr(args, k)}
         handle = cluster.start(args.n, engines=args.engines, cluster_id=args.id, threads=args.threads,
                                timeout=args.timeout, controller_ip=args.controller_ip, persist=True, quiet=True,
                                **options)
@@ -104,6 +113,7 @@ def add_cluster(commands) -> None:
         start.add_argument(f"--{name}", default=None, help=what)
     start.add_argument("--gpus-per-node", type=int, default=None, help="Slurm: GPUs per node (one engine per GPU)")
     start.add_argument("--tasks-per-node", type=int, default=None, help="Slurm: engines per node")
+    add_site_options(start)
     status = sub.add_parser("status", help="show each running course cluster and its engines")
     status.add_argument("--id", default=None, help="only this cluster")
     stop = sub.add_parser("stop", help="stop a cluster; --all ends every course cluster of this user")
@@ -222,11 +232,7 @@ def add_job(commands) -> None:
     parser.add_argument("--time", default="00:30:00", help="time limit HH:MM:SS (default 00:30:00)")
     parser.add_argument("--partition", default=None, help="Slurm partition")
     parser.add_argument("--account", default=None, help="Slurm account to charge")
-    parser.add_argument("--qos", default=None, help="Slurm quality of service (a site's queue class)")
-    parser.add_argument("--constraint", default=None, help="node features, e.g. a100 or 'v100|a100'")
-    parser.add_argument("--exclusive", action="store_true", help="whole nodes, shared with no other job")
-    parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
-                        help="any other #SBATCH option, as sbatch takes it (repeatable), e.g. --sbatch=--reservation=ws")
+    add_site_options(parser)
     parser.add_argument("--job-name", default=None, help="job name (default course-WORKLOAD)")
     parser.add_argument("--output-dir", default=".", help="folder for NAME_JOBID.out/.err (default: here)")
     parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",

@@ -36,7 +36,7 @@ from typing import Any
 
 import psutil
 
-from course import UserError, mpi
+from course import UserError, mpi, slurm
 
 KINDS = ("local", "mpi", "slurm")
 PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
@@ -46,9 +46,6 @@ SLURM_HINT = ("install Slurm's client commands (Debian/Ubuntu: apt-get install s
 # Where the controller listens for engines: localhost for engines on this machine; for Slurm all interfaces,
 # because the engines may run on other nodes (they connect to this host's name, see `controller_location`).
 DEFAULT_CONTROLLER_IP = {"local": "127.0.0.1", "mpi": "127.0.0.1", "slurm": "*"}
-SLURM_FAILED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-                "PREEMPTED", "COMPLETED", "REVOKED", "SPECIAL_EXIT"}
-
 
 class ClusterError(UserError):
     """A cluster could not start, lost engines, or was asked for something the machine does not have."""
@@ -130,24 +127,17 @@ def visible_gpus(environ: dict[str, str] | None = None, proc: str = "/proc/drive
 
 
 def slurm_script(cluster_id: str, n: int, *, partition: str | None = None, time_limit: str | None = None,
-                 account: str | None = None, gpus_per_node: int | None = None,
-                 tasks_per_node: int | None = None, srun_mpi: str | None = None) -> str:
+                 account: str | None = None, gpus_per_node: int | None = None, tasks_per_node: int | None = None,
+                 qos: str | None = None, constraint: str | None = None, exclusive: bool = False,
+                 sbatch: list[str] | None = None, srun_mpi: str | None = None) -> str:
     """The batch template for ipyparallel's SlurmEngineSetLauncher ({program_and_args}, {output_file} are its own).
 
     srun_mpi: srun's --mpi plugin, so that mpi4py/Horovod in the engines see one MPI world (e.g. "pmix").
     """
-    lines = ["#!/bin/sh", "#SBATCH --export=ALL", f"#SBATCH --job-name=ipengine-{cluster_id}",
-             f"#SBATCH --ntasks={n}", "#SBATCH --output={output_file}"]
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
-    if account:
-        lines.append(f"#SBATCH --account={account}")
-    if time_limit:
-        lines.append(f"#SBATCH --time={time_limit}")
-    if tasks_per_node:
-        lines.append(f"#SBATCH --ntasks-per-node={tasks_per_node}")
-    if gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    lines = ["#!/bin/sh", *slurm.sbatch_lines(slurm.Options(
+        export_all=True, job_name=f"ipengine-{cluster_id}", ntasks=n, output="{output_file}", partition=partition,
+        account=account, time=time_limit, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, qos=qos,
+        constraint=constraint, exclusive=exclusive, extra=list(sbatch or [])))]
     lines.append(f"srun{' --mpi=' + srun_mpi if srun_mpi else ''} {{program_and_args}}")
     return "\n".join(lines) + "\n"
 
@@ -511,7 +501,7 @@ class Cluster:
             command = mpi.command(s.n)  # [mpiexec, -n, N, *flags]: the course's MPI flags, in one place
             engine_kwargs.update(mpi_cmd=[command[0]], mpi_args=command[3:])
         elif s.kind == "slurm":
-            engine_kwargs["batch_template"] = slurm_script(self.cluster_id, s.n, srun_mpi=srun_mpi_plugin(), **s.slurm)
+            engine_kwargs["batch_template"] = slurm_script(self.cluster_id, s.n, srun_mpi=slurm.srun_mpi_plugin(), **s.slurm)
             # an absolute name keeps the script out of the notebook's folder (ipyparallel joins it to work_dir)
             engine_kwargs["batch_file_name"] = str(profile_dir() / "log" / f"slurm-engines-{self.cluster_id}.sbatch")
         try:
@@ -573,7 +563,7 @@ class Cluster:
                 return f"mpiexec exited: {_tail(engine_set.get_output())}"
         else:
             state, reason = slurm_job_state(engine_set.job_id)
-            if state is None or state in SLURM_FAILED:
+            if state is None or state in slurm.ENDED:
                 output = _tail(_read(engine_set.output_file))
                 return f"Slurm job {engine_set.job_id} {'ended' if state is None else state}" + (f": {output}" if output else "")
         return ""
@@ -713,7 +703,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while job and time.monotonic() < deadline:
             state, _ = slurm_job_state(job)
-            if state is None or state in SLURM_FAILED:
+            if state is None or state in slurm.ENDED:
                 return
             time.sleep(0.3)
 
@@ -810,27 +800,14 @@ def _tail(text: str, lines: int = 3) -> str:
 
 
 def slurm_job_state(job_id: str) -> tuple[str | None, str]:
-    """(state, reason) of a Slurm job from squeue, or (None, '') once Slurm no longer lists it."""
-    if not job_id or not shutil.which("squeue"):
+    """(state, reason) of a Slurm job (course.slurm), or (None, '') once Slurm no longer knows it."""
+    if not job_id or not shutil.which("scontrol"):
         return None, ""
     try:
-        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "UNKNOWN", "squeue did not answer"
-    line = out.stdout.strip().splitlines()[:1]
-    if out.returncode != 0 or not line:
-        return None, ""
-    state, _, reason = line[0].partition("|")
-    return state, reason
-
-
-def srun_mpi_plugin() -> str | None:
-    """'pmix' when this Slurm's srun offers it (Open MPI's ranks then find each other), else None (site default)."""
-    try:
-        out = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return "pmix" if re.search(r"^\s*pmix\s*$", out.stdout + out.stderr, re.M) else None
+        found = slurm.job(job_id)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return "UNKNOWN", "Slurm did not answer"
+    return (found.state, found.reason) if found else (None, "")
 
 
 def _check_tools(kind: str) -> None:
@@ -873,13 +850,16 @@ def _in_kernel() -> bool:
 def start(n: int | None = None, engines: str = "local", *, cluster_id: str | None = None, threads: int = 1,
           timeout: float | None = None, controller_ip: str | None = None, persist: bool | None = None,
           partition: str | None = None, time_limit: str | None = None, account: str | None = None,
-          gpus_per_node: int | None = None, tasks_per_node: int | None = None, quiet: bool = False) -> Cluster:
+          gpus_per_node: int | None = None, tasks_per_node: int | None = None, qos: str | None = None,
+          constraint: str | None = None, exclusive: bool | None = None, sbatch: list[str] | None = None,
+          quiet: bool = False) -> Cluster:
     """Start (or re-attach to) a cluster of `n` engines and return its handle.
 
     n: default one engine per GPU on a GPU machine, otherwise the cores (at least 2).
 
     engines: "local" (processes on this machine), "mpi" (one `mpiexec`: engine id = MPI rank) or "slurm"
-    (one Slurm job; options partition, time_limit, account, gpus_per_node, tasks_per_node).
+    (one Slurm job; options partition, time_limit, account, gpus_per_node, tasks_per_node and a site's qos,
+    constraint, exclusive and any other `#SBATCH` lines in sbatch; a request no node could run is refused).
     threads: intra-op threads per engine on machines without GPUs (default 1: N engines on N cores).
     controller_ip: where the controller listens; default 127.0.0.1 for local/MPI and all interfaces ("*",
     reached through this host's name) for Slurm, whose engines may run on other nodes.
@@ -894,11 +874,20 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
     if threads is None or isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ClusterError(f"threads must be a positive whole number, not {threads!r}")
     timeout = DEFAULT_TIMEOUT[kind] if timeout is None else float(timeout)
-    slurm = {k: v for k, v in dict(partition=partition, time_limit=time_limit, account=account,
-                                   gpus_per_node=gpus_per_node, tasks_per_node=tasks_per_node).items() if v is not None}
-    if slurm and kind != "slurm":
-        raise ClusterError(f"{', '.join(slurm)} only apply to engines='slurm'")
+    slurm_options = {k: v for k, v in dict(
+        partition=partition, time_limit=time_limit, account=account, gpus_per_node=gpus_per_node,
+        tasks_per_node=tasks_per_node, qos=qos, constraint=constraint, exclusive=exclusive or None,
+        sbatch=[slurm.check_extra(line) for line in sbatch] if sbatch else None).items() if v is not None}
+    if slurm_options and kind != "slurm":
+        raise ClusterError(f"{', '.join(slurm_options)} only apply to engines='slurm'")
     _check_tools(kind)
+    if kind == "slurm":
+        nodes = -(-n // tasks_per_node) if tasks_per_node else 1
+        try:
+            slurm.check_fits(nodes, tasks_per_node or 1, gpus_per_node=gpus_per_node or 0, partition=partition,
+                             ntasks=n)
+        except UserError as refused:
+            raise ClusterError(str(refused)) from None
     if kind in ("local", "mpi"):
         gpus = visible_gpus()
         if gpus and n > len(gpus):
@@ -908,7 +897,7 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
         raise ClusterError(f"more engines than GPUs: tasks_per_node={tasks_per_node} but gpus_per_node={gpus_per_node}; "
                            f"use one engine per GPU")
     cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
-    settings = _Settings(kind, n, threads, timeout, controller_ip or DEFAULT_CONTROLLER_IP[kind], slurm)
+    settings = _Settings(kind, n, threads, timeout, controller_ip or DEFAULT_CONTROLLER_IP[kind], slurm_options)
     persist = _in_kernel() if persist is None else bool(persist)
 
     if _current is not None and not _current.stopped and _current.cluster_id == cid:
@@ -1146,14 +1135,12 @@ def _stop_from_files(cluster_id: str) -> bool:
 
 
 def _scancel(job: str) -> None:
+    """Cancel a Slurm engine job and wait until Slurm reports it ended."""
     if shutil.which("scancel"):
-        subprocess.run(["scancel", str(job)], capture_output=True, timeout=60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            state, _ = slurm_job_state(job)
-            if state is None or state in SLURM_FAILED:
-                return
-            time.sleep(0.3)
+        try:
+            slurm.cancel(job, wait=60)
+        except (UserError, OSError, subprocess.TimeoutExpired):
+            pass  # already gone, or Slurm does not answer: stop() goes on with what it can end
 
 
 def _course_slurm_jobs() -> list[str]:

@@ -1,10 +1,13 @@
-"""The class results table (seed 000's shared spreadsheet, done properly): one CSV schema, safe appends, merging.
+"""The class results table (the DeepHealth HPC lab's shared spreadsheet, done properly): one CSV schema, safe appends, merging.
 
 Every training run a learner does (`python -m course train`, Horovod, MirroredStrategy) appends one row with
 `append_row`; many learners may append to one shared file at once (an exclusive `fcntl` lock around each
 append; a file is only ever appended to, never rewritten). `collect` merges a folder of such files into one
-table, reporting every bad row (file, line, why) and skipping it; `plot` draws accuracy and elapsed time
-against workers, one line per strategy.
+table, reporting every bad row (file, line, why) and skipping it. Runs are compared only within one
+workload (dataset, network, hardware and strategy): `summary` gives each workload's speed-up and efficiency
+against its own smallest worker count, and `plot` draws speed-up, efficiency, accuracy and elapsed time
+against workers, one line per workload, captioned with the datasets (and whether the offline fallback
+stood in) and the hardware.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ DESCRIPTIONS = {
 _INTS = ("workers", "epochs", "batch_size", "engines", "run")
 _POSITIVE = ("elapsed_s", "epoch_time_s", "images_per_s")
 _STRATEGY = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
-SYNC_ALIASES = {"0": "sync", "1": "async", "2": "full-async"}   # seed 000's run script numbers them
+SYNC_ALIASES = {"0": "sync", "1": "async", "2": "full-async"}   # the DeepHealth HPC lab's run script numbers them
 
 
 def _check(row: dict[str, Any]) -> dict[str, str]:
@@ -221,26 +224,74 @@ class Table:
         writer.writeheader()
         writer.writerows(self.rows)
 
-    def summary(self) -> list[dict[str, Any]]:
-        """Per (strategy, workers): runs, mean accuracy and mean elapsed time, sorted - the table a class discusses."""
-        groups: dict[tuple[str, int], list[dict[str, str]]] = {}
-        for row in self.rows:
-            groups.setdefault((row["strategy"], int(row["workers"])), []).append(row)
-        def mean(values: list[float]) -> float | None:
-            return sum(values) / len(values) if values else None
+    @property
+    def learners(self) -> list[str]:
+        """The learners who contributed runs (a learner may hand in several files)."""
+        return sorted({r["learner"] or Path(r["source"]).stem for r in self.rows})
 
-        return [{"strategy": s, "workers": w, "runs": len(rows),
-                 "accuracy": mean([float(r["accuracy"]) for r in rows if r["accuracy"]]),
-                 "elapsed_s": mean([float(r["elapsed_s"]) for r in rows])}
-                for (s, w), rows in sorted(groups.items())]
+    def summary(self) -> list[dict[str, Any]]:
+        """Per workload (dataset, network, hardware, strategy) and workers: runs, learners, mean accuracy, mean
+        elapsed time, and the speed-up and efficiency over the same workload's smallest worker count."""
+        groups: dict[tuple, list[dict[str, str]]] = {}
+        for row in self.rows:
+            groups.setdefault((*workload(row), int(row["workers"])), []).append(row)
+        result = []
+        for key, rows in sorted(groups.items()):
+            *load, workers = key
+            base_workers = min(k[-1] for k in groups if list(k[:-1]) == load)
+            speed = _speedup(groups[(*load, base_workers)], rows)
+            scale = workers / base_workers
+            result.append({"dataset": load[0], "network": load[1], "hardware": load[2], "strategy": load[3],
+                           "workers": workers, "runs": len(rows),
+                           "learners": len({r["learner"] or r["source"] for r in rows}),
+                           "accuracy": _mean([float(r["accuracy"]) for r in rows if r["accuracy"]]),
+                           "elapsed_s": _mean([float(r["elapsed_s"]) for r in rows]),
+                           "baseline_workers": base_workers, "speedup": speed,
+                           "efficiency": speed / scale if speed is not None else None})
+        return result
 
     def show(self) -> str:
-        """The summary as aligned text."""
-        lines = [f"{'strategy':<12} {'workers':>7} {'runs':>4} {'accuracy':>8} {'elapsed s':>10}"]
+        """The summary as aligned text, one block per workload."""
+        def num(value, spec):
+            return format(value, spec) if value is not None else "-".rjust(int(spec.split(".")[0].lstrip(">")))
+
+        lines = [f"{'dataset':<14} {'network':<13} {'hardware':<14} {'strategy':<10} {'workers':>7} {'runs':>4} "
+                 f"{'accuracy':>8} {'elapsed s':>9} {'speed-up':>8} {'efficiency':>10}"]
         for g in self.summary():
-            accuracy = f"{g['accuracy']:>8.3f}" if g["accuracy"] is not None else f"{'-':>8}"
-            lines.append(f"{g['strategy']:<12} {g['workers']:>7} {g['runs']:>4} {accuracy} {g['elapsed_s']:>10.2f}")
+            lines.append(f"{g['dataset']:<14} {g['network']:<13} {g['hardware']:<14} {g['strategy']:<10} "
+                         f"{g['workers']:>7} {g['runs']:>4} {num(g['accuracy'], '>8.3f')} {g['elapsed_s']:>9.2f} "
+                         f"{num(g['speedup'], '>8.2f')} {num(g['efficiency'], '>10.2f')}")
         return "\n".join(lines)
+
+    def caption(self) -> str:
+        """What the runs trained on and where: datasets (saying when the offline fallback stood in), hardware."""
+        datasets = sorted({r["dataset"] or "?" for r in self.rows})
+        words = [FALLBACK_WORDS if d == FALLBACK else d for d in datasets]
+        hardware = sorted({r["hardware"] or "?" for r in self.rows})
+        return f"dataset: {', '.join(words)}; hardware: {', '.join(hardware)}"
+
+
+FALLBACK = "digits"  # what course.data loads when the real dataset cannot be (no internet, no site data)
+FALLBACK_WORDS = "digits (the offline fallback: scikit-learn's 8x8 digits stood in for the real dataset)"
+
+
+def workload(row: dict[str, str]) -> tuple[str, str, str, str]:
+    """What makes runs comparable: the same dataset, network, hardware and strategy."""
+    return (row["dataset"] or "?", row["network"] or "?", row["hardware"] or "?", row["strategy"])
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _speedup(baseline: list[dict[str, str]], rows: list[dict[str, str]]) -> float | None:
+    """Throughput over the baseline's where both recorded it (fair for strong and weak scaling alike), else
+    the baseline's elapsed time over these runs' (strong scaling: the same work)."""
+    ips = _mean([float(r["images_per_s"]) for r in rows if r["images_per_s"]])
+    base_ips = _mean([float(r["images_per_s"]) for r in baseline if r["images_per_s"]])
+    if ips is not None and base_ips is not None:
+        return ips / base_ips
+    return _mean([float(r["elapsed_s"]) for r in baseline]) / _mean([float(r["elapsed_s"]) for r in rows])
 
 
 def _inputs(source: str | os.PathLike | Iterable[str | os.PathLike], exclude: Path | None) -> list[Path]:
@@ -308,7 +359,8 @@ def collect(source: str | os.PathLike | Iterable[str | os.PathLike], exclude: st
 # --------------------------------------------------------------------------------------------- plotting
 
 def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None):
-    """Accuracy and elapsed time against workers, one line per strategy (mean of runs, every run as a dot)."""
+    """Speed-up, efficiency, accuracy and elapsed time against workers: one line per workload (dataset, network,
+    hardware, strategy), means of its runs, every run as a dot; captioned with the datasets and hardware."""
     import matplotlib
 
     if out is not None:
@@ -319,30 +371,45 @@ def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None)
         table = collect(table)
     if not table.rows:
         raise UserError("no good rows to plot" + (f" ({len(table.problems)} bad rows skipped)" if table.problems else ""))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    strategies = sorted({r["strategy"] for r in table.rows})
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    speed_ax, eff_ax, acc_ax, time_ax = axes.flat
+    groups = table.summary()
+    loads = sorted({(g["dataset"], g["network"], g["hardware"], g["strategy"]) for g in groups})
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for index, strategy in enumerate(strategies):
+    for index, load in enumerate(loads):
         colour = palette[index % len(palette)]
-        rows = [r for r in table.rows if r["strategy"] == strategy]
-        for ax, key in zip(axes, ("accuracy", "elapsed_s")):
-            points = [(int(r["workers"]), float(r[key])) for r in rows if r[key]]
-            if not points:
-                continue
-            workers = sorted({w for w, _ in points})
-            means = [sum(v for w2, v in points if w2 == w) / sum(1 for w2, _ in points if w2 == w) for w in workers]
-            ax.plot(workers, means, "o-", label=strategy, color=colour)
-            ax.scatter([w for w, _ in points], [v for _, v in points], s=12, alpha=0.5, color=colour)
+        label = " / ".join(load[i] for i in (3, 1, 0, 2) if len({l[i] for l in loads}) > 1 or i == 3)
+        mine = [g for g in groups if (g["dataset"], g["network"], g["hardware"], g["strategy"]) == load]
+        workers = [g["workers"] for g in mine]
+        speed_ax.plot(workers, [g["speedup"] for g in mine], "o-", color=colour, label=label)
+        eff_ax.plot(workers, [g["efficiency"] for g in mine], "o-", color=colour, label=label)
+        runs = [r for r in table.rows if workload(r) == load]
+        for ax, key in ((acc_ax, "accuracy"), (time_ax, "elapsed_s")):
+            means = [(g["workers"], g[key]) for g in mine if g[key] is not None]
+            if means:
+                ax.plot([w for w, _ in means], [v for _, v in means], "o-", color=colour, label=label)
+            dots = [(int(r["workers"]), float(r[key])) for r in runs if r[key]]
+            if dots:
+                ax.scatter([w for w, _ in dots], [v for _, v in dots], s=12, alpha=0.5, color=colour)
     all_workers = sorted({int(r["workers"]) for r in table.rows})
-    for ax, title in zip(axes, ("test accuracy", "elapsed time (s)")):
+    speed_ax.plot(all_workers, [w / all_workers[0] for w in all_workers], ":", color="grey", label="linear")
+    eff_ax.axhline(1.0, linestyle=":", color="grey")
+    titles = ("speed-up (over the workload's fewest workers)", "efficiency (speed-up per worker)",
+              "test accuracy", "elapsed time (s)")
+    for ax, title in zip(axes.flat, titles):
         ax.set_title(title)
         ax.set_xlabel("workers")
+        if not ax.has_data():  # e.g. MirroredStrategy runs do not evaluate: no accuracy
+            ax.text(0.5, 0.5, "not recorded by these runs", ha="center", va="center", transform=ax.transAxes)
+            continue
         ax.set_xscale("log", base=2)
         ax.set_xticks(all_workers, [str(w) for w in all_workers])
         ax.grid(alpha=0.3)
-    axes[1].legend(title="strategy")
-    fig.suptitle(f"class results: {len(table.rows)} runs from {len(table.files)} file(s)")
-    fig.tight_layout()
+    speed_ax.legend(title="workload", fontsize="small")
+    learners = len(table.learners)
+    fig.suptitle(f"class results: {len(table.rows)} runs by {learners} learner{'s' if learners != 1 else ''}")
+    fig.text(0.5, 0.01, table.caption(), ha="center", fontsize="small", wrap=True)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     if out is not None:
         fig.savefig(out, dpi=100)
     return fig

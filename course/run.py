@@ -3,12 +3,15 @@
 Each notebook runs headless on a fresh course kernel with its own engine cluster (stopped afterwards,
 whatever happened), and the run leaves executed copies, HTML renderings and an index.html with each
 notebook's status, duration and key figures. Notebooks publish key figures with `key_figure(...)`.
+The index also says, per notebook and at the top, when the offline fallback data stood in for a real
+dataset (course.data announces it in the notebook's output), since its figures are then not the real ones.
 """
 
 from __future__ import annotations
 
 import html
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ FIGURE_MIME = "application/vnd.course.key-figure+json"
 KERNEL = "ddl-hpc"
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 CELL_TIMEOUT = 1800  # seconds per cell: full-profile training cells are long
+FALLBACK = re.compile(r"DATASET FALLBACK: (\w+) was not found")  # course.data's announcement
 
 
 def key_figure(name: str, value: float | str, unit: str = "") -> None:
@@ -41,6 +45,7 @@ class Result:
     seconds: float
     error: str = ""
     figures: list[dict] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)  # datasets the offline fallback stood in for
 
 
 def find(names: list[str]) -> list[Path]:
@@ -63,6 +68,16 @@ def figures_in(notebook: nbformat.NotebookNode) -> list[dict]:
     """The key figures a notebook published while it ran, in order."""
     return [dict(output["data"][FIGURE_MIME]) for cell in notebook.cells if cell.cell_type == "code"
             for output in cell.get("outputs", []) if FIGURE_MIME in output.get("data", {})]
+
+
+def fallbacks_in(notebook: nbformat.NotebookNode) -> list[str]:
+    """The datasets a notebook's run replaced by the offline fallback (announced in its output, engines' too)."""
+    found: list[str] = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            text = output.get("text", "") + str(output.get("data", {}).get("text/plain", ""))
+            found += [name for name in FALLBACK.findall(text) if name not in found]
+    return found
 
 
 def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, nbformat.NotebookNode]:
@@ -88,7 +103,7 @@ def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, 
     finally:
         cluster.stop(cluster_id)  # a notebook that failed half-way must not leave engines behind
     seconds = time.perf_counter() - started
-    return Result(path.stem, not error, seconds, error, figures_in(notebook)), notebook
+    return Result(path.stem, not error, seconds, error, figures_in(notebook), fallbacks_in(notebook)), notebook
 
 
 def write_index(results: list[Result], out: Path, profile: str) -> Path:
@@ -98,16 +113,26 @@ def write_index(results: list[Result], out: Path, profile: str) -> Path:
         figures = "<br>".join(html.escape(f"{f['name']}: {f['value']:.3g} {f.get('unit', '')}" if isinstance(
             f["value"], float) else f"{f['name']}: {f['value']} {f.get('unit', '')}") for f in r.figures)
         status = "ok" if r.ok else f"FAILED: {html.escape(r.error)}"
+        data = (f"<b>offline fallback</b> (scikit-learn's digits) stood in for {html.escape(', '.join(r.fallbacks))}"
+                if r.fallbacks else "as configured")
         rows.append(f"<tr class='{'ok' if r.ok else 'failed'}'><td><a href='{r.notebook}.html'>{r.notebook}</a> "
                     f"(<a href='{r.notebook}.ipynb'>ipynb</a>)</td><td>{status}</td><td>{r.seconds:.0f} s</td>"
-                    f"<td>{figures}</td></tr>")
+                    f"<td>{data}</td><td>{figures}</td></tr>")
     total = sum(r.seconds for r in results)
+    replaced = sorted({name for r in results for name in r.fallbacks})
+    warning = (f"<p class='fallback'><b>Data:</b> the offline fallback (scikit-learn's 8x8 digits) stood in for "
+               f"{html.escape(', '.join(replaced))} in {sum(bool(r.fallbacks) for r in results)} notebook(s), so "
+               f"their accuracies and timings are not those of the real datasets; give the course the data "
+               f"(course data fetch, COURSE_DATA_DIR) and run again.</p>" if replaced else
+               "<p>Data: no notebook used the offline fallback.</p>")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Course dry run ({profile})</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:.4em;vertical-align:top}}
-table{{border-collapse:collapse}} tr.failed td{{background:#fdd}} tr.ok td:nth-child(2){{color:#070}}</style></head>
+table{{border-collapse:collapse}} tr.failed td{{background:#fdd}} tr.ok td:nth-child(2){{color:#070}}
+p.fallback{{background:#ffe9b3;padding:.5em}}</style></head>
 <body><h1>Course dry run: {profile} profile</h1>
 <p>{sum(r.ok for r in results)} of {len(results)} notebooks ran; {total:.0f} s in all; {time.strftime('%Y-%m-%d %H:%M')}.</p>
-<table><tr><th>notebook</th><th>status</th><th>time</th><th>key figures</th></tr>{''.join(rows)}</table></body></html>
+{warning}
+<table><tr><th>notebook</th><th>status</th><th>time</th><th>data</th><th>key figures</th></tr>{''.join(rows)}</table></body></html>
 """
     index = out / "index.html"
     index.write_text(page)
@@ -133,7 +158,8 @@ def main(names: list[str], profile: str = "quick", out: str | os.PathLike = "run
         nbformat.write(executed, out_dir / f"{path.stem}.ipynb")
         (out_dir / f"{path.stem}.html").write_text(HTMLExporter().from_notebook_node(executed)[0])
         print(f"{'ok    ' if result.ok else 'FAILED'} {path.stem} in {result.seconds:.0f} s"
-              + (f": {result.error}" if result.error else ""), flush=True)
+              + (f": {result.error}" if result.error else "")
+              + (f" (offline fallback data for {', '.join(result.fallbacks)})" if result.fallbacks else ""), flush=True)
     index = write_index(results, out_dir, profile)
     failed = [r.notebook for r in results if not r.ok]
     print(f"{len(results) - len(failed)} of {len(results)} notebooks ran ({profile} profile); report: {index}")

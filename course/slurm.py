@@ -152,8 +152,10 @@ def partitions() -> list[Partition]:
 
 
 def check_fits(nodes: int, tasks_per_node: int, cpus_per_task: int = 1, gpus_per_node: int = 0,
-               partition: str | None = None) -> None:
+               partition: str | None = None, ntasks: int | None = None) -> None:
     """Refuse, in one line and before anything is submitted, a request no node of the partition could run.
+
+    ntasks: tasks in all, where Slurm may spread them over nodes as it likes (checked against the partition's cores).
 
     Where Slurm does not answer here (a laptop), nothing is checked: the script may be meant for another machine.
     """
@@ -171,6 +173,10 @@ def check_fits(nodes: int, tasks_per_node: int, cpus_per_task: int = 1, gpus_per
         raise UserError(f"{tasks_per_node} task(s) per node x {cpus_per_task} CPU(s) per task = {cores} CPUs, "
                         f"but a node of partition {part.name} has {part.cpus_per_node}: ask for fewer tasks per node "
                         f"or CPUs per task")
+    if ntasks is not None and ntasks * cpus_per_task > part.nodes * part.cpus_per_node:
+        raise UserError(f"{ntasks} task(s) x {cpus_per_task} CPU(s) is more than partition {part.name} has "
+                        f"({part.nodes} node(s) x {part.cpus_per_node} CPUs): ask for at most "
+                        f"{part.nodes * part.cpus_per_node // cpus_per_task} task(s)")
     if gpus_per_node > part.gpus_per_node:
         raise UserError(f"--gpus-per-node {gpus_per_node} is more than a node of partition {part.name} has "
                         f"({part.gpus_per_node} GPU(s))")

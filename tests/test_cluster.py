@@ -128,11 +128,14 @@ def test_visible_gpus_from_scheduler_or_driver(tmp_path):
 
 
 def test_slurm_script_carries_the_options():
+    """The engine job asks for GPUs the way course job does (--gres, from course.slurm), with the site's options."""
     script = cluster.slurm_script("course-x", 4, partition="gpu", time_limit="0:30:00", account="proj",
-                                  gpus_per_node=2, tasks_per_node=2, srun_mpi="pmix")
+                                  gpus_per_node=2, tasks_per_node=2, qos="long", constraint="a100", exclusive=True,
+                                  sbatch=["--reservation=ws"], srun_mpi="pmix")
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=0:30:00", "#SBATCH --account=proj",
-                 "#SBATCH --gpus-per-node=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --ntasks=4",
-                 "#SBATCH --job-name=ipengine-course-x", "srun --mpi=pmix {program_and_args}"):
+                 "#SBATCH --gres=gpu:2", "#SBATCH --ntasks-per-node=2", "#SBATCH --ntasks=4",
+                 "#SBATCH --job-name=ipengine-course-x", "#SBATCH --qos=long", "#SBATCH --constraint=a100",
+                 "#SBATCH --exclusive", "#SBATCH --reservation=ws", "srun --mpi=pmix {program_and_args}"):
         assert line in script.splitlines()
 
 
@@ -382,6 +385,10 @@ def test_slurm_engines_that_cannot_start_in_time_say_why(slurm):
 
 @pytest.mark.slow
 def test_slurm_refusing_the_job_is_one_clear_error(slurm):
+    # GPUs this node does not have: refused from what sinfo says, before anything is submitted
+    with pytest.raises(cluster.ClusterError, match="--gpus-per-node 1 is more than a node of partition"):
+        cluster.start(1, engines="slurm", cluster_id="t-gpus", gpus_per_node=1, timeout=60)
+    # the same asked through an #SBATCH line of the site's: sbatch itself refuses, and says so in one error
     with pytest.raises(cluster.ClusterError, match="Slurm refused the engine job"):
-        cluster.start(1, engines="slurm", cluster_id="t-gpus", gpus_per_node=1, timeout=60)  # this node has no GPUs
+        cluster.start(1, engines="slurm", cluster_id="t-gpus", sbatch=["--gres=gpu:1"], timeout=60)
     assert cluster.running_ids() == []

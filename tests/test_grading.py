@@ -7,6 +7,7 @@ the class is graded normally.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import uuid
@@ -252,3 +253,37 @@ def test_a_cluster_that_cannot_start_is_an_error_row_not_a_score_and_not_cached(
     assert fixed.returncode == 0 and fixed.stdout.startswith("graded 1 submission(s)"), fixed.stdout + fixed.stderr
     row = by_cell(tmp_path / "out")[("alice", "98_cluster", "ex1-check")]
     assert (row["status"], row["points"]) == ("passed", "2"), row
+
+
+def test_totals_per_student_and_only_graded_cells_of_solutions_trigger_regrading(tmp_path):
+    solutions = copy_tree(FIXTURE_COURSE, tmp_path / "solutions")
+    submissions = tmp_path / "class"
+    for student in ("good", "unanswered"):
+        shutil.copytree(HOSTILE / student, submissions / student)
+    first = grade(submissions, tmp_path / "out", "--workers", "2", solutions=solutions)
+    assert first.returncode == 0 and first.stdout.startswith("graded 2 submission(s)"), first.stdout + first.stderr
+    import csv
+
+    with open(tmp_path / "out" / "totals.csv", newline="") as handle:
+        totals = {(r["student"], r["notebook"]): (r["points"], r["max_points"]) for r in csv.DictReader(handle)}
+    assert totals == {("good", NB): ("5", "5"), ("good", "TOTAL"): ("5", "5"),
+                      ("unanswered", NB): ("0", "5"), ("unanswered", "TOTAL"): ("0", "5")}
+
+    # the instructor rewords the exercise text: nothing is graded again
+    path = solutions / f"{NB}.ipynb"
+    nb = json.loads(path.read_text())
+    text = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex1-text")
+    text["source"] = "".join(text["source"]) + "\n\nHint: `sum` and `len` help."
+    path.write_text(json.dumps(nb, indent=1))
+    reworded = grade(submissions, tmp_path / "out", "--workers", "2", solutions=solutions)
+    assert reworded.stdout.startswith("graded 0 submission(s)") and "reused 2" in reworded.stdout, reworded.stdout
+
+    # ... but a change to a hidden test changes what the grading state is keyed on, so the class is graded again
+    from course.grading.grade import fingerprint
+
+    before = fingerprint(path)
+    check = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex1-check")
+    check["source"] = "".join(check["source"]).replace("### END HIDDEN TESTS",
+                                                      "assert mean_of([2, 4]) == 3\n### END HIDDEN TESTS")
+    path.write_text(json.dumps(nb, indent=1))
+    assert fingerprint(path) != before

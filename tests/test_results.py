@@ -125,3 +125,46 @@ def test_cli_collect_of_an_empty_folder_is_one_line(tmp_path):
     done = run_course("results", "collect", str(tmp_path), timeout=120)
     assert done.returncode == 1 and done.stderr.startswith("course: error: no .csv files"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _workloads(folder: Path) -> None:
+    """Three learners, four files: two workloads that must not be averaged together, one on the fallback data."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cpu = {"dataset": "mnist", "network": "simple-mnist", "hardware": "2 CPU cores", "strategy": "horovod",
+           "epochs": 1, "batch_size": 64}
+    for name, rows in {
+        "alice-1": [{**cpu, "learner": "alice", "workers": 1, "elapsed_s": 10, "images_per_s": 100}],
+        "alice-2": [{**cpu, "learner": "alice", "workers": 2, "elapsed_s": 6, "images_per_s": 180}],
+        "bob": [{"learner": "bob", "strategy": "mirrored", "dataset": "digits", "network": "resnet50v2",
+                 "hardware": "4 GPU(s)", "workers": w, "elapsed_s": t} for w, t in ((1, 100), (2, 60))],
+        "carol": [{**cpu, "learner": "carol", "hardware": "4 GPU(s)", "workers": 2, "elapsed_s": 1,
+                   "images_per_s": 1000}],
+    }.items():
+        for row in rows:
+            results.append_row(folder / f"{name}.csv", row)
+
+
+def test_summary_compares_runs_only_within_a_workload_with_speedup_and_efficiency(tmp_path):
+    _workloads(tmp_path)
+    table = results.collect(tmp_path)
+    groups = {(g["dataset"], g["hardware"], g["strategy"], g["workers"]): g for g in table.summary()}
+    assert len(groups) == 5, "the same strategy on other hardware is another workload"
+    cpu2 = groups[("mnist", "2 CPU cores", "horovod", 2)]
+    assert (cpu2["runs"], cpu2["speedup"], cpu2["efficiency"]) == (1, pytest.approx(1.8), pytest.approx(0.9))
+    mirrored = groups[("digits", "4 GPU(s)", "mirrored", 2)]   # no throughput recorded: elapsed 100 s -> 60 s
+    assert mirrored["speedup"] == pytest.approx(100 / 60) and mirrored["efficiency"] == pytest.approx(100 / 120)
+    gpu2 = groups[("mnist", "4 GPU(s)", "horovod", 2)]         # its own baseline, not the CPU runs
+    assert gpu2["speedup"] == pytest.approx(1.0) and gpu2["elapsed_s"] == pytest.approx(1)
+    assert "digits" in table.show() and "speed-up" in table.show()
+
+
+def test_plot_counts_learners_and_captions_dataset_and_hardware(tmp_path):
+    _workloads(tmp_path)
+    fig = results.plot(results.collect(tmp_path), out=tmp_path / "class.png")
+    assert fig._suptitle.get_text() == "class results: 5 runs by 3 learners"   # 4 files, 3 learners
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "offline fallback" in caption and "2 CPU cores" in caption and "4 GPU(s)" in caption, caption
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any(t.startswith("speed-up") for t in titles) and any(t.startswith("efficiency") for t in titles)
+    speed = next(ax for ax in fig.axes if ax.get_title().startswith("speed-up"))
+    assert len([l for l in speed.get_lines() if l.get_label() != "linear"]) == 3, "one line per workload"

@@ -16,8 +16,10 @@ def notebook(path, *sources):
     return str(path)
 
 
-def test_dry_run_reports_figures_and_failures(tmp_path):
-    good = notebook(tmp_path / "good.ipynb", "from course.run import key_figure\nkey_figure('speedup', 1.875, 'x')")
+def test_dry_run_reports_figures_failures_and_the_offline_fallback(tmp_path, offline_home):
+    # no data anywhere and no network (offline_home): course.data falls back to scikit-learn's digits
+    good = notebook(tmp_path / "good.ipynb", "from course.run import key_figure\nkey_figure('speedup', 1.875, 'x')",
+                    "from course import data\n(x, y), _ = data.load('mnist', limit=64)")
     bad = notebook(tmp_path / "bad.ipynb", "x = 1", "x / 0", "print('never')")
     out = tmp_path / "out"
     result = run_course("run", good, bad, "--out", str(out), timeout=600)
@@ -27,6 +29,9 @@ def test_dry_run_reports_figures_and_failures(tmp_path):
     assert "speedup: 1.88 x" in index and "FAILED: ZeroDivisionError" in index
     assert nbformat.read(out / "good.ipynb", 4).cells[0].outputs  # the executed copy keeps its outputs
     assert (out / "bad.html").exists()
+    assert "offline fallback data for mnist" in result.stdout, result.stdout
+    assert "the offline fallback (scikit-learn's 8x8 digits) stood in for mnist in 1 notebook(s)" in index
+    assert "stood in for mnist</td>" in index and index.count("as configured") == 1  # bad.ipynb loaded no data
 
 
 def test_unknown_notebook_is_one_line():
@@ -34,3 +39,4 @@ def test_unknown_notebook_is_one_line():
     assert result.returncode == 1
     assert result.stderr.startswith("course: error: no solution notebook '99_nonexistent'; available: 00_")
     assert len(result.stderr.strip().splitlines()) == 1
+

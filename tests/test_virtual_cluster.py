@@ -3,6 +3,7 @@ and Horovod across them, and a stop that leaves nothing behind."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from tests.slurm import slurm  # noqa: F401  (the session fixtures)
 from tests.virtual_cluster import SCRIPT, exports, virtual_cluster  # noqa: F401
 
 pytestmark = pytest.mark.slow
+CPUS = max(1, (os.cpu_count() or 2) // 2)  # each of the two virtual nodes has half this machine's cores
 
 
 def run(args: list[str], env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -73,13 +75,27 @@ def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tm
 
 @pytest.mark.parametrize("argv, message", [
     (["--nodes", "3", "--tasks-per-node", "1"], "--nodes 3 is more than partition vc has (2 node(s))"),
-    (["--nodes", "2", "--tasks-per-node", "4"], "4 task(s) per node"),
+    (["--nodes", "2", "--tasks-per-node", str(CPUS + 1)], f"{CPUS + 1} task(s) per node"),
 ])
 def test_requests_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, tmp_path, argv, message):  # noqa: F811
     env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"))
     done = run_course("job", "horovod", *argv, "--submit", env=env, timeout=120)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
     assert not (tmp_path / "records").exists() or not list((tmp_path / "records").iterdir())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-n", str(2 * CPUS + 2), "--tasks-per-node", str(CPUS + 1)],
+     f"{CPUS + 1} task(s) per node x 1 CPU(s) per task = {CPUS + 1} CPUs"),
+    (["-n", str(2 * CPUS + 1)], f"is more than partition vc has (2 node(s) x {CPUS} CPUs)"),
+    (["-n", "2", "--sbatch", "exclusive"], "not an sbatch option"),
+])
+def test_slurm_engines_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, argv, message):  # noqa: F811
+    before = _ipengine_jobs(virtual_cluster)
+    done = run_course("cluster", "start", "--engines", "slurm", "--id", "vc-refused", *argv, env=virtual_cluster,
+                      timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert _ipengine_jobs(virtual_cluster) == before
 
 
 def _engines(virtual_cluster, cluster_id: str, *extra: str) -> subprocess.CompletedProcess:

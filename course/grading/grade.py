@@ -2,9 +2,10 @@
 
 SUBMISSIONS/<student>/<notebook>.ipynb is read (never written, moved or deleted); each file's bytes
 are read once up front and graded from memory in worker processes (course.grading.autograde).
-Results go to DIR/grades.csv (one row per graded cell, plus rows for problems) and
-DIR/feedback/<student>/<notebook>.txt. DIR/.grading-state.json remembers what was graded with which
-solutions and limits, so a second run grades only what changed (unless regrade=True).
+Results go to DIR/grades.csv (one row per graded cell, plus rows for problems), DIR/totals.csv (each
+student's points per notebook and in all) and DIR/feedback/<student>/<notebook>.txt. DIR/.grading-state.json
+remembers what was graded with which limits and which version of what grading depends on (the graded and
+test cells of solutions/, not its prose), so a second run grades only what changed (unless regrade=True).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ if TYPE_CHECKING:  # nbgrader is imported only once there is something to grade
     from course.grading.autograde import Job, Result, Spec
 
 STATE = ".grading-state.json"
-GRADER_VERSION = "1"  # bump when grading changes meaning, so old results are not reused
+GRADER_VERSION = "2"  # bump when grading changes meaning, so old results are not reused
+TOTALS = ("student", "notebook", "points", "max_points", "note")
 
 
 @dataclass
@@ -152,7 +154,23 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
                 result.rows.append(_row(student, name, "missing", why, cell.grade_id, 0, _num(cell.points)))
         if student in empty_folders and not specs:
             result.rows.append(_row(student, "", "empty", f"the folder {student}/ has no notebooks"))
-    return result, {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in sources.items()}
+    return result, {name: fingerprint(p) for name, p in sources.items()}
+
+
+def fingerprint(source: Path) -> str:
+    """What grading depends on in an instructor notebook: its kernel, and the graded and locked code cells
+    (tests, hidden tests, points, set-up the learner cannot change), in order. Prose, answer cells (the
+    learner's replace them) and outputs are left out, so editing them does not regrade the class."""
+    nb = json.loads(source.read_text())
+    kept = [nb.get("metadata", {}).get("kernelspec", {}).get("name", "")]
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade") or (meta.get("locked") and cell.get("cell_type") == "code"):
+            source_text = cell.get("source", "")
+            kept.append([meta.get("grade_id"), cell.get("cell_type"), bool(meta.get("grade")),
+                         bool(meta.get("solution")), meta.get("points", 0),
+                         "".join(source_text) if isinstance(source_text, list) else source_text])
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
 
 
 def _check_kernel(source: Path) -> None:
@@ -168,7 +186,7 @@ def _check_kernel(source: Path) -> None:
 
 
 def _num(x: float):
-    return int(x) if float(x).is_integer() else x
+    return int(x) if float(x).is_integer() else round(float(x), 2)
 
 
 def _key(job: Job, solution_hash: str) -> str:
@@ -232,11 +250,34 @@ def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, 
     return results
 
 
-def _csv(rows: list[dict]) -> str:
+def totals(rows: list[dict], students: list[str]) -> list[dict]:
+    """Each student's points per notebook and in all (notebook "TOTAL"), from the per-check rows. A notebook the
+    grading machinery failed on has no points, and neither has the student's total until it is graded."""
+    per: dict[str, dict[str, list]] = {s: {} for s in students}
+    for r in rows:
+        if r["student"] in per and r["cell"]:
+            got = per[r["student"]].setdefault(r["notebook"], [0.0, 0.0, False])
+            got[0] += float(r["points"]) if r["points"] != "" else 0.0
+            got[1] += float(r["max_points"])
+            got[2] = got[2] or r["points"] == ""
+    out = []
+    for student, notebooks in per.items():
+        ungraded = [name for name, (_, _, failed) in notebooks.items() if failed]
+        for name, (got, total, failed) in sorted(notebooks.items()):
+            out.append(dict(student=student, notebook=name, points="" if failed else _num(got), max_points=_num(total),
+                            note="not graded: the grading machinery failed; run course grade again" if failed else ""))
+        got = sum(v[0] for v in notebooks.values())
+        total = sum(v[1] for v in notebooks.values())
+        out.append(dict(student=student, notebook="TOTAL", points="" if ungraded else _num(got), max_points=_num(total),
+                        note=f"incomplete: {', '.join(ungraded)} not graded yet" if ungraded else ""))
+    return out
+
+
+def _csv(rows: list[dict], fields: tuple[str, ...] | None = None) -> str:
     from course.grading.autograde import FIELDS
 
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=fields or FIELDS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
@@ -298,6 +339,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: 
     order = {s: n for n, s in enumerate(the_plan.students)}
     rows.sort(key=lambda r: (order.get(r["student"], -1), r["notebook"], r["cell"] == "", ))
     _write(out / "grades.csv", _csv(rows))
+    _write(out / "totals.csv", _csv(totals(rows, the_plan.students), TOTALS))
     for file, entry in new_state.items():
         student = file.split("/", 1)[0]
         _write(out / "feedback" / student / f"{entry['notebook']}.txt", entry["feedback"])
