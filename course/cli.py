@@ -169,7 +169,8 @@ def add_results(commands) -> None:
     collect.add_argument("dir", metavar="DIR", help="folder of result CSVs (searched recursively), or one CSV")
     collect.add_argument("--out", default=None, metavar="FILE", help="write the merged CSV here (default: stdout)")
     collect.set_defaults(func=cmd_results)
-    plot = sub.add_parser("plot", help="accuracy and elapsed time against workers, per strategy")
+    plot = sub.add_parser("plot", help="speed-up, efficiency, accuracy and elapsed time against workers, per workload "
+                          "(dataset, network, hardware, strategy)")
     plot.add_argument("file", nargs="?", default="results.csv", metavar="FILE",
                       help="a results CSV or a folder of them (default results.csv)")
     plot.add_argument("--out", default="results.png", metavar="PNG", help="image file (default results.png)")
