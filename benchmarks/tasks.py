@@ -5,16 +5,22 @@ In one run, on one 2-engine cluster, measured interleaved (A B A B ...) so both 
    `LoadBalancedView.apply` calls (submit all, then wait); the median per-pair ratio (goal: at most 1.5);
 2. blocked matrix multiply (MSIZE x MSIZE blocks of BSIZE x BSIZE, one BLAS thread per engine; the blocks of
    A and B are made by tasks on the engines, as a COMPSs program would) on 2 engines against 1 engine
-   (course.tasks.reset(engines=1)); the median per-pair speedup (goal: at least 1.7).
+   (course.tasks.reset(engines=1)); the median per-pair speedup (goal: at least 1.7);
+3. a short PyCOMPSs program run as a script (`python program.py`, 4 tiny tasks, its own cluster): where its wall
+   time goes, median of --scripts runs: the cluster's start, the program, and its end (pending work, engines
+   ended, cluster stopped; goal: the end within about 1 s).
 
-    .venv/bin/python benchmarks/tasks.py [--pairs 5] [--tasks 200] [--msize 4] [--bsize 512]
+    .venv/bin/python benchmarks/tasks.py [--pairs 5] [--tasks 200] [--msize 4] [--bsize 512] [--scripts 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,13 +96,56 @@ def matmul(engines: int | None, msize: int, bsize: int, check: bool = False) -> 
     return elapsed
 
 
+SCRIPT = """
+import sys, time
+print("import", time.time(), flush=True)
+from course.tasks.api.task import task
+from course.tasks.api.api import compss_wait_on
+
+@task(returns=1)
+def inc(x):
+    return x + 1
+
+first = inc(0)
+print("started", time.time(), flush=True)
+print("value", compss_wait_on([inc(i) for i in range(3)]), compss_wait_on(first), flush=True)
+print("main-done", time.time(), flush=True)
+"""
+
+
+def script_wall() -> tuple[float, float, float, float]:
+    """One run of a short program as a script: (total, cluster start, program, end) in seconds."""
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "program.py").write_text(SCRIPT)
+        env = dict(os.environ, IPYTHONDIR=str(Path(folder) / "ipython"), COURSE_CLUSTER_ID="bench-tasks-script",
+                   PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        began = time.time()
+        done = subprocess.run([sys.executable, "program.py"], cwd=folder, env=env, capture_output=True, text=True,
+                              timeout=300)
+        ended = time.time()
+    if done.returncode != 0:
+        raise SystemExit(f"the benchmark script failed: {done.stderr.strip().splitlines()[-1:]}")
+    marks = {line.split()[0]: float(line.split()[1]) for line in done.stdout.splitlines()
+             if line.split() and line.split()[0] in ("import", "started", "main-done")}
+    return ended - began, marks["started"] - marks["import"], marks["main-done"] - marks["started"], \
+        ended - marks["main-done"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=200, help="empty tasks per overhead measurement")
     parser.add_argument("--msize", type=int, default=4, help="blocks per side")
     parser.add_argument("--bsize", type=int, default=512, help="block side")
+    parser.add_argument("--scripts", type=int, default=3, help="runs of the short program as a script (0: skip)")
     args = parser.parse_args()
+
+    runs = [script_wall() for _ in range(args.scripts)]
+    if runs:
+        total, start, program, end = (statistics.median(r[i] for r in runs) for i in range(4))
+        print(f"short program as a script: {total:.2f} s wall (median of {len(runs)}): importing course and the cluster's start {start:.2f} s, "
+              f"program {program:.2f} s, end {end:.2f} s (goal <= 1.5: {'met' if end <= 1.5 else 'NOT met'}); "
+              f"the rest ({total - start - program - end:.2f} s) is the interpreter starting", flush=True)
 
     c = cluster.start(2, cluster_id="bench-tasks", threads=1, quiet=True)
     try:
