@@ -205,7 +205,7 @@ def cmd_job(args: argparse.Namespace) -> int:
                            time=args.time, partition=args.partition, account=args.account, qos=args.qos,
                            constraint=args.constraint, exclusive=args.exclusive, sbatch=args.sbatch, job_name=args.job_name,
                            output_dir=args.output_dir, launcher=args.launcher, python=args.python or sys.executable,
-                           timeline=args.timeline)
+                           timeline=args.timeline, oversubscribe=args.oversubscribe)
     line = jobs.command_line(args.argv) if getattr(args, "argv", None) else None
     text = jobs.script(request, line)
     if args.submit:
@@ -240,6 +240,8 @@ def add_job(commands) -> None:
                         help="how several processes start (default mpiexec, as seed 001)")
     parser.add_argument("--python", default=None, help="the Python the job runs (default: this one)")
     parser.add_argument("--timeline", default=None, metavar="FILE", help="record a Horovod timeline to FILE")
+    parser.add_argument("--oversubscribe", action="store_true",
+                        help="let mpiexec start more ranks than Slurm's slots (off: Open MPI refuses, catching a mistake)")
     parser.add_argument("--wait-timeout", type=float, default=None, help="job wait: give up after these seconds")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--print", action="store_true", help="show the batch script (the default)")

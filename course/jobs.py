@@ -35,6 +35,7 @@ WORKLOADS = {
                  "MirroredStrategy, one process with one replica per GPU"),
 }
 LAUNCHERS = ("mpiexec", "srun")
+OVERSUBSCRIBE = "OMPI_MCA_rmaps_base_oversubscribe"  # course.mpi sets it for runs here; job scripts only on request
 ACTIONS = ("status", "wait", "output", "cancel")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
@@ -86,6 +87,7 @@ class Request:
     launcher: str = "mpiexec"
     python: str = sys.executable
     timeline: str | None = None
+    oversubscribe: bool = False  # let mpiexec start more ranks than Slurm's slots (else Open MPI refuses: a mistake)
 
     @property
     def kind(self) -> str:
@@ -155,6 +157,9 @@ def check(request: Request) -> Request:
         # a GPU rank needs cores for its input pipeline; one process driving all the node's GPUs needs them all
         per_process_gpus = gpus if r.tasks_per_node == 1 else 1
         r.cpus_per_task = slurm.CPUS_PER_GPU * per_process_gpus if gpus else 1
+    if r.oversubscribe and (r.launcher != "mpiexec" or r.total_tasks < 2):
+        raise UserError("--oversubscribe lets mpiexec start more ranks than the slots Slurm gave: it needs several "
+                        "tasks and --launcher mpiexec (srun starts exactly the tasks allocated)")
     if r.timeline is not None and r.total_tasks < 2 and kind != "horovod":
         raise UserError("--timeline records a Horovod timeline: it needs the horovod workload or several tasks")
     if r.job_name is None:
@@ -216,7 +221,9 @@ def script(request: Request, command_line: str | None = None) -> str:
         lines += ["export NCCL_DEBUG=WARN", 'echo "GPUs visible: ${CUDA_VISIBLE_DEVICES:-none}"']
     if r.total_tasks > 1 and r.launcher == "mpiexec":
         lines.append("# Open MPI settings (course.mpi)")
-        lines += [f"export {k}={v}" for k, v in mpi.SETTINGS.items()]
+        lines += [f"export {k}={v}" for k, v in mpi.SETTINGS.items() if k != OVERSUBSCRIBE]
+        if r.oversubscribe:  # only when asked: on a cluster more ranks than slots is usually a wrong -n or layout
+            lines.append(f"export {OVERSUBSCRIBE}=1")
         root = " ".join(f"{k}={v}" for k, v in mpi.ROOT_SETTINGS.items())
         lines.append(f'if [ "$(id -u)" -eq 0 ]; then export {root}; fi')
     if r.timeline:
