@@ -143,7 +143,8 @@ def main() -> int:
     runs = [script_wall() for _ in range(args.scripts)]
     if runs:
         total, start, program, end = (statistics.median(r[i] for r in runs) for i in range(4))
-        print(f"short program as a script: {total:.2f} s wall (median of {len(runs)}): importing course and the cluster's start {start:.2f} s, "
+        print(f"short program as a script: {total:.2f} s wall (median of {len(runs)}): importing course and the "
+              f"cluster's start {start:.2f} s, "
               f"program {program:.2f} s, end {end:.2f} s (goal <= 1.5: {'met' if end <= 1.5 else 'NOT met'}); "
               f"the rest ({total - start - program - end:.2f} s) is the interpreter starting", flush=True)
 

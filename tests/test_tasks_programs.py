@@ -18,7 +18,7 @@ SOURCES = PROGRAMS / "pycompss"
 
 def run_script(name: str, workdir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
     """Copy program `name` (and the modules beside it) into `workdir` with its `pycompss.` imports swapped for
-    `course.tasks.` (pycompss.api.task -> course.tasks.api.task), and run it from `workdir` as `python [folder/]name.py`."""
+    `course.tasks.` (pycompss.api.task -> course.tasks.api.task); run it from `workdir` as `python [folder/]name.py`."""
     source = (SOURCES / f"{name}.py").read_text()
     assert "from pycompss." in source and "course" not in source, "the program must be written for PyCOMPSs"
     script = workdir / f"{name}.py"
@@ -27,8 +27,8 @@ def run_script(name: str, workdir: Path, timeout: float = 180) -> subprocess.Com
         if module.name != script.name and "/" in name:
             (script.parent / module.name).write_text(module.read_text())
     script.write_text(source.replace("from pycompss.", "from course.tasks."))
-    env = dict(os.environ, IPYTHONDIR=str(workdir / ".ipython"), COURSE_CLUSTER_ID=f"test-prog-{name.replace('/', '-')}",
-               PYTHONPATH=str(ROOT))
+    env = dict(os.environ, IPYTHONDIR=str(workdir / ".ipython"), PYTHONPATH=str(ROOT),
+               COURSE_CLUSTER_ID=f"test-prog-{name.replace('/', '-')}")
     return subprocess.run([sys.executable, str(script.relative_to(workdir))], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -37,7 +37,8 @@ def test_readers_keep_the_version_they_were_given(tmp_path):
     """A FILE_INOUT/FILE_OUT (or INOUT) update submitted after a slow reader must not change what it reads."""
     done = run_script("file_versions", tmp_path)
     assert done.returncode == 0, done.stderr
-    lines = [line for line in done.stdout.splitlines() if line.split(":")[0] in ("first", "second", "third", "before", "after", "file")]
+    keys = ("first", "second", "third", "before", "after", "file")
+    lines = [line for line in done.stdout.splitlines() if line.split(":")[0] in keys]
     assert lines == ["first: 'one\\n'", "second: 'one\\ntwo\\n'", "third: 'three\\n'",
                      "before: [1]", "after: [1, 2]", "file: 'three\\n'"], done.stdout + done.stderr
     assert (tmp_path / "log.txt").read_text() == "three\n"
@@ -52,7 +53,8 @@ def test_work_pending_at_exit_runs_and_its_files_come_back(tmp_path):
     B = np.block([[np.loadtxt(tmp_path / f"B_{i}{j}.txt") for j in range(n)] for i in range(n)])
     C = np.block([[np.loadtxt(tmp_path / f"C_{i}{j}.txt") for j in range(n)] for i in range(n)])
     assert C.shape == (n * size, n * size) and A.any() and B.any()
-    assert np.array_equal(C, A @ B), f"C blocks still zero: {[(i, j) for i in range(n) for j in range(n) if not np.loadtxt(tmp_path / f'C_{i}{j}.txt').any()]}"
+    zero = [(i, j) for i in range(n) for j in range(n) if not np.loadtxt(tmp_path / f"C_{i}{j}.txt").any()]
+    assert np.array_equal(C, A @ B), f"C blocks still zero: {zero}"
     assert not [p for p in tmp_path.rglob("*") if ".course-tasks" in p.parts and p.is_file()], \
         "no version files are left beside the user's files"
 

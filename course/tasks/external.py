@@ -81,7 +81,8 @@ def run_program(config: dict, *args: Any, **kwargs: Any) -> int:
         print(done.stdout, end="")
     if config["fail"] and done.returncode != 0:
         tail = (done.stderr or "").strip().splitlines()[-3:]
-        raise RuntimeError(f"{shlex.join(command)} exited with {done.returncode}" + (f": {' / '.join(tail)}" if tail else ""))
+        why = f": {' / '.join(tail)}" if tail else ""
+        raise RuntimeError(f"{shlex.join(command)} exited with {done.returncode}{why}")
     return done.returncode
 
 

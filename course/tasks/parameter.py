@@ -61,7 +61,8 @@ _STREAMS = {}
 for _base in ("FILE", "FILE_IN", "FILE_OUT", "FILE_INOUT"):
     for _stream in (STDIN, STDOUT, STDERR):
         _d = _FILES[_base]
-        _STREAMS[f"{_base}_{_stream}"] = ParameterDirection(f"{_base}_{_stream}", _d.read, _d.write, "file", stream=_stream)
+        _STREAMS[f"{_base}_{_stream}"] = ParameterDirection(f"{_base}_{_stream}", _d.read, _d.write, "file",
+                                                            stream=_stream)
 globals().update(_STREAMS)
 
 # PyCOMPSs's dictionary form, e.g. `@task(c={Type: COLLECTION_INOUT, Depth: 2})`.

@@ -121,7 +121,8 @@ def graph(ax: Any = None, labels: bool | None = None) -> Any:
         if len(records) <= 40:
             ax.text(x, y, str(r["number"]), fontsize=7, ha="center", va="center", zorder=4, color="white")
         if show_edge_labels and r["files"]:  # which version of each file the task read or wrote
-            ax.text(x, y - 0.22, "\n".join(f"{'r' if how == 'reads' else 'w'} {name} v{v}" for name, v, how in r["files"]),
+            versions = "\n".join(f"{'r' if how == 'reads' else 'w'} {name} v{v}" for name, v, how in r["files"])
+            ax.text(x, y - 0.22, versions,
                     fontsize=6, color="0.25", ha="center", va="top", zorder=4)
     for name, colour in colours.items():
         ax.scatter([], [], s=80, color=colour, edgecolors="black", label=name)

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @IO (I/O tasks) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.IO`: @IO is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @IO (I/O tasks) is not supported here; use a plain @task instead")
+from course.tasks.api._refused import refuse
+
+refuse("IO")

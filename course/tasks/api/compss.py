@@ -1,3 +1,5 @@
-"""PyCOMPSs's @compss (nested COMPSs applications) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.compss`: @compss is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @compss (nested COMPSs applications) is not supported here; use call the application's functions (tasks) directly instead")
+from course.tasks.api._refused import refuse
+
+refuse("compss")

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @container (tasks in containers) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.container`: @container is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @container (tasks in containers) is not supported here; use a plain @task (the engines already run in the course's environment) instead")
+from course.tasks.api._refused import refuse
+
+refuse("container")

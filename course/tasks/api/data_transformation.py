@@ -1,3 +1,5 @@
-"""PyCOMPSs's @data_transformation (data transformations) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.data_transformation`: @data_transformation is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @data_transformation (data transformations) is not supported here; use a task that converts its input instead")
+from course.tasks.api._refused import refuse
+
+refuse("data_transformation")

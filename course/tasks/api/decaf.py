@@ -1,3 +1,5 @@
-"""PyCOMPSs's @decaf (Decaf dataflows) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.decaf`: @decaf is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @decaf (Decaf dataflows) is not supported here; use @binary or @mpi(binary=...) instead")
+from course.tasks.api._refused import refuse
+
+refuse("decaf")

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @epilog (commands run after a task) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.epilog`: @epilog is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @epilog (commands run after a task) is not supported here; use a call at the end of the task's body instead")
+from course.tasks.api._refused import refuse
+
+refuse("epilog")

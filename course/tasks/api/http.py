@@ -1,3 +1,5 @@
-"""PyCOMPSs's @http (tasks that call HTTP services) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.http`: @http is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @http (tasks that call HTTP services) is not supported here; use a plain @task that calls the service (e.g. with urllib) instead")
+from course.tasks.api._refused import refuse
+
+refuse("http")

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @julia (Julia scripts as tasks) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.julia`: @julia is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @julia (Julia scripts as tasks) is not supported here; use @binary(binary='julia', args='script.jl ...') instead")
+from course.tasks.api._refused import refuse
+
+refuse("julia")

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @local (local (master-side) functions) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.local`: @local is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @local (local (master-side) functions) is not supported here; use an ordinary function that calls compss_wait_on on its arguments instead")
+from course.tasks.api._refused import refuse
+
+refuse("local")

@@ -1,4 +1,4 @@
-"""`from course.tasks.api.mpi import mpi` (as `pycompss.api.mpi`): an MPI program as a task, via the course's mpiexec."""
+"""`from course.tasks.api.mpi import mpi` (as `pycompss.api.mpi`): an MPI program as a task (course mpiexec)."""
 
 from course.tasks.external import mpi
 

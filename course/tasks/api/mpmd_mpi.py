@@ -1,3 +1,5 @@
-"""PyCOMPSs's @mpmd_mpi (multiple-program MPI tasks) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.mpmd_mpi`: @mpmd_mpi is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @mpmd_mpi (multiple-program MPI tasks) is not supported here; use @mpi(binary=...) with one program instead")
+from course.tasks.api._refused import refuse
+
+refuse("mpmd_mpi")

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @multinode (tasks spanning several nodes) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.multinode`: @multinode is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @multinode (tasks spanning several nodes) is not supported here; use @mpi(binary=...) for a multi-process program instead")
+from course.tasks.api._refused import refuse
+
+refuse("multinode")

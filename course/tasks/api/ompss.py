@@ -1,3 +1,5 @@
-"""PyCOMPSs's @ompss (OmpSs binaries) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.ompss`: @ompss is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @ompss (OmpSs binaries) is not supported here; use @binary to run the program as a task instead")
+from course.tasks.api._refused import refuse
+
+refuse("ompss")

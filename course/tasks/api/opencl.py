@@ -1,3 +1,5 @@
-"""PyCOMPSs's @opencl (OpenCL kernels as tasks) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.opencl`: @opencl is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @opencl (OpenCL kernels as tasks) is not supported here; use a plain @task that launches the kernel instead")
+from course.tasks.api._refused import refuse
+
+refuse("opencl")

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @prolog (commands run before a task) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.prolog`: @prolog is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @prolog (commands run before a task) is not supported here; use a call at the start of the task's body instead")
+from course.tasks.api._refused import refuse
+
+refuse("prolog")

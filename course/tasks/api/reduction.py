@@ -1,3 +1,5 @@
-"""PyCOMPSs's @reduction (reduction tasks) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.reduction`: @reduction is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @reduction (reduction tasks) is not supported here; use course.tasks.functions.reduce.merge_reduce instead")
+from course.tasks.api._refused import refuse
+
+refuse("reduction")

@@ -1,3 +1,5 @@
-"""PyCOMPSs's @software (tasks described in JSON files) has no counterpart on ipyparallel engines: refused at import, in one line."""
+"""`pycompss.api.software`: @software is not supported here (see _refused.py)."""
 
-raise SystemExit("course.tasks: @software (tasks described in JSON files) is not supported here; use @task with @binary/@mpi in the code instead")
+from course.tasks.api._refused import refuse
+
+refuse("software")
