@@ -732,8 +732,8 @@ def _at_exit() -> None:
     A task whose failure stops the application (on_failure RETRY or FAIL) makes the exit code 1. In a
     Jupyter kernel nothing is waited for (a restart drops the task graph; see notebook 01)."""
     rt = _RUNTIME
-    if rt is None or _in_kernel():
-        return
+    if rt is None or _in_kernel() or getattr(rt.cluster, "stopped", False):
+        return  # (a program that stopped its cluster itself has waited for what it needed)
     if getattr(sys, "last_value", None) is not None:  # the program itself failed: do not run its pending tasks
         pending = sum(not t.done() for t in rt.tasks)
         if pending:
