@@ -1,0 +1,247 @@
+"""Check a learner's Horovod training script (notebook 05): run it for real and say what it gets wrong.
+
+The learner converts a single-process Keras script into a Horovod one. Both are run as they would be on a
+cluster - the original as one process, the conversion with `horovodrun -np 2` - each process in a folder of
+its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a file written with a
+relative path shows which rank wrote it. Every `Model.fit` gets one more callback that records what the
+check needs, read from the model and its optimizer: steps per epoch, the learning rate of each epoch, the
+logged loss, the final weights, Horovod's size and whether the optimizer is Horovod's.
+
+    run = horovod_check.run_script("train_hvd.py", "out/hvd", ranks=2)
+    single = horovod_check.run_script("train_single.py", "out/single", ranks=1, horovod=False)
+    horovod_check.check(run, single)      # prints what is right, fails naming what is wrong
+
+    python -m course.horovod_check SCRIPT FOLDER    # what each process runs (under horovodrun or alone)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from course import UserError, mpi
+
+RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")   # horovodrun (Gloo), Open MPI, others
+TIMEOUT = 600  # seconds for one run: a few seconds of training, but the machine may be shared
+
+
+@dataclass
+class Record:
+    """What one process did in `fit`: read from Keras and the optimizer, not from the script's variables."""
+
+    rank: int
+    horovod_size: int | None        # None: Horovod was not initialised
+    distributed_optimizer: bool
+    steps_per_epoch: list[int]
+    learning_rates: list[float]     # mean over each epoch's steps
+    losses: list[float]             # as logged at the end of each epoch (after any metric averaging)
+    weights: list[np.ndarray]
+    files: list[str]                # files the process wrote in its folder, relative to it
+
+
+@dataclass
+class Run:
+    """One run of a script: its exit code and output, and a Record per process that trained."""
+
+    script: str
+    ranks: int
+    returncode: int
+    output: str
+    records: dict[int, Record] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        if not self.records:
+            return f"{self.script} on {self.ranks} process(es): no process trained (exit code {self.returncode})"
+        first = self.records[min(self.records)]
+        rates = ", ".join(f"{r:.4g}" for r in first.learning_rates)
+        return (f"{self.script} on {self.ranks} process(es): {first.steps_per_epoch[0]} steps per epoch, "
+                f"learning rate per epoch [{rates}]; files written: "
+                + "; ".join(f"rank {r}: {', '.join(rec.files) or 'none'}" for r, rec in sorted(self.records.items())))
+
+
+def run_script(script: str | os.PathLike, folder: str | os.PathLike, ranks: int = 2, horovod: bool = True,
+               timeout: float = TIMEOUT) -> Run:
+    """Run `script` with `horovodrun -np ranks` (or as one plain process: horovod=False) in a fresh `folder`."""
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise UserError(f"no script {script}: write it first (e.g. with %%writefile)")
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)   # the check's own output folder: a rerun starts clean
+    folder.mkdir(parents=True)
+    program = [sys.executable, "-m", "course.horovod_check", str(script), str(folder.resolve())]
+    if horovod:
+        horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable)) or "horovodrun"
+        program = [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *program]
+    env = mpi.env()
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        env.setdefault(name, "1")  # one thread per process: the ranks share the node's cores
+    try:
+        done = subprocess.run(program, capture_output=True, text=True, timeout=timeout, env=env, cwd=folder)
+        returncode, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        returncode, output = -1, f"stopped after {timeout:.0f} s: {exc}"
+    return Run(script.name, ranks, returncode, output, read_records(folder))
+
+
+def read_records(folder: str | os.PathLike) -> dict[int, Record]:
+    """The Record of every process that ran in `folder` (written by `main`)."""
+    records = {}
+    for path in sorted(Path(folder).glob("record-*.json")):
+        meta = json.loads(path.read_text())
+        with np.load(path.with_suffix(".npz")) as npz:
+            weights = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+        records[meta["rank"]] = Record(weights=weights, **meta)
+    return records
+
+
+def problems(run: Run, single: Run) -> list[str]:
+    """What `run` (the Horovod conversion) does wrong, measured against `single` (the original, one process)."""
+    if not single.records:
+        return [f"the single-process script did not train: run it first ({_tail(single.output)})"]
+    if run.returncode != 0 or len(run.records) < run.ranks:
+        trained = sorted(run.records) or "none"
+        return [f"the Horovod run failed (exit code {run.returncode}; ranks that trained: {trained}). "
+                f"The end of its output:\n{_tail(run.output)}"]
+    base, n = single.records[0], run.ranks
+    ranks = [run.records[r] for r in range(n)]
+    found = []
+    sizes = {r.rank: r.horovod_size for r in ranks}
+    if any(s is None for s in sizes.values()):
+        found.append("Horovod was not initialised: call hvd.init() at the start of the script")
+    elif any(s != n for s in sizes.values()):
+        found.append(f"Horovod saw sizes {sizes} (rank: size) instead of {n} on every rank")
+    if not all(r.distributed_optimizer for r in ranks):
+        found.append("the optimizer is not Horovod's: wrap it in hvd.DistributedOptimizer, or each rank follows "
+                     "only its own gradients")
+    difference = max(float(np.abs(a - b).max()) for r in ranks[1:] for a, b in zip(ranks[0].weights, r.weights))
+    if difference > 1e-5:
+        found.append(f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
+                     f"start from rank 0's weights and apply the same averaged update")
+    for r in ranks[1:]:
+        if r.files:
+            found.append(f"rank {r.rank} wrote {', '.join(r.files)}: only rank 0 writes checkpoints and the model "
+                         f"(the copies are identical, and several writers corrupt one file)")
+    missing = sorted(set(base.files) - set(ranks[0].files))
+    if missing:
+        found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
+    steps = ranks[0].steps_per_epoch[0]
+    want = base.steps_per_epoch[0] / n
+    if abs(steps - want) >= 1:
+        found.append(f"each rank took {steps} steps per epoch; the single process took {base.steps_per_epoch[0]}: "
+                     f"with {n} ranks one pass over the same data takes about {want:g}")
+    scaled = base.learning_rates[-1] * n
+    rates = ranks[0].learning_rates
+    if abs(rates[-1] - scaled) > 1e-4 * scaled:
+        found.append(f"after the warm-up the learning rate was {rates[-1]:.4g} (read from the optimizer), not the "
+                     f"scaled {scaled:.4g} = {base.learning_rates[-1]:.4g} x {n} ranks")
+    if len(rates) < 2 or rates[0] >= scaled * (1 - 1e-4):
+        found.append(f"no warm-up: the first epoch already ran at {rates[0]:.4g} (the scaled rate is {scaled:.4g})")
+    if any(not np.allclose(r.losses, ranks[0].losses, rtol=1e-5, atol=1e-7) for r in ranks[1:]):
+        found.append("the ranks logged different losses: average the metrics over the ranks, so that what rank 0 "
+                     "prints and saves holds for the whole model")
+    return found
+
+
+def check(run: Run, single: Run) -> None:
+    """Print what the conversion does right; raise AssertionError listing every problem found."""
+    found = problems(run, single)
+    if found:
+        raise AssertionError(f"{len(found)} problem(s) with {run.script}:\n" + "\n".join(f"- {p}" for p in found))
+    record = run.records[0]
+    print(f"Correct: {run.ranks} ranks, identical weights, {record.steps_per_epoch[0]} steps per epoch each, "
+          f"learning rate {record.learning_rates[0]:.4g} -> {record.learning_rates[-1]:.4g}, rank 0 alone wrote "
+          f"{', '.join(record.files)}.")
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+# ------------------------------------------------------------------------- inside each process
+
+def _rank() -> int:
+    return next((int(os.environ[v]) for v in RANK_VARIABLES if os.environ.get(v)), 0)
+
+
+def _recorders():
+    """Make every `fit` also run two callbacks: the learning-rate log and a recorder of steps and losses."""
+    import tensorflow as tf
+
+    from course import training
+
+    class Recorder(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.steps: list[int] = []
+            self.losses: list[float] = []
+            self.fitted = None
+
+        def on_train_begin(self, logs=None):
+            self.steps.append(int(self.params.get("steps") or 0))
+            self.fitted = self.model
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.losses.append(float((logs or {}).get("loss", float("nan"))))
+
+    recorder, rates = Recorder(), training.learning_rate_log()
+    original = tf.keras.Model.fit
+
+    def fit(self, *args, callbacks=None, **kwargs):
+        return original(self, *args, callbacks=[*(callbacks or []), rates, recorder], **kwargs)
+
+    tf.keras.Model.fit = fit
+    return recorder, rates
+
+
+def _horovod_state(optimizer) -> tuple[int | None, bool]:
+    try:
+        import horovod.tensorflow.keras as hvd
+
+        size = hvd.size()
+    except (ImportError, ValueError):  # not installed, or hvd.init() never called
+        size = None
+    return size, type(optimizer).__module__.startswith("horovod")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run SCRIPT in FOLDER/rank<r>/ and write FOLDER/record-<r>.json and .npz after it."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m course.horovod_check SCRIPT FOLDER", file=sys.stderr)
+        return 2
+    import runpy
+
+    script, folder = Path(argv[0]).resolve(), Path(argv[1]).resolve()
+    rank = _rank()
+    workdir = folder / f"rank{rank}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chdir(workdir)
+    sys.argv = [str(script)]
+    sys.path.insert(0, str(script.parent))
+    recorder, rates = _recorders()
+    runpy.run_path(str(script), run_name="__main__")
+    if recorder.fitted is None:
+        print(f"rank {rank}: the script never called model.fit", file=sys.stderr)
+        return 1
+    size, distributed = _horovod_state(recorder.fitted.optimizer)
+    files = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file())
+    meta = {"rank": rank, "horovod_size": size, "distributed_optimizer": distributed,
+            "steps_per_epoch": recorder.steps, "learning_rates": rates.rates, "losses": recorder.losses,
+            "files": files}
+    np.savez(folder / f"record-{rank}.npz", *recorder.fitted.get_weights())
+    (folder / f"record-{rank}.json").write_text(json.dumps(meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

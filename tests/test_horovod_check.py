@@ -1,0 +1,93 @@
+"""course.horovod_check on real `horovodrun -np 2` runs of the scripts notebook 05 shows (its single-process
+script and the solution of its conversion exercise): the solution passes; a conversion with four faults is told
+each of them by name (what the learner's feedback says)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from course import UserError, horovod_check
+from tests.conftest import ROOT
+
+NOTEBOOK = ROOT / "solutions" / "05_horovod.ipynb"
+
+
+def notebook_scripts() -> tuple[str, str]:
+    """(the single-process script, the solution of the conversion) as notebook 05 writes them."""
+    cells = [("".join(c["source"]), c["metadata"].get("nbgrader", {})) for c in json.loads(NOTEBOOK.read_text())["cells"]]
+    single = next(s for s, _ in cells if s.startswith("%%writefile {OUT}/train_single.py"))
+    answer = next(s for s, meta in cells if meta.get("grade_id") == "ex-script-answer")
+    body = answer.split("### BEGIN SOLUTION\n", 1)[1].split("### END SOLUTION", 1)[0]
+    return single.split("\n", 1)[1], body
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("horovod-check")
+    single_text, solution = notebook_scripts()
+    faults = {  # the plain optimizer, checkpoints on every rank, steps of the whole set, no warm-up
+        "optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=LR))":
+            "optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=LR)",
+        "             hvd.callbacks.LearningRateWarmupCallback(initial_lr=LR, warmup_epochs=WARMUP)]":
+            "             tf.keras.callbacks.ModelCheckpoint('checkpoints/checkpoint-{epoch:03d}.h5')]",
+        "steps = len(x_train) // BATCH": "steps = 600 // BATCH",
+    }
+    faulty = solution
+    for old, new in faults.items():
+        assert old in faulty, f"the notebook's solution changed: update this test ({old!r})"
+        faulty = faulty.replace(old, new)
+    scripts = {"single": single_text, "solution": solution, "faulty": faulty}
+    for name, text in scripts.items():
+        (folder / f"{name}.py").write_text(text)
+    result = {"single": horovod_check.run_script(folder / "single.py", folder / "out-single", ranks=1, horovod=False)}
+    for name in ("solution", "faulty"):
+        result[name] = horovod_check.run_script(folder / f"{name}.py", folder / f"out-{name}", ranks=2)
+    return result
+
+
+@pytest.mark.slow
+def test_the_solution_passes(runs, capsys):
+    single, solution = runs["single"], runs["solution"]
+    assert single.returncode == 0 and solution.returncode == 0, solution.output[-3000:]
+    assert single.records[0].steps_per_epoch == [18] and solution.records[0].steps_per_epoch == [9]
+    assert horovod_check.problems(solution, single) == []
+    horovod_check.check(solution, single)
+    assert capsys.readouterr().out.startswith("Correct: 2 ranks, identical weights, 9 steps per epoch each")
+    assert solution.records[1].files == [] and "model.h5" in solution.records[0].files
+
+
+@pytest.mark.slow
+def test_each_fault_is_named(runs):
+    found = horovod_check.problems(runs["faulty"], runs["single"])
+    text = "\n".join(found)
+    assert "the optimizer is not Horovod's" in text
+    assert "the ranks end with different weights" in text
+    assert "rank 1 wrote checkpoints/checkpoint-001.h5, checkpoints/checkpoint-002.h5, checkpoints/checkpoint-003.h5" \
+           in text
+    assert "each rank took 18 steps per epoch; the single process took 18" in text
+    assert "no warm-up: the first epoch already ran at 0.1" in text
+    with pytest.raises(AssertionError, match=r"problem\(s\) with faulty.py"):
+        horovod_check.check(runs["faulty"], runs["single"])
+
+
+def test_a_missing_script_is_one_clear_error(tmp_path):
+    with pytest.raises(UserError, match="write it first"):
+        horovod_check.run_script(tmp_path / "train_hvd.py", tmp_path / "out")
+
+
+def test_a_script_that_fails_is_reported_with_its_error(tmp_path):
+    (tmp_path / "broken.py").write_text("raise NotImplementedError()\n")
+    single = horovod_check.Run("single.py", 1, 0, "", {0: None})
+    run = horovod_check.run_script(tmp_path / "broken.py", tmp_path / "out", ranks=1, horovod=False)
+    (problem,) = horovod_check.problems(run, single)
+    assert problem.startswith("the Horovod run failed (exit code 1; ranks that trained: none)")
+    assert "NotImplementedError" in problem
+
+
+def test_usage():
+    done = subprocess.run([sys.executable, "-m", "course.horovod_check"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "usage: python -m course.horovod_check SCRIPT FOLDER" in done.stderr
