@@ -1,4 +1,4 @@
-"""Parameter averaging over the task runtime (seed 000, exercise 5): three ways to synchronise data-parallel workers.
+"""Parameter averaging over the task runtime (DeepHealth HPC lab, exercise 5): three ways to synchronise data-parallel workers.
 
 A Keras model's weights travel between the master (this process, the notebook) and the workers (tasks on the
 engines) as a list of NumPy arrays. Each worker trains a copy of the model on its own shard of the data.
@@ -36,11 +36,11 @@ Weights = list  # a Keras model's weights: model.get_weights(), a list of NumPy 
 
 
 def strategy_name(sync: str | int) -> str:
-    """The strategy for a --sync value: sync, async, full-async, or the seed's numbers 0, 1, 2."""
+    """The strategy for a --sync value: sync, async, full-async, or the lab's run-script numbers 0, 1, 2."""
     key = str(sync).strip().lower()
     key = ALIASES.get(key, key)
     if key not in STRATEGIES:
-        raise UserError(f"unknown sync type {sync!r}; valid: sync, async, full-async (or 0, 1, 2 as in the seed)")
+        raise UserError(f"unknown sync type {sync!r}; valid: sync, async, full-async (or 0, 1, 2 as in the DeepHealth lab)")
     return key
 
 
@@ -132,7 +132,7 @@ def worker_warm_up(network: Network) -> str:
 
 def master_build_workers(view, network: Network) -> int:
     """Master: have every engine build the model now (TensorFlow import, tracing), so that no timed run pays for it,
-    as the seed's "Building the model in distributed computing units". Returns the number of engines."""
+    as the DeepHealth lab's "Building the model in distributed computing units". Returns the number of engines."""
     view.apply_sync(worker_warm_up, network)
     return len(view.targets) if isinstance(view.targets, list) else len(view.client.ids)
 
@@ -271,7 +271,7 @@ FITS = {"sync": fit_sync, "async": fit_async, "full-async": fit_full_async}
 
 
 def fit(sync: str | int, network: Network, x, y, **options: Any) -> FitResult:
-    """fit_sync, fit_async or fit_full_async by name (or the seed's number 0, 1, 2)."""
+    """fit_sync, fit_async or fit_full_async by name (or the DeepHealth lab's number 0, 1, 2)."""
     return FITS[strategy_name(sync)](network, x, y, **options)
 
 
@@ -299,7 +299,7 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
           sync: str | int = "sync", runs: int = 1, batch_size: int = 32, results: str | os.PathLike | None = None,
           limit: int | None = None, learning_rate: float | None = None, engines: int | None = None,
           cluster_id: str | None = None, out: Callable[..., None] = print, bar: bool = True) -> list[dict]:
-    """Seed 000's run script: train `runs` times with one strategy, print as it goes, append each run to `results`.
+    """The DeepHealth lab's run script: train `runs` times with one strategy, print as it goes, append each run to `results`.
 
     Bad input fails before anything starts (names, numbers, the results file). Uses the cluster `cluster_id`
     when given (e.g. started with `python -m course cluster start`), else starts a private one of `engines`

@@ -237,7 +237,7 @@ def add_job(commands) -> None:
     parser.add_argument("--job-name", default=None, help="job name (default course-WORKLOAD)")
     parser.add_argument("--output-dir", default=".", help="folder for NAME_JOBID.out/.err (default: here)")
     parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",
-                        help="how several processes start (default mpiexec, as seed 001)")
+                        help="how several processes start (default mpiexec, as the UQ Deep Learning on HPC workshop)")
     parser.add_argument("--python", default=None, help="the Python the job runs (default: this one)")
     parser.add_argument("--timeline", default=None, metavar="FILE", help="record a Horovod timeline to FILE")
     parser.add_argument("--oversubscribe", action="store_true",
@@ -274,7 +274,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def add_train(commands) -> None:
     train = commands.add_parser(
-        "train", help="parameter averaging on engines (seed 000's run script): sync, async or full-async",
+        "train", help="parameter averaging on engines (the DeepHealth HPC lab's run script): sync, async or full-async",
         description="Train with synchronous (sync, 0), relaxed (async, 1) or removed (full-async, 2) parameter "
                     "averaging over task-runtime workers; prints epoch-range and total times and test accuracy, "
                     "and appends one row per run to --results.")

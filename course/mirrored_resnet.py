@@ -1,4 +1,4 @@
-"""ResNet with MirroredStrategy as a standalone program (seed 004's multi-GPU script): what a Slurm job runs.
+"""ResNet with MirroredStrategy as a standalone program (Torres's BSC multi-GPU hands-on script): what a Slurm job runs.
 
     python -m course.mirrored_resnet --replicas 2 --epochs 3            # one process, one replica per GPU
     python -m course job mirrored --gpus-per-node 4 --submit -- --epochs 5
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=0.01, help="learning rate of one replica (scaled by replicas)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=None, help="global batches per epoch (default: the whole data)")
-    parser.add_argument("--input-size", type=int, default=32, help="image side (seed 004 uses 128)")
+    parser.add_argument("--input-size", type=int, default=32, help="image side (the BSC hands-on uses 128)")
     parser.add_argument("--limit", type=int, default=None, help="use at most this many training images")
     parser.add_argument("--dataset", default="cifar10")
     parser.add_argument("--results", default=None, metavar="FILE", help="append a row to this class results CSV")

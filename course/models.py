@@ -1,6 +1,7 @@
 """The course's Keras models (TensorFlow 2.15, Keras 2), built the same way on one engine or many.
 
-`mnist_cnn` is the warm-up network of the seeds (Torres): two 5x5 convolutions with pooling and a softmax layer.
+`mnist_cnn` is the workshops' warm-up network (from Jordi Torres's Fundamentals of Deep Learning for
+Multi-GPUs, BSC): two 5x5 convolutions with pooling and a softmax layer.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ RESNETS = {"resnet50v2": "ResNet50V2", "resnet101v2": "ResNet101V2", "resnet152v
 
 def resnet(name: str = "resnet50v2", input_shape: tuple[int, int, int] = (128, 128, 3), classes: int = 10,
            learning_rate: float = 0.01):
-    """Keras' ResNet-V2 (`name`: resnet50v2 or resnet152v2) with weights=None, compiled with SGD as in seed 004.
+    """Keras' ResNet-V2 (`name`: resnet50v2 or resnet152v2) with weights=None, compiled with SGD as in Torres's BSC hands-on.
 
     Build it inside `strategy.scope()` to create its variables mirrored across replicas.
     """
@@ -48,7 +49,7 @@ def resnet(name: str = "resnet50v2", input_shape: tuple[int, int, int] = (128, 1
 
 
 def lenet(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, learning_rate: float = 0.05):
-    """LeNet as in seed 000's CIFAR-10 run: Conv 20 5x5, pool, Conv 50 5x5, pool, Dense 500, Dense `classes`; SGD."""
+    """LeNet as in the DeepHealth HPC lab's CIFAR-10 run: Conv 20 5x5, pool, Conv 50 5x5, pool, Dense 500, Dense `classes`; SGD."""
     import tensorflow as tf
 
     model = tf.keras.Sequential([
@@ -85,12 +86,12 @@ def vgg16(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, le
     return model
 
 
-# The networks of seed 000's run script (--network), by their names there.
+# The networks of the DeepHealth HPC lab's run script (--network), by their names there.
 NETWORKS = {"simple-mnist": mnist_cnn, "lenet": lenet, "vgg16": vgg16}
 
 
 def build(network: str, input_shape: tuple[int, int, int], classes: int = 10, learning_rate: float | None = None):
-    """A compiled model by its seed-000 name (simple-mnist, lenet, vgg16); unknown names list the known ones."""
+    """A compiled model by its DeepHealth-lab name (simple-mnist, lenet, vgg16); unknown names list the known ones."""
     from course import UserError
 
     key = str(network).strip().lower().replace("_", "-")

@@ -24,9 +24,9 @@ SETTINGS = {
     # Allow more ranks than cores (a class on a small node) without every user passing --oversubscribe.
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
 }
-# Placement: ranks share the node's cores freely (as seed 001's job script does).
+# Placement: ranks share the node's cores freely (as the University of Queensland workshop's job script does).
 BIND_FLAGS = ("--bind-to", "none")
-# In a batch job, fill each node's slots in order (seed 001: -bind-to none -map-by slot).
+# In a batch job, fill each node's slots in order (the UQ workshop: -bind-to none -map-by slot).
 JOB_FLAGS = (*BIND_FLAGS, "--map-by", "slot")
 
 

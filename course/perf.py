@@ -1,7 +1,7 @@
 """Performance measures the course reports: epoch time (first epoch excluded), throughput, speedup, efficiency;
 a Keras timing callback; plots; and Horovod timeline parsing (negotiation vs all-reduce vs compute).
 
-The first epoch is excluded from summaries because it also builds and traces the graph (seed 004).
+The first epoch is excluded from summaries because it also builds and traces the graph (as in Torres's BSC hands-on).
 """
 
 from __future__ import annotations
