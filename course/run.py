@@ -4,7 +4,9 @@ Each notebook runs headless on a fresh course kernel with its own engine cluster
 whatever happened), and the run leaves executed copies, HTML renderings and an index.html with each
 notebook's status, duration and key figures. Notebooks publish key figures with `key_figure(...)`.
 The index also says, per notebook and at the top, when the offline fallback data stood in for a real
-dataset (course.data announces it in the notebook's output), since its figures are then not the real ones.
+dataset (course.data announces it in the notebook's output), since its figures are then not the real ones,
+and each notebook's peak memory (kernel, engines and their children together; course.memory), flagged above
+Binder's 2 GB.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from course import UserError
+from course import UserError, memory
 
 FIGURE_MIME = "application/vnd.course.key-figure+json"
 KERNEL = "ddl-hpc"
@@ -46,6 +48,7 @@ class Result:
     error: str = ""
     figures: list[dict] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)  # datasets the offline fallback stood in for
+    peak_memory: int = 0  # bytes: kernel, engines and their children together, at the highest sample
 
 
 def find(names: list[str]) -> list[Path]:
@@ -93,9 +96,10 @@ def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, 
     client = NotebookClient(notebook, kernel_name=KERNEL, timeout=CELL_TIMEOUT, startup_timeout=180,
                             resources={"metadata": {"path": str(path.parent)}},
                             on_cell_executed=(lambda **_: progress.update(1)) if progress else None)
-    started, error = time.perf_counter(), ""
+    started, error, peak = time.perf_counter(), "", memory.PeakMemory()
     try:
-        client.execute(env=env)
+        with peak:
+            client.execute(env=env)
     except CellExecutionError as exc:
         error = f"{exc.ename}: {exc.evalue}" if getattr(exc, "ename", None) else str(exc).strip().splitlines()[-1]
     except (CellTimeoutError, DeadKernelError) as exc:
@@ -103,7 +107,15 @@ def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, 
     finally:
         cluster.stop(cluster_id)  # a notebook that failed half-way must not leave engines behind
     seconds = time.perf_counter() - started
-    return Result(path.stem, not error, seconds, error, figures_in(notebook), fallbacks_in(notebook)), notebook
+    return Result(path.stem, not error, seconds, error, figures_in(notebook), fallbacks_in(notebook),
+                  peak.peak), notebook
+
+
+def memory_cell(r: Result) -> str:
+    """The index's peak-memory cell: the figure, flagged when Binder would have restarted the kernel."""
+    shown = memory.megabytes(r.peak_memory)
+    return (f"<b>{shown}: above Binder's {memory.megabytes(memory.BINDER_LIMIT)}</b>"
+            if r.peak_memory > memory.BINDER_LIMIT else shown)
 
 
 def write_index(results: list[Result], out: Path, profile: str) -> Path:
@@ -117,7 +129,7 @@ def write_index(results: list[Result], out: Path, profile: str) -> Path:
                 if r.fallbacks else "as configured")
         rows.append(f"<tr class='{'ok' if r.ok else 'failed'}'><td><a href='{r.notebook}.html'>{r.notebook}</a> "
                     f"(<a href='{r.notebook}.ipynb'>ipynb</a>)</td><td>{status}</td><td>{r.seconds:.0f} s</td>"
-                    f"<td>{data}</td><td>{figures}</td></tr>")
+                    f"<td>{memory_cell(r)}</td><td>{data}</td><td>{figures}</td></tr>")
     total = sum(r.seconds for r in results)
     replaced = sorted({name for r in results for name in r.fallbacks})
     warning = (f"<p class='fallback'><b>Data:</b> the offline fallback (scikit-learn's 8x8 digits) stood in for "
@@ -130,9 +142,10 @@ def write_index(results: list[Result], out: Path, profile: str) -> Path:
 table{{border-collapse:collapse}} tr.failed td{{background:#fdd}} tr.ok td:nth-child(2){{color:#070}}
 p.fallback{{background:#ffe9b3;padding:.5em}}</style></head>
 <body><h1>Course dry run: {profile} profile</h1>
-<p>{sum(r.ok for r in results)} of {len(results)} notebooks ran; {total:.0f} s in all; {time.strftime('%Y-%m-%d %H:%M')}.</p>
+<p>{sum(r.ok for r in results)} of {len(results)} notebooks ran; {total:.0f} s in all; highest peak memory \
+{memory.megabytes(max((r.peak_memory for r in results), default=0))} (Binder's limit: 2 GB); {time.strftime('%Y-%m-%d %H:%M')}.</p>
 {warning}
-<table><tr><th>notebook</th><th>status</th><th>time</th><th>data</th><th>key figures</th></tr>{''.join(rows)}</table></body></html>
+<table><tr><th>notebook</th><th>status</th><th>time</th><th>peak memory</th><th>data</th><th>key figures</th></tr>{''.join(rows)}</table></body></html>
 """
     index = out / "index.html"
     index.write_text(page)
@@ -157,7 +170,8 @@ def main(names: list[str], profile: str = "quick", out: str | os.PathLike = "run
         results.append(result)
         nbformat.write(executed, out_dir / f"{path.stem}.ipynb")
         (out_dir / f"{path.stem}.html").write_text(HTMLExporter().from_notebook_node(executed)[0])
-        print(f"{'ok    ' if result.ok else 'FAILED'} {path.stem} in {result.seconds:.0f} s"
+        print(f"{'ok    ' if result.ok else 'FAILED'} {path.stem} in {result.seconds:.0f} s, "
+              f"peak memory {memory.megabytes(result.peak_memory)}"
               + (f": {result.error}" if result.error else "")
               + (f" (offline fallback data for {', '.join(result.fallbacks)})" if result.fallbacks else ""), flush=True)
     index = write_index(results, out_dir, profile)

@@ -1,6 +1,7 @@
 """Every instructor notebook (solutions/*.ipynb) runs top to bottom in the quick profile on a clean kernel,
 as CI and Binder run it, stops the clusters it started, and nbgrader's own validator (what `nbgrader validate`
-runs) accepts it. Every student notebook (notebooks/*.ipynb) runs up to its first unanswered exercise with
+runs) accepts it, and its peak memory (kernel, engines and their children, sampled while it runs) stays under
+Binder's 2 GB. Every student notebook (notebooks/*.ipynb) runs up to its first unanswered exercise with
 no cell before it failing.
 
 One execution serves both checks: the notebooks are slow, and CI has 90 minutes for everything.
@@ -15,7 +16,7 @@ import pytest
 from nbgrader.validator import Validator
 from traitlets.config import Config
 
-from course import cluster, run
+from course import cluster, memory, run
 from tests.conftest import ROOT
 
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -47,17 +48,20 @@ def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch
     monkeypatch.setenv("COURSE_CLUSTER_ID", f"nbtest-{path.stem}")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     validator = RecordingValidator(config=Config({"Execute": {"timeout": run.CELL_TIMEOUT, "startup_timeout": 180}}))
-    started, left_running = time.perf_counter(), None
+    started, left_running, peak = time.perf_counter(), None, memory.PeakMemory()
     try:
-        verdict = validator.validate(str(path))
+        with peak:  # the kernel is a child of this process, its engines are the kernel's
+            verdict = validator.validate(str(path))
         left_running = cluster.running_ids()
-    finally:
-        print(f"{path.name}: {time.perf_counter() - started:.1f} s")  # the slowest notebook, visible with -s
+    finally:  # the slowest and the largest notebook, visible with -s
+        print(f"{path.name}: {time.perf_counter() - started:.1f} s, peak memory {memory.megabytes(peak.peak)}")
         cluster.stop(f"nbtest-{path.stem}")  # a failing notebook must not leave engines behind
     assert validator.executed is not None and validator.executed.metadata.kernelspec.name == run.KERNEL
     assert errors(validator.executed) == [], f"{path.name} raised while running top to bottom"
     assert verdict == {}, f"nbgrader's validator rejects {path.name}: {verdict}"
     assert left_running == [], f"{path.name} left its cluster(s) {left_running} running: end it with a stop cell"
+    assert 0 < peak.peak < memory.BINDER_LIMIT, (f"{path.name} peaked at {memory.megabytes(peak.peak)}: Binder restarts "
+                                                 f"the kernel above {memory.megabytes(memory.BINDER_LIMIT)}")
     if path.stem not in WITHOUT_FIGURES:  # what `course run` shows an instructor in its index
         assert run.figures_in(validator.executed), f"{path.name} publishes no key figure (course.run.key_figure)"
 

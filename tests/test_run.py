@@ -1,5 +1,7 @@
 """`python -m course run`: the dry run reports each notebook's status, duration and key figures, and fails loudly."""
 
+import re
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -27,6 +29,10 @@ def test_dry_run_reports_figures_failures_and_the_offline_fallback(tmp_path, off
     assert "ok     good" in result.stdout and "FAILED bad" in result.stdout and "ZeroDivisionError" in result.stdout
     index = (out / "index.html").read_text()
     assert "speedup: 1.88 x" in index and "FAILED: ZeroDivisionError" in index
+    # peak memory of each run (kernel and children): a kernel alone is tens of MB, far below Binder's 2 GB
+    peaks = [int(mb) for mb in re.findall(r"<td>(\d+) MB</td>", index)]
+    assert len(peaks) == 2 and all(20 <= mb < 2048 for mb in peaks), index
+    assert re.search(r"ok     good in \d+ s, peak memory \d+ MB", result.stdout), result.stdout
     assert nbformat.read(out / "good.ipynb", 4).cells[0].outputs  # the executed copy keeps its outputs
     assert (out / "bad.html").exists()
     assert "offline fallback data for mnist" in result.stdout, result.stdout

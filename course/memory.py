@@ -1,0 +1,82 @@
+"""Peak memory of a notebook's run: its kernel, the engines and controller it starts, and their children together.
+
+Binder restarts a kernel whose container goes above 2 GB, so `course run` and the notebook tests sample what the
+processes started inside a block use, and report the highest total. Each process counts its proportional set size
+(PSS: shared pages split between the processes sharing them), so TensorFlow's libraries, loaded by the kernel and by
+every engine, count once in all rather than once per process.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+
+BINDER_LIMIT = 2 * 1024**3  # bytes: above it Binder restarts the kernel
+
+
+def megabytes(nbytes: int) -> str:
+    """'1234 MB' for a number of bytes (MB = 2**20 bytes)."""
+    return f"{nbytes / 2**20:.0f} MB"
+
+
+class PeakMemory:
+    """`with PeakMemory() as memory: ...` then `memory.peak` (bytes): the highest total memory, sampled every
+    `interval` seconds, of the processes this process started inside the block and all their descendants.
+
+    Processes it had started before the block (a Slurm the tests run, say) are left out, and so is this process.
+    """
+
+    def __init__(self, interval: float = 1.0):
+        self.interval, self.peak, self.samples = interval, 0, 0
+        self._me = psutil.Process()
+        self._before: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="course-peak-memory")
+
+    def __enter__(self) -> PeakMemory:
+        self._before = {child.pid for child in self._me.children()}
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def processes(self) -> list[psutil.Process]:
+        """The children started inside the block and their descendants, as they are now."""
+        started = [child for child in self._me.children() if child.pid not in self._before]
+        found = list(started)
+        for child in started:
+            try:
+                found += child.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    def sample(self) -> int:
+        """Total memory (bytes) of those processes now; raises the peak if higher."""
+        total = 0
+        for process in self.processes():
+            try:
+                info = process.memory_full_info()
+                total += getattr(info, "pss", info.rss)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                pass  # it ended between listing and measuring
+            except psutil.AccessDenied:
+                total += _rss(process)
+        self.peak, self.samples = max(self.peak, total), self.samples + 1
+        return total
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval):
+                return
+
+
+def _rss(process: psutil.Process) -> int:
+    try:
+        return process.memory_info().rss
+    except psutil.Error:
+        return 0

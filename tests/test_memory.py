@@ -1,0 +1,51 @@
+"""course.memory.PeakMemory: the sampler `course run` and the notebook tests use to keep notebooks under Binder's 2 GB.
+
+It must see memory that a child, and a child's child, really allocates (so the 2 GB check can fail), and leave out
+processes started before its block.
+"""
+
+import subprocess
+import sys
+import time
+
+from course.memory import BINDER_LIMIT, PeakMemory
+
+MB = 2**20
+# allocate and touch `size` MB, say so, and hold it until stdin closes
+HOLD = "import sys; a = b'x' * ({size} * 2**20); print('ready', flush=True); sys.stdin.read()"
+# the same one level further down: a child whose own child allocates
+NESTED = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {code!r}], stdin=sys.stdin); "
+          "p.wait()")
+
+
+def start(code: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"  # the memory is allocated and touched
+    return child
+
+
+def end(child: subprocess.Popen) -> None:
+    child.stdin.close()
+    child.wait(timeout=60)
+
+
+def test_peak_counts_what_a_grandchild_allocates_and_ignores_earlier_children():
+    earlier = start(HOLD.format(size=300))  # started before the block: not the notebook's
+    try:
+        with PeakMemory(interval=0.05) as memory:
+            child = start(NESTED.format(code=HOLD.format(size=400)))
+            seen = memory.samples
+            while memory.samples < seen + 2:  # the background sampler, not only an explicit sample, sees it
+                time.sleep(0.01)
+            end(child)
+        assert 400 * MB <= memory.peak < 600 * MB, memory.peak / MB  # 400 MB + two interpreters, not + 300 MB
+    finally:
+        end(earlier)
+
+
+def test_the_binder_check_can_fail():
+    with PeakMemory(interval=60) as memory:
+        child = start(HOLD.format(size=2100))
+        memory.sample()
+        end(child)
+    assert memory.peak > BINDER_LIMIT
