@@ -29,27 +29,30 @@ def _chunks(flat: np.ndarray, parts: int) -> list[np.ndarray]:
     return np.array_split(flat, parts)
 
 
-def ring_reduce_scatter(comm, array: np.ndarray, op: str = "sum") -> tuple[np.ndarray, int]:
+def ring_reduce_scatter(comm, array: np.ndarray, op: str = "sum", out: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, int]:
     """Phase 1 of ring all-reduce: after p-1 steps rank r holds the reduced chunk (r+1) % p.
 
-    Returns the whole working buffer (only that chunk is final) and the index of the finished chunk.
+    Works straight in `out` (a new flat array unless given; `array` is only read): each step receives a
+    neighbour's partial sum into the chunk it belongs to and adds this rank's own values to it in place.
+    Returns `out` (only the finished chunk is final) and the index of that chunk.
     """
     reduce = _op(op)
     rank, size = comm.Get_rank(), comm.Get_size()
-    work = np.array(array, copy=True).reshape(-1)
-    chunks = _chunks(work, size)
+    mine = np.ascontiguousarray(array).reshape(-1)  # a copy only if `array` is not contiguous
+    out = np.empty_like(mine) if out is None else out
+    inputs, chunks = _chunks(mine, size), _chunks(out, size)
     right, left = (rank + 1) % size, (rank - 1) % size
-    incoming = np.empty(max(len(c) for c in chunks), dtype=work.dtype)
     for step in range(size - 1):
-        send, recv = chunks[(rank - step) % size], chunks[(rank - step - 1) % size]
-        buffer = incoming[: len(recv)]
-        comm.Sendrecv(send, dest=right, recvbuf=buffer, source=left)
-        reduce(recv, buffer, out=recv)
-    return work, (rank + 1) % size
+        sending, receiving = (rank - step) % size, (rank - step - 1) % size
+        send = inputs[sending] if step == 0 else chunks[sending]  # at first our own values, then partial sums
+        comm.Sendrecv(send, dest=right, recvbuf=chunks[receiving], source=left)
+        reduce(chunks[receiving], inputs[receiving], out=chunks[receiving])
+    return out, (rank + 1) % size
 
 
 def ring_allgather(comm, work: np.ndarray, owned: int) -> np.ndarray:
-    """Phase 2: pass finished chunks around the ring until every rank has all of them."""
+    """Phase 2: pass finished chunks around the ring until every rank has all of them (in `work`, in place)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     chunks = _chunks(work, size)
     right, left = (rank + 1) % size, (rank - 1) % size
@@ -62,7 +65,8 @@ def ring_allgather(comm, work: np.ndarray, owned: int) -> np.ndarray:
 def ring_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
     """All-reduce as Horovod and NCCL do it: a ring reduce-scatter, then a ring all-gather.
 
-    Each rank sends 2 (p-1)/p of the data whatever the number of ranks: bandwidth-optimal.
+    Each rank sends 2 (p-1)/p of the data whatever the number of ranks: bandwidth-optimal. One output
+    buffer serves both phases, so nothing is copied up front and `array` is left as it was.
     """
     array = np.asarray(array)
     if comm.Get_size() == 1:

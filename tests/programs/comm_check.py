@@ -46,6 +46,14 @@ if not np.array_equal(collectives.ring_allreduce(world, matrix), np.arange(12.0)
     sys.exit(1)
 # reduce_scatter_allgather keeps any shape, also of a non-contiguous view, and a one-rank communicator copies.
 total = np.arange(12.0).reshape(3, 4) * size * (size + 1) / 2
+# The ring reads a non-contiguous view as it is and leaves its input unchanged (it works in its own output).
+kept = matrix.copy()
+for name, got, want in (("ring transposed", collectives.ring_allreduce(world, matrix.T), total.T),
+                        ("ring input unchanged", matrix, kept)):
+    if got.shape != want.shape or not np.array_equal(got, want):
+        print(f"RANK {rank} MISMATCH {name}", flush=True)
+        sys.exit(1)
+    also += 1
 for name, got, want in (("2-D", collectives.reduce_scatter_allgather(world, matrix), total),
                         ("transposed", collectives.reduce_scatter_allgather(world, matrix.T), total.T),
                         ("COMM_SELF", collectives.reduce_scatter_allgather(MPI.COMM_SELF, matrix), matrix)):
