@@ -77,8 +77,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         failed = 0
         for cid in ids:
             status = cluster.inspect(cid)  # read only: never stops a cluster, even one still starting
-            if status.state == "ended" and not args.id:
-                continue  # what is left of a cluster whose processes all ended (stop --all removes it)
+            if status.state == "ended":  # nothing of it runs (what is left, stop --all removes)
+                if args.id:
+                    raise UserError(f"no cluster {cid} is running (running: {', '.join(cluster.running_ids()) or 'none'})")
+                continue
             print(status)
             failed += not status.ok
         return 1 if failed else 0

@@ -336,6 +336,8 @@ def test_cli_errors_are_one_line():
     for args, code, text in [(["cluster", "start", "-n", "0"], 1, "positive whole number"),
                              (["cluster", "start", "--engines", "pbs"], 2, "invalid choice"),
                              (["cluster", "stop", "--id", "nothing"], 1, "no cluster course-nothing is running"),
+                             (["cluster", "status", "--id", "nothing"], 1, "no cluster course-nothing is running"),
+                             (["cluster", "stop", "--force"], 1, "--force goes with --all"),
                              (["cluster"], 2, "required")]:
         result = run_course(*args)
         assert result.returncode == code, (args, result.stderr)
