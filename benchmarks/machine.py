@@ -36,6 +36,13 @@ def timed(code: str, processes: int) -> float:
     return time.perf_counter() - started
 
 
+def pair(name: str = "numpy matmul") -> float:
+    """One interleaved pair: the speed-up of 2 processes over 1 on `name`'s work, now (for other benchmarks'
+    ceilings, measured in their own run beside their own pairs)."""
+    one = timed(WORK[name], 1)
+    return one / timed(WORK[name], 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)

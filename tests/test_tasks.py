@@ -187,6 +187,33 @@ def test_independent_tasks_overlap_on_different_engines(fresh):
     assert tasks.stats().engines == 2
 
 
+def test_chains_of_updates_spread_over_the_engines_and_each_stays_on_one(fresh):
+    """Blocks made by one task all live on one engine; their chains of INOUT updates (a blocked multiply's
+    k-loops) must not all follow them there, but each chain, once placed, keeps its block where it is."""
+    @task(returns=4)
+    def make():
+        import numpy as np
+        return tuple(np.zeros(3) for _ in range(4))
+
+    @task(c=INOUT)
+    def add(c, k):
+        import time
+        time.sleep(0.3)  # both engines are free when the first updates are placed
+        c += k
+
+    blocks = make()
+    for k in range(3):
+        for block in blocks:
+            add(block, k)
+    assert [b.tolist() for b in compss_wait_on(list(blocks))] == [[3.0] * 3] * 4
+    records = tasks.history()
+    chains = [[r for r in records[1:] if r["number"] % 4 == i % 4] for i in range(1, 5)]
+    assert all(len(chain) == 3 for chain in chains), records
+    assert len({chain[0]["engine"] for chain in chains}) == 2, \
+        f"every chain of updates ran where its block was made (engine {records[0]['engine']}): {records}"
+    assert all(len({r["engine"] for r in chain}) == 1 for chain in chains), f"a chain changed engine: {records}"
+
+
 def test_collections_nested_waits_and_multiple_returns(fresh):
     @task(returns=2)
     def divmod_task(a, b):

@@ -108,6 +108,7 @@ class Datum:
         self.location: int | None = None  # engine holding the current version when written by the master
         self.group: Group | None = None  # open COMMUTATIVE group
         self.readers = 0  # tasks submitted that read the current version (an update then works on a copy)
+        self.updated = False  # an INOUT update was submitted: later updates follow its engine (locality)
         self.uploaded = False
         self.vpath = path  # a file: where its current version is (the user's path, or a version file)
         self.path_readers: list[Task] = []  # a file: tasks that read the user's path itself
@@ -352,8 +353,11 @@ class Runtime:
             edges += [(w, label) for w in writers]
             if datum.readers:
                 copies.append(pname)
-            if self.locality and follow is None and datum.writer is not None and datum.group is None:
+            if self.locality and follow is None and datum.updated and datum.writer is not None \
+                    and datum.group is None:
                 follow = datum.writer  # an update runs where the version it updates is: the object stays put
+            datum.updated = True  # (not the first update: the scheduler places it, so that where the tasks
+            # that made the objects happened to run does not pin every later chain of updates to one engine)
             inputs[pname] = ref
             updates[pname] = self._write(datum, task)
         futures = [Future(self._new_datum(f"result of {fname}#{task.number}")) for _ in range(tf.nreturns)]
@@ -366,9 +370,12 @@ class Runtime:
                 "returns": [f.datum.current_key() for f in futures], "nreturns": tf.nreturns,
                 "on_failure": tf.on_failure, "defaults": tf.defaults}
         task.edges = _unique(edges)
-        after = [t.ar for t in _unique_tasks(deps) if not t.done()]
+        if follow is not None and not (eligible is None or follow.engine() in (eligible or [])):
+            follow = None
+        # `follow` waits for its task to finish (on its engine), so that task need not be in `after` as well
+        after = [t.ar for t in _unique_tasks(deps) if t is not follow and not t.done()]
         flags = {"after": after}
-        if follow is not None and (eligible is None or follow.engine() in (eligible or [])):
+        if follow is not None:
             flags["follow"] = [follow.ar]
         if eligible is not None:
             flags["targets"] = eligible
@@ -797,8 +804,9 @@ def _in_kernel() -> bool:
 def reset(engines: list[int] | int | None = None, locality: bool = True) -> None:
     """Start a fresh task graph (and free the old one's data); optionally use only some engines.
 
-    engines: engine ids, or a number n for the first n engines (default: all). locality: an INOUT update
-    runs on the engine that holds the version it updates (ipyparallel's `follow`), so the object stays put.
+    engines: engine ids, or a number n for the first n engines (default: all). locality: an object's INOUT
+    updates after its first run where that one ran (ipyparallel's `follow`), so the object stays put; the
+    first goes to whichever engine is free, so that chains of updates spread over the engines.
     """
     global _RUNTIME
     old = current(start=True)
