@@ -25,8 +25,11 @@ def _op(name: str) -> Callable:
 
 
 def _chunks(flat: np.ndarray, parts: int) -> list[np.ndarray]:
-    """Contiguous views of `flat` in `parts` near-equal pieces (some may be empty)."""
-    return np.array_split(flat, parts)
+    """Contiguous views of `flat` in `parts` near-equal pieces (some may be empty), split as `np.array_split`
+    does (the first len % parts pieces one longer) but by plain slicing, which costs far less per call."""
+    size, extra = divmod(len(flat), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [flat[bounds[i]:bounds[i + 1]] for i in range(parts)]
 
 
 def ring_reduce_scatter(comm, array: np.ndarray, op: str = "sum", out: np.ndarray | None = None
