@@ -1,6 +1,7 @@
 """course.mirrored, notebook 06's checks of a MirroredStrategy loop the learner writes, on 2 real logical CPU
-devices: a right loop passes (2 replicas = 1 device to 1e-5 on the same global batches), and each plausible wrong
-loop fails with a message that names its mistake (per-replica mean, no strategy.reduce, variables outside the scope).
+devices: a right build and step pass (the right loop passes in notebook 06's execution test: 2 replicas = 1 device to
+1e-5), and each plausible wrong one fails with a message that names its mistake (per-replica mean, no
+strategy.reduce, variables outside the scope).
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ import sys
 
 import pytest
 
-from course import mirrored
 from tests.conftest import PROGRAMS, ROOT
 
 
 @pytest.mark.slow
-def test_checks_pass_a_right_loop_and_name_each_mistake():
+def test_checks_pass_right_answers_and_name_each_mistake():
     done = subprocess.run([sys.executable, str(PROGRAMS / "mirrored_checks.py")], cwd=ROOT, capture_output=True,
                           text=True, timeout=900, env=dict(os.environ, COURSE_OFFLINE="1"))
     assert "RESULT " in done.stdout, done.stderr[-3000:]
     found = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
-    assert found["right"][0] == "pass" and found["right"][1] <= mirrored.TOLERANCE, found["right"]
     assert found["build right"] == ["pass", "MirroredVariable"]
     assert found["step right"][0] == "pass", found["step right"]
     assert "not MirroredVariable" in found["model outside scope"]

@@ -1,5 +1,5 @@
-"""Run in a fresh process (2 logical CPU devices): course.mirrored's checks on a right MirroredStrategy loop and on
-plausible wrong ones; prints one line `RESULT {json}` mapping each case to "pass" or the check's message."""
+"""Run in a fresh process (2 logical CPU devices): course.mirrored's checks on a right build and step and on
+plausible wrong ones (the right loop passes in notebook 06's own execution test); prints one line `RESULT {json}` mapping each case to "pass" or the check's message."""
 
 import json
 import os
@@ -72,7 +72,6 @@ def outcome(check):
 
 right, mean_step = make_step(), make_step(per_replica_mean=True)
 cases = {
-    "right": lambda: mirrored.check_same_as_one_device(mirrored.compare_replicas(build, make_train(right))),
     "build right": lambda: mirrored.check_build(build)["kind"],
     "step right": lambda: mirrored.check_step(right)["loss"],
     "model outside scope": lambda: mirrored.check_build(lambda s, m, lr: build(s, m, lr, model_in_scope=False)),
