@@ -9,6 +9,7 @@ logged loss, the final weights, Horovod's size and whether the optimizer is Horo
 
     run = horovod_check.run_script("train_hvd.py", "out/hvd", ranks=2)
     single = horovod_check.run_script("train_single.py", "out/single", ranks=1, horovod=False)
+    single = horovod_check.reference(18, 0.05, ["model.h5"])   # or what it does, from its constants
     horovod_check.check(run, single)      # prints what is right, fails naming what is wrong
 
     python -m course.horovod_check SCRIPT FOLDER    # what each process runs (under horovodrun or alone)
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from course import UserError, mpi
+from course import UserError, mpi, training
 
 RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")   # horovodrun (Gloo), Open MPI, others
 TIMEOUT = 600  # seconds for one run: a few seconds of training, but the machine may be shared
@@ -78,8 +79,7 @@ def run_script(script: str | os.PathLike, folder: str | os.PathLike, ranks: int 
     folder.mkdir(parents=True)
     program = [sys.executable, "-m", "course.horovod_check", str(script), str(folder.resolve())]
     if horovod:
-        horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable)) or "horovodrun"
-        program = [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *program]
+        program = training.horovodrun(ranks) + program
     env = mpi.env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
@@ -90,6 +90,12 @@ def run_script(script: str | os.PathLike, folder: str | os.PathLike, ranks: int 
     except subprocess.TimeoutExpired as exc:
         returncode, output = -1, f"stopped after {timeout:.0f} s: {exc}"
     return Run(script.name, ranks, returncode, output, read_records(folder))
+
+
+def reference(steps_per_epoch: int, learning_rate: float, files: list[str]) -> Run:
+    """What a single-process script does by its constants, as a Run to check a conversion against unrun."""
+    record = Record(0, None, False, [steps_per_epoch], [learning_rate], [], [], sorted(files))
+    return Run("the single-process script", 1, 0, "", {0: record})
 
 
 def read_records(folder: str | os.PathLike) -> dict[int, Record]:

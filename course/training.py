@@ -76,9 +76,16 @@ def root_print(*args: Any, **kwargs: Any) -> None:
         print(*args, **kwargs, flush=True)
 
 
-def scaled_learning_rate(base_lr: float, size: int) -> float:
-    """The learning rate for `size` workers: base x size (Goyal et al.: the global batch is size x larger)."""
-    return base_lr * size
+SCALING_RULES = ("linear", "sqrt", "none")
+
+
+def scaled_learning_rate(base_lr: float, size: int, rule: str = "linear") -> float:
+    """The learning rate for `size` workers: base x size (linear, Goyal et al.: the global batch is size x larger),
+    base x sqrt(size) (square root, Krizhevsky 2014: the gradient's noise falls as 1/sqrt(batch)), or base (none)."""
+    factors = {"linear": float(size), "sqrt": size ** 0.5, "none": 1.0}
+    if rule not in factors:
+        raise UserError(f"unknown learning-rate scaling {rule!r}; valid: {', '.join(SCALING_RULES)}")
+    return base_lr * factors[rule]
 
 
 def steps_per_epoch(samples: int, batch_per_rank: int, size: int) -> int:
@@ -94,14 +101,49 @@ def distributed_sgd(learning_rate: float, momentum: float = 0.0):
     return hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=learning_rate, momentum=momentum))
 
 
+def horovodrun(ranks: int) -> list[str]:
+    """The start of a `horovodrun -np RANKS` command on this node (Gloo: no MPI launcher needed)."""
+    import shutil
+    import sys
+
+    path = shutil.which("horovodrun", path=os.path.dirname(sys.executable)) or shutil.which("horovodrun")
+    if path is None:
+        raise UserError("horovodrun not found: install Horovod in this environment (make setup)")
+    return [path, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo"]
+
+
+def run_horovod_mnist(ranks: int, *options: str, timeline: str | os.PathLike | None = None,
+                      timeout: float = 1800) -> dict:
+    """Run `python -m course.horovod_mnist OPTIONS` on `ranks` processes with horovodrun; return rank 0's SUMMARY.
+
+    With `timeline`, rank 0 writes the Horovod timeline there. A failed run raises UserError with its output's end.
+    """
+    import json
+    import subprocess
+    import sys
+
+    from course import mpi
+
+    command = horovodrun(ranks) + (["--timeline-filename", str(timeline)] if timeline else [])
+    command += [sys.executable, "-m", "course.horovod_mnist", *options]
+    done = subprocess.run(command, capture_output=True, text=True, env=mpi.env(), timeout=timeout)
+    found = re.findall(r"SUMMARY (\{.*\})", done.stdout)  # horovodrun prefixes each line with [rank]<stdout>:
+    if done.returncode != 0 or not found:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise UserError(f"horovodrun -np {ranks} python -m course.horovod_mnist failed (exit code "
+                        f"{done.returncode}); the end of its output:\n{tail}")
+    return json.loads(found[-1])
+
+
 CHECKPOINT = "checkpoint-{epoch:03d}.h5"
 _CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)\.h5$")
 
 
 def horovod_callbacks(*, checkpoint_dir: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
                       warmup_epochs: int = 0, initial_lr: float | None = None, verbose: int = 0) -> list:
-    """The callbacks of the UQ workshop, in order: broadcast rank 0's variables, average metrics, learning-rate
-    warm-up; and on rank 0 only, a checkpoint per epoch and TensorBoard logs.
+    """The callbacks of the University of Queensland Deep Learning on HPC workshop, in order: broadcast rank 0's
+    variables, average metrics, learning-rate warm-up; and on rank 0 only, a checkpoint per epoch and TensorBoard
+    logs.
 
     warmup_epochs > 0 needs `initial_lr`, the SCALED rate (base x size): Horovod's LearningRateWarmupCallback
     ramps from initial_lr / size up to initial_lr and keeps it there.
@@ -258,7 +300,7 @@ def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch:
                  input_size: int = 32, epochs: int = 2, steps: int | None = None, limit: int | None = None,
                  dataset: str = "cifar10", seed: int = 0, log_dir: str | os.PathLike | None = None) -> MirroredResult:
     """Train `model` (a ResNet of `models.RESNETS`, or "mnist_cnn") with MirroredStrategy on `replicas` devices
-    as seed 004 does, and time it.
+    as Jordi Torres's Fundamentals of Deep Learning for Multi-GPUs (BSC) does, and time it.
 
     Global batch = per-replica batch x replicas; learning rate = base x replicas; variables created in the
     strategy's scope; epoch time excludes the first epoch. Needs a process where TensorFlow has not started
@@ -359,7 +401,7 @@ class BatchSearch:
 
 
 def largest_batch(trial: Callable[[int], Any], candidates: Sequence[int]) -> BatchSearch:
-    """Try `trial(batch)` for increasing batches (seed 004: 16, 32, 64, ...) until one runs out of memory.
+    """Try `trial(batch)` for increasing batches (16, 32, 64, ... as Torres's course does) until one runs out of memory.
 
     Out-of-memory errors (TensorFlow's ResourceExhaustedError, MemoryError, a killed process) end the search
     with a one-line report; any other error is a real bug and is raised.
@@ -381,7 +423,7 @@ def largest_batch(trial: Callable[[int], Any], candidates: Sequence[int]) -> Bat
 
 def search_batch(model: str = "resnet50v2", input_size: int = 32, candidates: Sequence[int] = (16, 32, 64, 128, 256),
                  memory_limit_gb: float | None = None, timeout: float | None = 1800) -> BatchSearch:
-    """Seed 004's trial and error: one training step of `model` at each batch size until memory runs out.
+    """Torres's trial and error: one training step of `model` at each batch size until memory runs out.
 
     Each trial runs in a fresh process, so an out-of-memory error - TensorFlow's, or the process being killed -
     ends the search with a report instead of taking the kernel down. On a GPU the limit is the GPU's memory; on a

@@ -18,7 +18,8 @@ NOTEBOOK = ROOT / "solutions" / "05_horovod.ipynb"
 
 def notebook_scripts() -> tuple[str, str]:
     """(the single-process script, the solution of the conversion) as notebook 05 writes them."""
-    cells = [("".join(c["source"]), c["metadata"].get("nbgrader", {})) for c in json.loads(NOTEBOOK.read_text())["cells"]]
+    notebook = json.loads(NOTEBOOK.read_text())
+    cells = [("".join(c["source"]), c["metadata"].get("nbgrader", {})) for c in notebook["cells"]]
     single = next(s for s, _ in cells if s.startswith("%%writefile {OUT}/train_single.py"))
     answer = next(s for s, meta in cells if meta.get("grade_id") == "ex-script-answer")
     body = answer.split("### BEGIN SOLUTION\n", 1)[1].split("### END SOLUTION", 1)[0]
