@@ -1145,15 +1145,7 @@ def _scancel(job: str) -> None:
 
 def _course_slurm_jobs() -> list[str]:
     """This user's Slurm jobs whose name marks them as course engines (ipengine-course-...)."""
-    if not shutil.which("squeue"):
-        return []
-    user = psutil.Process().username()
-    try:
-        out = subprocess.run(["squeue", "-h", "-u", user, "-o", "%i|%j"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.split("|", 1)[0] for line in out.stdout.splitlines()
-            if "|" in line and line.split("|", 1)[1].startswith(f"ipengine-{PREFIX}")]
+    return slurm.my_jobs(name_prefix=f"ipengine-{PREFIX}")
 
 
 def stop_all(force: bool = False) -> tuple[list[str], list[str]]:

@@ -7,6 +7,7 @@ and what a partition offers. course.cluster (engine jobs) and course.jobs (batch
 
 from __future__ import annotations
 
+import getpass
 import re
 import shutil
 import subprocess
@@ -239,6 +240,19 @@ def cancel(job_id: int | str, wait: float = 60) -> Job | None:
         time.sleep(0.5)
         current = job(job_id)
     return current
+
+
+def my_jobs(name_prefix: str = "") -> list[str]:
+    """Ids of this user's queued and running jobs whose name starts with `name_prefix` ([] without Slurm)."""
+    squeue = shutil.which("squeue")
+    if squeue is None:
+        return []
+    try:
+        out = run([squeue, "-h", "-u", getpass.getuser(), "-o", "%i|%j"], timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    pairs = [line.split("|", 1) for line in out.stdout.splitlines() if "|" in line]
+    return [job for job, name in pairs if name.startswith(name_prefix)]
 
 
 def srun_mpi_plugin() -> str | None:

@@ -63,9 +63,11 @@ def test_job_state_and_cancel_on_a_real_job(slurm, tmp_path):  # noqa: F811
         job_name="course-sleep", output=str(tmp_path / "%j.out"), time="00:05:00"))) + "\nsleep 600\n")
     job_id = speak.submit(str(script))
     assert speak.job(job_id).state in ("PENDING", "RUNNING", "CONFIGURING")
+    assert str(job_id) in speak.my_jobs("course-sleep") and str(job_id) not in speak.my_jobs("ipengine-")
     final = speak.cancel(job_id, wait=60)
     assert final is None or (final.ended and final.state == "CANCELLED"), final
     assert subprocess.run(["squeue", "-h", "-j", str(job_id)], capture_output=True, text=True).stdout.strip() == ""
+    assert str(job_id) not in speak.my_jobs("course-sleep")
 
 
 def test_srun_offers_an_mpi_plugin(slurm):  # noqa: F811
