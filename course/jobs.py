@@ -261,22 +261,8 @@ def submit(request: Request, command_line: str | None = None) -> int:
     return job_id
 
 
-@dataclass
-class Status:
-    """A job's state as Slurm reports it, with the files its output goes to."""
-
-    job_id: int
-    state: str
-    reason: str = ""
-    exit_code: str = ""
-    elapsed: str = ""
-    time_limit: str = ""
-    stdout: str = ""
-    stderr: str = ""
-
-    @property
-    def ended(self) -> bool:
-        return self.state in slurm.ENDED
+class Status(slurm.Job):
+    """A job's state as Slurm reports it, with the files its output goes to, in words for a user."""
 
     def __str__(self) -> str:
         what = slurm.EXPLAIN.get(self.state, "")
