@@ -11,7 +11,7 @@ From the checkout (docs/instructor-guide.md, "The nbgrader route", has the whole
     export PATH="$PWD/.venv/bin:$PATH"              # nbgrader and the notebooks need the environment's tools
     python -m course nbgrader-setup                  # source/<assignment>/ -> solutions/, and the gradebook
     nbgrader generate_assignment 02-sgd && nbgrader release_assignment 02-sgd
-    nbgrader collect 02-sgd && nbgrader autograde 02-sgd && nbgrader generate_feedback 02-sgd && nbgrader return_feedback 02-sgd
+    nbgrader collect 02-sgd && nbgrader autograde 02-sgd && nbgrader generate_feedback 02-sgd && nbgrader release_feedback 02-sgd
 
 `python -m course grade` autogrades without this layout (and in parallel, with limits).
 """
