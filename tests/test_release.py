@@ -98,3 +98,18 @@ def test_one_assignment_per_notebook_and_the_whole_course():
     stems = [p.stem for p in sorted((ROOT / "solutions").glob("*.ipynb"))]
     assert list(found) == [s.replace("_", "-") for s in stems] + ["ddl-hpc"]
     assert found["02-sgd"] == [ROOT / "solutions" / "02_sgd.ipynb"] and len(found["ddl-hpc"]) == len(stems)
+
+
+def test_the_guide_says_which_cells_need_manual_grading():
+    """Formgrader's manual grading is where instructors spend their time: the guide must name those cells."""
+    manual = [f"{path.stem} {meta['grade_id']}" for path in sorted((ROOT / "solutions").glob("*.ipynb"))
+              for cell in nbformat.read(str(path), as_version=4).cells
+              for meta in [cell.metadata.get("nbgrader", {})]
+              if meta.get("task") or (meta.get("grade") and meta.get("solution"))]
+    guide = " ".join((ROOT / "docs" / "instructor-guide.md").read_text().split())
+    if not manual:
+        assert "no cell of the course needs it today" in guide
+    else:
+        assert "no cell of the course needs it today" not in guide, f"the guide says none, but these do: {manual}"
+        missing = [m for m in manual if m.split()[1] not in guide]
+        assert not missing, f"the instructor guide does not name these manually graded cells: {missing}"
