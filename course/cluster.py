@@ -41,6 +41,7 @@ from course import UserError, mpi, slurm
 KINDS = ("local", "mpi", "slurm")
 PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
 DEFAULT_TIMEOUT = {"local": 120.0, "mpi": 120.0, "slurm": 300.0}
+FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
 SLURM_HINT = ("install Slurm's client commands (Debian/Ubuntu: apt-get install slurm-wlm munge; on a cluster: "
               "module load slurm), or use engines='local' or 'mpi'")
 # Where the controller listens for engines: localhost for engines on this machine; for Slurm all interfaces,
@@ -53,6 +54,10 @@ class ClusterError(UserError):
 
 class EngineLost(ClusterError, IndexError):
     """Work was sent to an engine that is no longer running."""
+
+
+class ControllerBroken(ClusterError):
+    """The engines registered but the controller does not pass them work (see `Cluster._configure`)."""
 
 
 class ClusterDown(ClusterError):
@@ -599,7 +604,13 @@ class Cluster:
         """Ask every engine where it runs, pin its device, record it for status() and stop_all()."""
         ids = sorted(set(self.client.ids) - set(exclude))
         view = self.client.direct_view(ids)
-        facts = view.apply_sync(_engine_facts)
+        try:
+            # A controller whose scheduler lost a race for its port (several clusters starting at once: ipyparallel
+            # picks free ports, then binds them in other processes) registers engines but never delivers work.
+            facts = view.apply_async(_engine_facts).get(timeout=min(self.settings.timeout, FIRST_CALL_TIMEOUT))
+        except TimeoutError:
+            raise ControllerBroken(f"cluster {self.cluster_id}: the engines registered but did not answer a first call "
+                                   f"within {FIRST_CALL_TIMEOUT:.0f} s (the controller cannot reach them)") from None
         engines = [dict(f, id=i) for i, f in zip(ids, facts)]
         plan = plan_devices(engines, self.settings.threads)
         for engine in engines:
@@ -915,13 +926,7 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
         _current = existing
         return existing
 
-    cluster = Cluster(_new_ipp_cluster(cid, settings), settings, persist)
-    try:
-        cluster._save_record("starting")  # before any process starts: others see it starting, and who starts it
-        cluster._launch()
-    except BaseException:
-        cluster.stop()
-        raise
+    cluster = _launch_new(cid, settings, persist)
     if not persist:
         atexit.register(cluster.stop)
     _current = cluster
@@ -929,6 +934,21 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
         print(f"Started cluster {cid}: {n} {kind} engine(s), ids {cluster.ids}; "
               f"devices: {', '.join(sorted({e['device'] for e in cluster.engines}))}.")
     return cluster
+
+
+def _launch_new(cid: str, settings: _Settings, persist: bool, attempts: int = 2) -> "Cluster":
+    """A new cluster with its engines up; a controller that came up broken is replaced (new ports), once."""
+    for attempt in range(1, attempts + 1):
+        cluster = Cluster(_new_ipp_cluster(cid, settings), settings, persist)
+        try:
+            cluster._save_record("starting")  # before any process starts: others see it starting, and who starts it
+            cluster._launch()
+            return cluster
+        except BaseException as exc:
+            cluster.stop()
+            if not isinstance(exc, ControllerBroken) or attempt == attempts:
+                raise
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
 def _new_ipp_cluster(cluster_id: str, settings: _Settings):

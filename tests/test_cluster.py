@@ -237,6 +237,24 @@ def test_context_manager_stops():
 
 
 @pytest.mark.slow
+def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(monkeypatch):
+    """Engines that register but do not answer their first call (a controller whose scheduler lost the race for
+    its port when several clusters start at once) get a new controller, once; then one clear error, no strays.
+    Here no first call can be answered in time: both attempts fail, each with its own controller."""
+    monkeypatch.setattr(cluster, "FIRST_CALL_TIMEOUT", 0.001)
+    made, real = [], cluster._new_ipp_cluster
+    monkeypatch.setattr(cluster, "_new_ipp_cluster", lambda *a: made.append(a) or real(*a))  # counts, then the real one
+    before = {p.pid for p in psutil.process_iter()}
+    with pytest.raises(cluster.ControllerBroken, match="registered but did not answer a first call"):
+        cluster.start(1, cluster_id="t-broken", quiet=True, persist=False)
+    assert len(made) == 2, "a broken controller is replaced once, then the error is raised"
+    assert cluster.running_ids() == []
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and "ipyparallel" in " ".join(
+        p.info["cmdline"] or [])]
+    assert gone(left) == []
+
+
+@pytest.mark.slow
 def test_a_killed_engine_is_detected_work_fails_clearly_and_restart_works():
     import ipyparallel as ipp
 
