@@ -31,7 +31,8 @@ def test_dry_run_reports_figures_failures_and_the_offline_fallback(tmp_path, off
     assert "speedup: 1.88 x" in index and "FAILED: ZeroDivisionError" in index
     # peak memory of each run (kernel and children): a kernel alone is tens of MB, far below Binder's 2 GB
     peaks = [int(mb) for mb in re.findall(r"<td>(\d+) MB</td>", index)]
-    assert len(peaks) == 2 and all(20 <= mb < 2048 for mb in peaks), index
+    # the good notebook runs for seconds (sampled once a second); the bad one may fail before the first sample
+    assert len(peaks) == 2 and 20 <= peaks[0] < 2048 and 0 <= peaks[1] < 2048, index
     assert re.search(r"ok     good in \d+ s, peak memory \d+ MB", result.stdout), result.stdout
     assert nbformat.read(out / "good.ipynb", 4).cells[0].outputs  # the executed copy keeps its outputs
     assert (out / "bad.html").exists()
