@@ -55,7 +55,11 @@ comm = MPI.COMM_WORLD
 values = np.full(1_000_000, comm.rank + 1.0)
 total = np.empty_like(values)
 comm.Allreduce(values, total)
-print("RANK", comm.rank, "HOST", socket.gethostname(), "SUM", total[0], total[-1], flush=True)
+# One process prints every rank's line: lines written by two ranks can interleave mid-line when
+# mpiexec forwards them (each piece of an unbuffered print is its own write).
+reports = comm.gather(f"RANK {comm.rank} HOST {socket.gethostname()} SUM {total[0]} {total[-1]}")
+if comm.rank == 0:
+    print("\\n".join(reports), flush=True)
 """
 
 
