@@ -35,11 +35,27 @@ class Check:
 
 
 TF_PROBE = r"""
-import importlib.util, json, os
+import ctypes, importlib.util, json, os
 import tensorflow as tf
 gpus = tf.config.list_physical_devices("GPU")
 names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
-facts = {"version": tf.__version__, "cpus": len(tf.config.list_physical_devices("CPU")), "gpus": names}
+build = tf.sysconfig.get_build_info()
+facts = {"version": tf.__version__, "cpus": len(tf.config.list_physical_devices("CPU")), "gpus": names,
+         "cuda_build": bool(build.get("is_cuda_build")), "cuda": build.get("cuda_version"),
+         "cudnn": build.get("cudnn_version"), "nccl": None}
+# NCCL answers for itself (ncclGetVersion): the nvidia-nccl-cu12 wheel's library first, then the loader's.
+spec = importlib.util.find_spec("nvidia.nccl") if importlib.util.find_spec("nvidia") else None
+wheel = [os.path.join(p, "lib", "libnccl.so.2") for p in (spec.submodule_search_locations if spec else [])]
+for library in wheel + ["libnccl.so.2"]:
+    try:
+        code = ctypes.c_int()
+        if ctypes.CDLL(library).ncclGetVersion(ctypes.byref(code)) == 0:
+            n = code.value  # NCCL_VERSION_CODE: X*10000+Y*100+Z since 2.9, X*1000+Y*100+Z before
+            major, minor = (n // 10000, n // 100 % 100) if n >= 10000 else (n // 1000, n // 100 % 10)
+            facts["nccl"] = f"{major}.{minor}.{n % 100}"
+            break
+    except (OSError, AttributeError):
+        continue
 OTHER_OPS = {"torch": "horovod.torch.mpi_lib_v2", "mxnet": "horovod.mxnet.mpi_lib"}  # built only if asked for
 try:
     import horovod, horovod.tensorflow as hvd
@@ -51,6 +67,7 @@ try:
         "tensor_operations": [n for n, built in (("NCCL", hvd.nccl_built()), ("DDL", hvd.ddl_built()),
                                ("CCL", hvd.ccl_built()), ("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if built],
         "cuda": bool(hvd.cuda_built()),
+        "nccl_built": bool(hvd.nccl_built()),
     }
 except Exception as exc:
     facts["horovod"] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -103,23 +120,61 @@ def check_python() -> Check:
 
 
 def check_tensorflow_and_horovod() -> list[Check]:
+    """TensorFlow, Horovod and the GPUs: one probe answers all three."""
     facts = _probe([sys.executable, "-c", TF_PROBE], timeout=180)
     if "error" in facts:
-        tf = Check("tensorflow", False, facts["error"], "reinstall the stack: make setup")
-        return [tf, Check("horovod", False, "not checked: TensorFlow does not import", "make setup")]
+        tf = Check("tensorflow", False, facts["error"], "reinstall the stack: make setup (GPU nodes: make setup GPU=1)")
+        return [tf, Check("horovod", False, "not checked: TensorFlow does not import", "make setup"), check_gpus(None)]
     gpus = facts["gpus"]
     devices = f"{len(gpus)} GPU(s): {', '.join(gpus)}" if gpus else "no GPU (CPU only)"
-    tf = Check("tensorflow", True, f"{facts['version']}, {devices}", facts={k: facts[k] for k in ("version", "cpus", "gpus")})
+    build = f"CUDA build (CUDA {facts['cuda']}, cuDNN {facts['cudnn']})" if facts["cuda_build"] else "CPU build"
+    tf = Check("tensorflow", True, f"{facts['version']} {build}, {devices}",
+               facts={k: facts[k] for k in ("version", "cpus", "gpus", "cuda_build", "cuda", "cudnn")})
     hvd = facts["horovod"]
     if "error" in hvd:
-        return [tf, Check("horovod", False, hvd["error"], "rebuild Horovod against this TensorFlow: make setup")]
+        return [tf, Check("horovod", False, hvd["error"], "rebuild Horovod against this TensorFlow: make setup"),
+                check_gpus(facts)]
     missing = [c for c in ("MPI", "Gloo") if c not in hvd["controllers"]]
     detail = (f"{hvd['version']}: frameworks {', '.join(hvd['frameworks'])}; controllers {', '.join(hvd['controllers']) or 'none'}; "
               f"tensor operations {', '.join(hvd['tensor_operations']) or 'none'}")
     fix = f"Horovod was built without {' and '.join(missing)}: install Open MPI, then rebuild with make setup" if missing else ""
-    if gpus and "NCCL" not in hvd["tensor_operations"]:
-        fix = fix or "GPUs present but Horovod has no NCCL: rebuild with HOROVOD_GPU_OPERATIONS=NCCL"
-    return [tf, Check("horovod", not missing, detail, fix, facts=hvd)]
+    return [tf, Check("horovod", not missing, detail, fix, facts=hvd), check_gpus(facts)]
+
+
+def _driver_gpus() -> int | None:
+    """How many GPUs the NVIDIA driver lists (nvidia-smi -L), or None without a driver."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else None
+
+
+def check_gpus(facts: dict | None) -> Check:
+    """The GPUs TensorFlow sees, CUDA/cuDNN/NCCL versions and whether Horovod all-reduces with NCCL."""
+    driver = _driver_gpus()
+    if facts is None:
+        return Check("gpu", False, "not checked: TensorFlow does not import", "make setup (GPU nodes: make setup GPU=1)",
+                     essential=False, facts={"gpus": None, "driver_gpus": driver})
+    hvd_nccl = facts["horovod"].get("nccl_built")
+    gpus = facts["gpus"]
+    summary = {"gpus": gpus, "driver_gpus": driver, "cuda_build": facts["cuda_build"], "cuda": facts["cuda"],
+               "cudnn": facts["cudnn"], "nccl": facts["nccl"], "horovod_nccl": hvd_nccl}
+    if not gpus:
+        if driver:
+            fix = ("TensorFlow is the CPU build: make setup GPU=1" if not facts["cuda_build"] else
+                   "TensorFlow's CUDA build sees none: check CUDA_VISIBLE_DEVICES and that the driver suits CUDA "
+                   f"{facts['cuda']} (nvidia-smi)")
+            return Check("gpu", False, f"the driver lists {driver} GPU(s) but TensorFlow sees none", fix,
+                         essential=False, facts=summary)
+        return Check("gpu", True, "no GPU: TensorFlow sees none, so training runs on the CPUs "
+                     "(on a GPU node: make setup GPU=1)", essential=False, facts=summary)
+    detail = (f"{len(gpus)} GPU(s) seen by TensorFlow (CUDA {facts['cuda']}, cuDNN {facts['cudnn']}, "
+              f"NCCL {facts['nccl'] or 'not found'}); Horovod {'all-reduces with NCCL' if hvd_nccl else 'has no NCCL'}")
+    fix = "" if hvd_nccl else "Horovod all-reduces GPU tensors through host memory: rebuild it with NCCL, make setup GPU=1"
+    return Check("gpu", bool(hvd_nccl), detail, fix, essential=False, facts=summary)
 
 
 def check_mpi() -> Check:

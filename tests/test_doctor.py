@@ -1,6 +1,8 @@
 """`doctor --json` tells the truth about this machine's stack."""
 
 import json
+import shutil
+import subprocess
 
 import pytest
 
@@ -47,3 +49,25 @@ def test_a_failed_essential_is_reported_with_what_to_do():
     assert "FAIL  mpi" in text and "note  slurm" in text and "- mpi: install Open MPI" in text
     assert not doctor.all_essentials_ok(checks)
     assert doctor.all_essentials_ok(checks[::2])
+
+
+def test_a_machine_without_gpus_is_told_so_in_the_gpu_line(report):
+    """Issue 19: the line an instructor reads says "no GPU"; the JSON has the build and NCCL facts behind it."""
+    _, facts = report
+    smi = shutil.which("nvidia-smi")
+    if smi and "GPU " in subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout:
+        pytest.skip("this machine has GPUs")
+    gpu = facts["checks"]["gpu"]
+    assert gpu["detail"].startswith("no GPU") and "make setup GPU=1" in gpu["detail"], gpu
+    assert gpu["facts"]["gpus"] == [] and gpu["facts"]["cuda_build"] is False and gpu["facts"]["cuda"] is None
+    assert gpu["facts"]["horovod_nccl"] is False and facts["checks"]["horovod"]["facts"]["nccl_built"] is False
+    assert "no GPU" in facts["checks"]["tensorflow"]["detail"] and "CPU build" in facts["checks"]["tensorflow"]["detail"]
+
+
+def test_gpus_without_nccl_in_horovod_are_a_note_with_the_rebuild():
+    seen = {"gpus": ["NVIDIA A100-SXM4-40GB"] * 4, "cuda_build": True, "cuda": "12.2", "cudnn": "8", "nccl": "2.16.5",
+            "horovod": {"nccl_built": False}}
+    without, with_nccl = doctor.check_gpus(seen), doctor.check_gpus({**seen, "horovod": {"nccl_built": True}})
+    assert not without.ok and not without.essential and "make setup GPU=1" in without.fix
+    assert "4 GPU(s)" in without.detail and "NCCL 2.16.5" in without.detail and "has no NCCL" in without.detail
+    assert with_nccl.ok and with_nccl.fix == "" and "all-reduces with NCCL" in with_nccl.detail
