@@ -21,7 +21,10 @@ def pins(lines) -> dict[str, str]:
     return result
 
 
-PYPROJECT = pins(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+EXTRAS = PROJECT["optional-dependencies"]
+# The stack conda and Binder install (CPU): the dependencies, the `cpu` TensorFlow and Horovod (built separately).
+PYPROJECT = pins(PROJECT["dependencies"] + EXTRAS["cpu"] + EXTRAS["horovod"])
 
 
 def environment_yml_pins() -> dict[str, str]:
@@ -56,3 +59,11 @@ def test_binder_uses_python_311_and_debian_open_mpi():
 def test_pin_parser_sees_a_drift():
     drifted = pins(["tensorflow-cpu==2.16.1"])
     assert drifted["tensorflow-cpu"] != PYPROJECT["tensorflow-cpu"]
+
+
+def test_the_cpu_and_cuda_builds_are_alternatives_of_one_tensorflow():
+    """Neither build is a dependency (one would overwrite the other); the two extras pin the same version."""
+    assert not [d for d in PROJECT["dependencies"] if d.startswith(("tensorflow", "horovod"))]
+    cpu, gpu = pins(EXTRAS["cpu"]), pins(EXTRAS["gpu"])
+    assert list(cpu) == ["tensorflow-cpu"] and list(gpu) == ["tensorflow"] and cpu["tensorflow-cpu"] == gpu["tensorflow"]
+    assert EXTRAS["gpu"] == [f"tensorflow[and-cuda]{gpu['tensorflow']}"]
