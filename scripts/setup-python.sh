@@ -137,11 +137,13 @@ if ! have "$HVD" || [ -z "$HVD_TF_OPS" ] || { gpu_requested && ! hvd_nccl; }; th
   eval "$BUILD_LINE"
 fi
 
-STAMP=.venv/.course-installed  # holds the TensorFlow build installed with the course (empty: cpu, older set-ups)
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$(cat "$STAMP")" != "$([ "$BUILD" = cpu ] || echo gpu)" ]; then
+STAMP=.venv/.course-installed  # "gpu" after a GPU set-up; empty after a CPU one (as set-ups before GPU=1 left it)
+MARK=""
+if [ "$BUILD" = gpu ]; then MARK=gpu; fi
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$(cat "$STAMP")" != "$MARK" ]; then
   echo "[setup] installing the course package and its dependencies"
   $PIP install -e ".[$BUILD,test]"
-  if [ "$BUILD" = gpu ]; then echo gpu >"$STAMP"; else : >"$STAMP"; fi
+  printf '%s' "$MARK" >"$STAMP"
 fi
 
 # A workshop room needs no pop-ups: JupyterLab's news and update checks are off in this environment.
