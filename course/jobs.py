@@ -354,11 +354,8 @@ def apptainer_definition(gpu: bool = False, pyproject: str | os.PathLike | None 
 
     file = Path(pyproject) if pyproject else Path(__file__).resolve().parents[1] / "pyproject.toml"
     project = tomllib.loads(file.read_text())["project"]
-    pins = [d for d in project["dependencies"] if not d.startswith(("horovod", "tensorflow"))]
-    tensorflow = next(d for d in project["dependencies"] if d.startswith("tensorflow"))
-    horovod = next(d for d in project["dependencies"] if d.startswith("horovod"))
-    if gpu:
-        tensorflow = project["optional-dependencies"]["gpu"][0]
+    extras = project["optional-dependencies"]  # TensorFlow's two builds and Horovod are extras, not dependencies
+    pins, tensorflow, horovod = project["dependencies"], extras["gpu" if gpu else "cpu"][0], extras["horovod"][0]
     horovod_env = ("HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
                    "HOROVOD_WITH_GLOO=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j4"
                    + (" HOROVOD_GPU_OPERATIONS=NCCL" if gpu else ""))
