@@ -8,6 +8,9 @@ Deep Learning on HPC workshop makes to a Keras script, in one file).
 Every rank runs this same file. Output paths may contain {rank}; only rank 0 writes checkpoints, TensorBoard
 logs, the saved model, the summary and the class-results row (so e.g. --checkpoint-dir ckpt-{rank} shows that
 only ckpt-0 appears). A second run with the same --checkpoint-dir continues from rank 0's newest checkpoint.
+--scaling may list several configurations (e.g. none,linear,linear+warmup,sqrt): each trains a fresh model from
+the same seed in turn, in one launch (the start-up of TensorFlow and Horovod is paid once), and rank 0 prints one
+SUMMARY per configuration.
 With --results FILE rank 0 appends one row to the class results (course.results: strategy horovod, workers =
 ranks); a bad results file is refused before training starts.
 """
@@ -23,15 +26,15 @@ import time
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    from course.training import SCALING_RULES  # light: TensorFlow and Horovod are imported only inside its functions
-
     parser = argparse.ArgumentParser(prog="python -m course.horovod_mnist",
                                      description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--epochs", type=int, default=3, help="total epochs (a resumed run stops at the same total)")
     parser.add_argument("--batch", type=int, default=100, help="batch per rank (the global batch is batch x ranks)")
     parser.add_argument("--lr", type=float, default=0.05, help="learning rate of ONE worker; scaled by the ranks")
-    parser.add_argument("--scaling", choices=SCALING_RULES, default="linear",
-                        help="how the learning rate grows with the ranks: x ranks (default), x sqrt(ranks), or not")
+    parser.add_argument("--scaling", type=configurations, default=[("linear", None)], metavar="RULE[+warmup][,...]",
+                        help="how the learning rate grows with the ranks: linear (x ranks, the default), sqrt "
+                             "(x sqrt(ranks)) or none; +warmup adds a warm-up of --warmup-epochs (at least 1); "
+                             "a comma-separated list trains each configuration in turn")
     parser.add_argument("--momentum", type=float, default=0.0)
     parser.add_argument("--warmup-epochs", type=int, default=0,
                         help="ramp the learning rate from the scaled rate / ranks up to the scaled rate over these "
@@ -52,7 +55,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch < 1 or args.threads < 1:
         parser.error("--epochs, --batch and --threads must be positive")
+    several = [f"--{k.replace('_', '-')}" for k in ("checkpoint_dir", "log_dir", "save", "summary", "results")
+               if getattr(args, k)]
+    if len(args.scaling) > 1 and several:
+        parser.error(f"{', '.join(several)} need(s) one --scaling configuration, not {len(args.scaling)}")
     return args
+
+
+def configurations(text: str) -> list[tuple[str, str | None]]:
+    """--scaling's value: [(rule, "warmup" or None), ...] from e.g. "none,linear+warmup"; a bad one is named."""
+    from course.training import SCALING_RULES
+
+    found = []
+    for item in text.split(","):
+        rule, _, extra = item.strip().partition("+")
+        if rule not in SCALING_RULES or extra not in ("", "warmup"):
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a configuration: use "
+                                             f"{', '.join(SCALING_RULES)}, optionally with +warmup")
+        found.append((rule, extra or None))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from course import training
 
     hvd = training.horovod_init(threads=args.threads)        # 1. initialise, pin the device by local rank
-    import tensorflow as tf
-
-    from course import data, models, perf
+    from course import data
 
     rank, size = hvd.rank(), hvd.size()
     paths = {k: (v.format(rank=rank) if v else None) for k, v in
@@ -78,8 +97,27 @@ def main(argv: list[str] | None = None) -> int:
 
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset, limit=args.limit)
     x, y = data.shard((x_train, y_train), rank, size)             # 2. each rank its own part of the data
-    lr = training.scaled_learning_rate(args.lr, size, args.scaling)  # 3. learning rate x workers
-    steps = training.steps_per_epoch(len(x_train), args.batch, size)  # 4. steps / workers: one pass per epoch
+    validation = data.shard((x_test, y_test), rank, size) if args.validate else None  # metrics averaged: all of it
+    for rule, warmup in args.scaling:
+        code = train(args, rule, warmup, paths, (x, y), len(x_train), validation, (x_test, y_test))
+        if code:
+            return code
+    return 0
+
+
+def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, shard: tuple, samples: int,
+          validation, test: tuple) -> int:
+    """Train one configuration on this rank's shard: a fresh model from the seed, or rank 0's checkpoint; rank 0 reports."""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    from course import data, models, perf, training
+
+    rank, size = hvd.rank(), hvd.size()
+    x, y = shard
+    warmup_epochs = max(args.warmup_epochs, 1) if warmup else args.warmup_epochs
+    lr = training.scaled_learning_rate(args.lr, size, rule)                # 3. learning rate x workers
+    steps = training.steps_per_epoch(samples, args.batch, size)       # 4. steps / workers: one pass per epoch
 
     tf.keras.utils.set_random_seed(args.seed)
     model = models.mnist_cnn(x.shape[1:], 10)
@@ -95,19 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     timer = perf.timing_callback(steps * args.batch * size)
     rates = training.learning_rate_log()                                    # what the optimizer really used
     callbacks = training.horovod_callbacks(checkpoint_dir=paths["checkpoint_dir"], log_dir=paths["log_dir"],
-                                           warmup_epochs=args.warmup_epochs, initial_lr=lr)  # 7. rank 0 writes
-    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat().batch(args.batch)
+                                           warmup_epochs=warmup_epochs, initial_lr=lr)  # 7. rank 0 writes
+    train_set = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat()
     started = time.perf_counter()
-    validation = data.shard((x_test, y_test), rank, size) if args.validate else None  # metrics averaged: all of it
-    history = model.fit(train, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
-                        validation_data=validation, callbacks=callbacks + [timer, rates], verbose=2 if rank == 0 else 0)
+    history = model.fit(train_set.batch(args.batch), steps_per_epoch=steps, epochs=args.epochs,
+                        initial_epoch=initial_epoch, validation_data=validation, callbacks=callbacks + [timer, rates],
+                        verbose=2 if rank == 0 else 0)
     elapsed = time.perf_counter() - started
-    loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
+    loss, accuracy = model.evaluate(*test, verbose=0)
     summary = timer.summary()
     if rank == 0:                                                             # 8. only rank 0 saves and reports
         if paths["save"]:
             model.save(paths["save"])
-        result = {"size": size, "batch_per_rank": args.batch, "global_batch": args.batch * size, "learning_rate": lr,
+        result = {"scaling": rule + ("+warmup" if warmup else ""), "warmup_epochs": warmup_epochs,
+                  "size": size, "batch_per_rank": args.batch, "global_batch": args.batch * size, "learning_rate": lr,
                   "steps_per_epoch": steps, "initial_epoch": initial_epoch,
                   "epochs_run": [initial_epoch + i + 1 for i in range(len(history.history["loss"]))],
                   "epoch_times": summary.epoch_times, "epoch_time": summary.epoch_time,

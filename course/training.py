@@ -118,6 +118,18 @@ def run_horovod_mnist(ranks: int, *options: str, timeline: str | os.PathLike | N
 
     With `timeline`, rank 0 writes the Horovod timeline there. A failed run raises UserError with its output's end.
     """
+    return _horovod_mnist_summaries(ranks, options, timeline, timeout)[-1]
+
+
+def compare_scalings(ranks: int, configurations: list[str], *options: str,
+                     timeline: str | os.PathLike | None = None, timeout: float = 1800) -> dict[str, dict]:
+    """Train one model per learning-rate configuration (e.g. "none", "linear+warmup") on `ranks` processes, in one
+    horovodrun launch (start-up paid once); return rank 0's SUMMARY for each configuration, by name."""
+    summaries = _horovod_mnist_summaries(ranks, (*options, "--scaling", ",".join(configurations)), timeline, timeout)
+    return {summary["scaling"]: summary for summary in summaries}
+
+
+def _horovod_mnist_summaries(ranks: int, options: tuple, timeline, timeout: float) -> list[dict]:
     import json
     import subprocess
     import sys
@@ -132,7 +144,7 @@ def run_horovod_mnist(ranks: int, *options: str, timeline: str | os.PathLike | N
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise UserError(f"horovodrun -np {ranks} python -m course.horovod_mnist failed (exit code "
                         f"{done.returncode}); the end of its output:\n{tail}")
-    return json.loads(found[-1])
+    return [json.loads(summary) for summary in found]
 
 
 CHECKPOINT = "checkpoint-{epoch:03d}.h5"

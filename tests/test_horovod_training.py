@@ -114,16 +114,33 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
 
 
 @pytest.mark.slow
-def test_warmup_ramps_up_to_the_scaled_rate(tmp_path):
-    """2 ranks at one worker's rate 0.05: the scaled rate is 0.1; the warm-up starts below it and ends on it."""
+def test_warmup_ramps_up_to_the_scaled_rate_and_each_rule_trains_in_one_launch(tmp_path):
+    """2 ranks at one worker's rate 0.05, three rules in one launch: linear+warmup starts below the scaled rate 0.1
+    and ends on it; none stays at 0.05; sqrt stays at 0.05 x sqrt(2). Rates are read from the optimizer."""
     done = run(mpi.command(2, sys.executable, "-m", "course.horovod_mnist", "--limit", "200", "--batch", "25",
-                           "--warmup-epochs", "1", "--epochs", "3", "--lr", "0.05"), cwd=tmp_path)
-    (report,) = summary_line(done.stdout)
-    rates = report["learning_rates"]  # read from the optimizer at every step, mean per epoch
-    assert len(rates) == 3, rates
+                           "--scaling", "linear+warmup,none,sqrt", "--epochs", "3", "--lr", "0.05"), cwd=tmp_path)
+    reports = summary_line(done.stdout)
+    assert [r["scaling"] for r in reports] == ["linear+warmup", "none", "sqrt"], done.stdout[-2000:]
+    rates = reports[0]["learning_rates"]  # read from the optimizer at every step, mean per epoch
+    assert len(rates) == 3 and reports[0]["warmup_epochs"] == 1, rates
     assert rates[0] < 0.1 - 1e-3, f"the first epoch should warm up below the scaled rate 0.1: {rates}"
     assert rates[1] == pytest.approx(0.1, rel=1e-6) and rates[2] == pytest.approx(0.1, rel=1e-6), \
         f"after the warm-up the rate should be the scaled 0.05 x 2 = 0.1: {rates}"
+    assert reports[1]["learning_rates"] == pytest.approx([0.05] * 3, rel=1e-6)
+    assert reports[2]["learning_rates"] == pytest.approx([0.05 * 2 ** 0.5] * 3, rel=1e-6)
+    assert all(r["epochs_run"] == [1, 2, 3] and r["optimizer_steps"] == 3 * 4 for r in reports), \
+        "each rule trains a fresh model for all its epochs"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scaling", "linear,cubic"], "'cubic' is not a configuration"),
+    (["--scaling", "sqrt+decay"], "'sqrt+decay' is not a configuration"),
+    (["--scaling", "none,linear", "--checkpoint-dir", "ckpt"], "--checkpoint-dir need(s) one --scaling configuration"),
+])
+def test_bad_scaling_configurations_are_one_line_errors(argv, message):
+    done = subprocess.run([sys.executable, "-m", "course.horovod_mnist", *argv], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 @pytest.mark.slow
