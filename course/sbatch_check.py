@@ -1,0 +1,500 @@
+"""Checking a batch script a learner wrote by hand: its `#SBATCH` lines read as sbatch reads them, each wrong or
+missing option named against what the exercise asks, and (where a Slurm answers) `sbatch --test-only` on it.
+
+    want = sbatch_check.Exercise(nodes=2, gpus_per_node=8, cores_per_node=48, cpus_per_task=6, time="00:45:00")
+    sbatch_check.problems(Path("job.sbatch").read_text(), want)    # [] or one sentence per mistake
+    print(sbatch_check.check("job.sbatch", want))                  # AssertionError listing them, or what Slurm said
+
+The problems say what is wrong and why (per node or per job, one rank per GPU, %j, the launcher), never the
+whole right script. sbatch's own rules apply: only lines starting exactly `#SBATCH` count, and only before the
+first command; short and long forms (`-N 2`, `--nodes=2`, `--nodes 2`) and unique prefixes of long names mean
+the same; the last value given wins. Slurm vocabulary (partitions, what a node offers) comes from course.slurm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course import slurm
+
+# sbatch's one-letter options and the long names they stand for; None: a flag that takes no value.
+SHORT = {"A": "account", "a": "array", "b": "begin", "C": "constraint", "c": "cpus-per-task", "D": "chdir",
+         "d": "dependency", "e": "error", "G": "gpus", "H": None, "i": "input", "J": "job-name", "k": None,
+         "L": "licenses", "M": "clusters", "m": "distribution", "N": "nodes", "n": "ntasks", "O": None,
+         "o": "output", "p": "partition", "q": "qos", "Q": None, "s": None, "S": "core-spec", "t": "time",
+         "v": None, "W": None, "w": "nodelist", "x": "exclude"}
+SHORT_FLAGS = {"H": "hold", "k": "no-kill", "O": "overcommit", "Q": "quiet", "s": "oversubscribe", "v": "verbose",
+               "W": "wait"}
+# Long options that take a value, and those that take none (some of which may take one after '=').
+WITH_VALUE = frozenset("""account array batch begin chdir clusters comment constraint container core-spec
+cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot dependency distribution error exclude
+export export-file extra-node-info gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres
+gres-flags hint input job-name licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus
+network nice nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket
+open-mode output partition power priority profile propagate qos reservation signal sockets-per-node switches
+thread-spec threads-per-core time time-min tmp tres-per-task uid wckey wrap""".split())
+FLAGS = frozenset("""contiguous exclusive get-user-env hold ignore-pbs no-kill no-requeue overcommit oversubscribe
+parsable quiet reboot requeue spread-job test-only use-min-nodes verbose wait wait-all-nodes""".split())
+_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
+LAUNCHERS = ("mpiexec", "mpirun", "srun", "horovodrun")
+
+
+@dataclass
+class Option:
+    """One option of the header: its long name (None if sbatch knows no such option), value and line number."""
+
+    name: str | None
+    value: str | None
+    line: int
+    written: str
+
+
+@dataclass
+class Header:
+    """A batch script as sbatch reads it: the options before the first command, the commands, and the slips."""
+
+    options: list[Option] = field(default_factory=list)
+    commands: list[tuple[int, str]] = field(default_factory=list)
+    slips: list[str] = field(default_factory=list)
+    shebang: bool = False
+
+    def get(self, name: str) -> str | None:
+        """The value sbatch would use for a long option (the last one given), '' for a flag, None if absent."""
+        found = [o for o in self.options if o.name == name]
+        return (found[-1].value or "") if found else None
+
+    def line_of(self, name: str) -> int:
+        return next((o.line for o in reversed(self.options) if o.name == name), 0)
+
+
+def _long_name(written: str) -> str | None:
+    """sbatch's long option for `written` (a whole name, or a unique prefix of one, as getopt allows), else None."""
+    known = WITH_VALUE | FLAGS
+    if written in known:
+        return written
+    matches = [name for name in known if name.startswith(written)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def read(text: str) -> Header:
+    """Read a batch script's `#SBATCH` lines the way sbatch does (up to the first command); never raises."""
+    header = Header()
+    lines = text.splitlines()
+    header.shebang = bool(lines) and lines[0].startswith("#!")
+    in_header = True
+    pending, start = "", 0
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if in_header:
+            if line.startswith("#SBATCH"):
+                _read_line(line[len("#SBATCH"):], number, header)
+                continue
+            if re.match(r"^#\s*sbatch\b", line, re.IGNORECASE):
+                header.slips.append(f"line {number} '{line[:40]}' is an ordinary comment: sbatch reads only lines "
+                                    f"that start exactly with '#SBATCH' (no space, capitals)")
+                continue
+            if not line or line.startswith("#"):
+                continue
+            in_header = False
+        if line.startswith("#SBATCH"):
+            header.slips.append(f"line {number} '{line[:40]}' comes after the first command (line "
+                                f"{header.commands[0][0] if header.commands else number}): sbatch ignores it - "
+                                f"put every #SBATCH line before the first command")
+            continue
+        if not line or line.startswith("#"):
+            continue
+        start = start or number
+        pending = f"{pending} {line.removesuffix(chr(92)).strip()}".strip()
+        if not line.endswith("\\"):
+            header.commands.append((start, pending))
+            pending, start = "", 0
+    if pending:
+        header.commands.append((start, pending))
+    return header
+
+
+def _read_line(rest: str, number: int, header: Header) -> None:
+    try:
+        words = shlex.split(rest, comments=True)
+    except ValueError:
+        header.slips.append(f"line {number}: unbalanced quotes in '#SBATCH{rest[:40]}'")
+        return
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word.startswith("--"):
+            written, has_value, value = word[2:].partition("=")
+            name = _long_name(written)
+            if name in WITH_VALUE and not has_value:
+                value, has_value = (words[i], True) if i < len(words) else ("", False)
+                i += 1 if has_value else 0
+            header.options.append(Option(name, value if has_value else None, number, word))
+            if name is None:
+                header.slips.append(f"line {number}: --{written} is not an option sbatch knows (a typo?)")
+        elif word.startswith("-") and len(word) >= 2 and word[1] in SHORT:
+            letter = word[1]
+            if SHORT[letter] is None:
+                header.options.append(Option(SHORT_FLAGS[letter], None, number, word))
+                continue
+            value = word[2:].lstrip("=")
+            if not value and i < len(words):
+                value = words[i]
+                i += 1
+            header.options.append(Option(SHORT[letter], value, number, word))
+        else:
+            header.options.append(Option(None, None, number, word))
+            header.slips.append(f"line {number}: '{word}' is not an sbatch option (options start with - or --)")
+
+
+def seconds(limit: str) -> int | None:
+    """Seconds in a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), None if malformed."""
+    match = _TIME.match(limit.strip())
+    if not match:
+        return None
+    d, dh, dm, ds, a, b, c = (int(g) if g else None for g in match.groups())
+    if d is not None:
+        return ((d * 24 + dh) * 60 + (dm or 0)) * 60 + (ds or 0)
+    if c is not None:                      # HH:MM:SS
+        return (a * 60 + b) * 60 + c
+    if b is not None:                      # MM:SS
+        return a * 60 + b
+    return a * 60                          # minutes
+
+
+def _minutes(total: int) -> str:
+    return f"{total // 3600} h {total % 3600 // 60:02d} min" if total >= 3600 else f"{total / 60:g} min"
+
+
+def _gpus_per_node(gres: str) -> int | None:
+    """GPUs per node in a --gres value ('gpu:4', 'gpu:a100:4', 'gpu' = 1), None if it asks for no GPUs."""
+    for part in gres.split(","):
+        bits = part.split(":")
+        if bits[0] == "gpu":
+            return int(bits[-1]) if len(bits) > 1 and bits[-1].isdigit() else 1
+    return None
+
+
+@dataclass
+class Exercise:
+    """What a batch-script exercise asks for: the layout, the time limit, the files and the program to start."""
+
+    nodes: int
+    gpus_per_node: int
+    cpus_per_task: int
+    time: str
+    cores_per_node: int | None = None
+    job_name: str | None = None
+    folder: str | None = None        # where .out and .err go (relative to the folder the script is submitted from)
+    module: str = "course.horovod_mnist"
+    epochs: int | None = None
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def problems(text: str, want: Exercise, submit_dir: str | Path = ".") -> list[str]:
+    """Every wrong or missing part of the script against the exercise, one sentence each ([] when it is right)."""
+    h = read(text)
+    found = [] if h.shebang else ["the first line must be an interpreter line such as #!/bin/bash (sbatch refuses "
+                                  "a script without one)"]
+    found += h.slips
+    found += _layout(h, want)
+    found += _limit(h, want)
+    found += _files(h, want, Path(submit_dir))
+    found += _launch(h, want)
+    return found
+
+
+def _count(h: Header, name: str) -> tuple[int | None, str | None]:
+    """An option's whole-number value (None if absent), or the problem with it."""
+    value = h.get(name)
+    if value is None:
+        return None, None
+    if not value.strip().isdigit() or int(value) < 1:
+        return None, f"--{name} {value!r} is not a whole number of at least 1"
+    return int(value), None
+
+
+def _layout(h: Header, want: Exercise) -> list[str]:
+    found = []
+    nodes, bad = _count(h, "nodes")
+    found += [bad] if bad else []
+    if nodes is None and not bad:
+        found.append(f"no --nodes (-N): Slurm picks the number of nodes itself; the exercise asks for {want.nodes}")
+    elif nodes is not None and nodes != want.nodes:
+        found.append(f"--nodes is {nodes} but the exercise asks for {want.nodes} node(s)")
+    per_node, bad = _count(h, "ntasks-per-node")
+    found += [bad] if bad else []
+    ntasks, bad_total = _count(h, "ntasks")
+    found += [bad_total] if bad_total else []
+    gpus = want.gpus_per_node
+    if per_node is not None:
+        if per_node == want.ranks and want.nodes > 1:
+            found.append(f"--ntasks-per-node is {per_node}, the ranks of the whole job: it counts the tasks of ONE "
+                         f"node, and a node has {gpus} GPUs (one rank per GPU)")
+        elif per_node != gpus:
+            found.append(f"--ntasks-per-node is {per_node} but the nodes have {gpus} GPUs: one rank per GPU")
+    elif ntasks is not None:
+        found.append(f"--ntasks={ntasks} lets Slurm spread the tasks over the nodes as it likes: ask for the tasks of "
+                     f"each node (--ntasks-per-node) so that every node runs one rank per GPU")
+    elif not bad and not bad_total:
+        found.append(f"no --ntasks-per-node: Slurm starts one task per node, but a node has {gpus} GPUs and Horovod "
+                     f"runs one rank per GPU")
+    found += _gpus(h, want)
+    cpus, bad = _count(h, "cpus-per-task")
+    found += [bad] if bad else []
+    share = (f"a node's {want.cores_per_node} cores shared evenly by its {gpus} ranks" if want.cores_per_node
+             else "the exercise asks for another number of cores per rank")
+    if cpus is None and not bad:
+        found.append(f"no --cpus-per-task (-c): each rank would get one core; {share} give each more")
+    elif cpus is not None and cpus != want.cpus_per_task:
+        whole = " (that is a whole node's cores: this option counts per task, i.e. per rank)" \
+            if want.cores_per_node and cpus == want.cores_per_node else ""
+        found.append(f"--cpus-per-task is {cpus}{whole}, but {share} give each "
+                     f"{'fewer' if cpus > want.cpus_per_task else 'more'}")
+    if want.cores_per_node and per_node and cpus and per_node * cpus > want.cores_per_node:
+        found.append(f"{per_node} task(s) per node x {cpus} CPU(s) per task = {per_node * cpus} cores, but a node has "
+                     f"{want.cores_per_node}: no node could run this job")
+    return found
+
+
+def _gpus(h: Header, want: Exercise) -> list[str]:
+    gres, per_node, total = h.get("gres"), h.get("gpus-per-node"), h.get("gpus")
+    asked = None
+    if gres is not None:
+        asked = _gpus_per_node(gres)
+        if asked is None:
+            return [f"--gres={gres} asks for no GPU: write it as gpu:N (N GPUs per node)"]
+        where = "--gres"
+    elif per_node is not None:
+        tail = per_node.split(":")[-1]
+        if not tail.isdigit():
+            return [f"--gpus-per-node {per_node!r} is not a number of GPUs"]
+        asked, where = int(tail), "--gpus-per-node"
+    elif total is not None:
+        return [f"--gpus (-G) counts the GPUs of the whole job, and Slurm may place them unevenly: ask per node "
+                f"(--gres=gpu:N or --gpus-per-node=N)"]
+    if asked is None:
+        return [f"no GPUs asked for (--gres=gpu:N or --gpus-per-node=N): the job would get none, and the ranks "
+                f"would train on the CPUs"]
+    if asked == want.ranks and want.nodes > 1:
+        return [f"{where} asks for {asked} GPUs per node, the GPUs of the whole job: it counts per node"]
+    if asked != want.gpus_per_node:
+        return [f"{where} asks for {asked} GPU(s) per node but the exercise's nodes have {want.gpus_per_node}: "
+                f"use them all"]
+    return []
+
+
+def _limit(h: Header, want: Exercise) -> list[str]:
+    value = h.get("time")
+    if value is None:
+        return ["no --time (-t): the partition's default limit applies - often the maximum, which makes the job wait "
+                "longer for a slot, or a short one that kills it"]
+    got, asked = seconds(value), seconds(want.time)
+    if got is None:
+        return [f"--time {value!r} is not a Slurm time limit: write HH:MM:SS (or minutes, or D-HH:MM:SS)"]
+    if got != asked:
+        return [f"--time {value} is {_minutes(got)}, but the exercise asks for {_minutes(asked)}"]
+    return []
+
+
+def _files(h: Header, want: Exercise, submit_dir: Path) -> list[str]:
+    found = []
+    if want.job_name is not None and h.get("job-name") != want.job_name:
+        name = h.get("job-name")
+        found.append("no --job-name (-J): the queue would show the script's file name" if name is None
+                     else f"--job-name is {name!r}, not the name the exercise asks for")
+    chdir = h.get("chdir")
+    base = submit_dir / chdir if chdir else submit_dir
+    for name, letter, kind, missing in (("output", "o", ".out", "Slurm writes slurm-%j.out in the folder you submit "
+                                        "from, mixed with every other job's"),
+                                        ("error", "e", ".err", "errors would go into the --output file, mixed with "
+                                         "the training's output")):
+        value = h.get(name)
+        if value is None:
+            found.append(f"no --{name} (-{letter}): {missing}")
+            continue
+        if "%j" not in value and "%A" not in value:
+            found.append(f"--{name} has no %j: every job would overwrite the same {kind} file")
+        folder = (base / value).parent
+        if want.folder is not None and folder.resolve() != (submit_dir / want.folder).resolve():
+            found.append(f"--{name} goes to the folder {folder}, not to {want.folder}/ as the exercise asks")
+        elif not folder.is_dir():
+            found.append(f"--{name}: the folder {folder} does not exist, and Slurm does not create it (the job would "
+                         f"fail without writing a word)")
+    if h.get("output") is not None and h.get("output") == h.get("error"):
+        found.append("--output and --error are the same file: give the errors their own .err file")
+    return found
+
+
+def _launch(h: Header, want: Exercise) -> list[str]:
+    runs = [(n, line) for n, line in h.commands if want.module in line]
+    if not runs:
+        return [f"no launch line starts the ranks: no command runs python -m {want.module}, so the job would hold "
+                f"the nodes and do nothing"]
+    number, line = runs[0]
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return [f"line {number}: unbalanced quotes in the launch line"]
+    while words and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]) or words[0] in ("exec", "time", "command")):
+        words = words[1:]
+    launcher = Path(words[0]).name if words else ""
+    found = []
+    if launcher not in LAUNCHERS:
+        found.append(f"line {number} starts ONE python process, not one per task: start the ranks with "
+                     f"mpiexec -np $SLURM_NTASKS (or srun)")
+    elif launcher == "horovodrun" and not {"-H", "--hosts", "-hostfile", "--hostfile"} & set(words):
+        found.append(f"line {number}: horovodrun without -H/--hostfile starts every rank on the first node: in a "
+                     f"batch job use mpiexec -np $SLURM_NTASKS or srun, which know the allocation")
+    else:
+        found += _rank_count(words, number, want)
+        if launcher in ("mpiexec", "mpirun") and not any(w.lstrip("-") == "bind-to" for w in words) \
+                and not any("PE=" in w for w in words):
+            found.append(f"line {number}: mpiexec binds each rank to one core (or socket) by default, whatever "
+                         f"--cpus-per-task gave it: add --bind-to none (the GPUs do the work)")
+    try:
+        args = words[words.index(want.module) + 1:]
+    except ValueError:
+        return found + [f"line {number} mentions {want.module} but does not run it with python -m {want.module}"]
+    found += _program_args(args, number, want)
+    return found
+
+
+def _rank_count(words: list[str], number: int, want: Exercise) -> list[str]:
+    for i, word in enumerate(words[:-1]):
+        if word in ("-n", "-np", "--np", "--ntasks", "-c") or word.startswith(("--ntasks=", "-n=")):
+            value = word.split("=", 1)[1] if "=" in word else words[i + 1]
+            if value.isdigit():
+                if int(value) != want.ranks:
+                    return [f"line {number} starts {value} rank(s) but the job has {want.ranks} tasks: take the number "
+                            f"from Slurm ($SLURM_NTASKS) rather than writing it"]
+            elif value.strip("${}") in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
+                return [f"line {number}: {value} is the number of nodes: that starts one rank per node, not per GPU"]
+            elif value.strip("${}") in ("SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK"):
+                return [f"line {number}: {value} counts one node (or one task): the ranks of the job are $SLURM_NTASKS"]
+            return []
+    return []
+
+
+def _program_args(args: list[str], number: int, want: Exercise) -> list[str]:
+    if want.module != "course.horovod_mnist":
+        return []
+    from course import horovod_mnist
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parsed = horovod_mnist.parse(args)
+    except SystemExit:
+        why = [line for line in said.getvalue().splitlines() if line.strip()]
+        return [f"line {number}: the training refuses its arguments: {why[-1] if why else 'unknown argument'}"]
+    if want.epochs is not None and parsed.epochs != want.epochs:
+        return [f"line {number} trains {parsed.epochs} epoch(s) but the exercise asks for {want.epochs} (--epochs)"]
+    return []
+
+
+# ------------------------------------------------------------------------------- sbatch --test-only
+
+@dataclass
+class Verdict:
+    """What `sbatch --test-only` said about a script (adapted to this machine's partition: `changes`)."""
+
+    accepted: bool
+    line: str
+    changes: list[str]
+
+    def __str__(self) -> str:
+        adapted = f" (adapted to this machine: {'; '.join(self.changes)})" if self.changes else ""
+        return f"Slurm {'accepts' if self.accepted else 'refuses'} it{adapted}: {self.line}"
+
+
+def adapt(text: str, part: slurm.Partition) -> tuple[str, list[str]]:
+    """The script with its layout shrunk to what `part` offers (nodes, tasks, cores, GPUs, partition) and what changed.
+
+    Everything else (time, files, names, options sbatch does not know) is kept as written, so Slurm still judges it.
+    """
+    h = read(text)
+    changes: list[str] = []
+    values: dict[str, str | None] = {}
+    for name in ("nodes", "ntasks-per-node", "cpus-per-task", "ntasks"):
+        value = h.get(name)
+        values[name] = value
+    nodes = int(values["nodes"]) if (values["nodes"] or "").isdigit() else 1
+    tasks = int(values["ntasks-per-node"]) if (values["ntasks-per-node"] or "").isdigit() else 1
+    cpus = int(values["cpus-per-task"]) if (values["cpus-per-task"] or "").isdigit() else 1
+    new = {"nodes": min(nodes, part.nodes), "ntasks-per-node": min(tasks, part.cpus_per_node)}
+    new["cpus-per-task"] = max(1, min(cpus, part.cpus_per_node // new["ntasks-per-node"]))
+    out = ["#!/bin/bash"] if h.shebang else []
+    for option in h.options:
+        name, value = option.name, option.value
+        if name in new and (value or "").isdigit():
+            if int(value) != new[name]:
+                changes.append(f"--{name} {value} -> {new[name]}")
+            value = str(new[name])
+        elif name == "ntasks" and (value or "").isdigit():
+            most = part.nodes * part.cpus_per_node
+            if int(value) > most:
+                changes.append(f"--ntasks {value} -> {most}")
+                value = str(most)
+        elif name in ("gres", "gpus-per-node", "gpus") and part.gpus_per_node == 0:
+            changes.append(f"--{name} left out (no GPUs here)")
+            continue
+        elif name in ("partition", "account", "qos", "reservation", "constraint", "nodelist", "exclude"):
+            changes.append(f"--{name} left out (the site's own)")
+            continue
+        if name is None:
+            out.append(f"#SBATCH {option.written}")
+        else:
+            out.append(f"#SBATCH --{name}" + (f"={value}" if value is not None else ""))
+    out.append(f"#SBATCH --partition={part.name}")
+    out.append("true")
+    return "\n".join(out) + "\n", changes
+
+
+def ask_slurm(text: str, partition: str | None = None) -> Verdict | None:
+    """`sbatch --test-only` on the script adapted to this machine's partition; None where no Slurm answers here."""
+    known = slurm.partitions()
+    if not known:
+        return None
+    part = next((p for p in known if p.name == partition), known[0])
+    adapted, changes = adapt(text, part)
+    with tempfile.NamedTemporaryFile("w", suffix=".sbatch", prefix="test-only-", delete=False) as file:
+        file.write(adapted)
+    try:
+        done = slurm.run([slurm.tool("sbatch"), "--test-only", file.name], timeout=60)
+    finally:
+        Path(file.name).unlink(missing_ok=True)
+    said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+    errors = [line for line in said if re.search(r"error|unrecognized|invalid|failure|not available", line, re.I)]
+    line = (errors or said or ["(sbatch said nothing)"])[0]
+    return Verdict(done.returncode == 0, line, changes)
+
+
+class ScriptProblems(AssertionError):
+    """The script's problems, one per line (an AssertionError, so a notebook's check cell fails with them)."""
+
+
+def check(script_file: str | Path, want: Exercise) -> str:
+    """Raise ScriptProblems naming each wrong or missing part; else ask Slurm (--test-only) and say what it said."""
+    path = Path(script_file)
+    if not path.is_file():
+        raise ScriptProblems(f"no script at {path}: run the %%writefile cell first")
+    text = path.read_text(errors="replace")
+    found = problems(text, want, path.parent)
+    if found:
+        raise ScriptProblems(f"{len(found)} thing(s) to fix in {path.name}:\n" + "\n".join(f"- {p}" for p in found))
+    verdict = ask_slurm(text)
+    if verdict is None:
+        return "Every #SBATCH line and the launch line are right (no Slurm here to ask as well)."
+    if not verdict.accepted:
+        raise ScriptProblems(str(verdict))
+    return f"Every #SBATCH line and the launch line are right. {verdict}"

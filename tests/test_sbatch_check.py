@@ -1,0 +1,183 @@
+"""course.sbatch_check: hand-written batch scripts read as sbatch reads them, each mistake named, and
+`sbatch --test-only` asked for real on the test suite's Slurm."""
+
+from __future__ import annotations
+
+import pytest
+
+from course import jobs, sbatch_check
+from course.sbatch_check import Exercise
+from tests.slurm import slurm  # noqa: F401  (the session fixture)
+
+WANT = Exercise(nodes=2, gpus_per_node=8, cores_per_node=48, cpus_per_task=6, time="00:45:00", job_name="hvd-mnist",
+                folder="logs", module="course.horovod_mnist", epochs=4)
+
+RIGHT = """\
+#!/bin/bash
+#SBATCH --job-name=hvd-mnist
+#SBATCH --output=logs/hvd-mnist_%j.out
+#SBATCH --error=logs/hvd-mnist_%j.err
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --cpus-per-task=6
+#SBATCH --gres=gpu:8
+#SBATCH --time=00:45:00
+
+export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
+mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot python -m course.horovod_mnist --epochs 4
+"""
+
+SHORT_FORMS = """\
+#!/bin/bash
+#SBATCH -J hvd-mnist -N 2
+#SBATCH --ntasks-per-node 8
+#SBATCH -c6 --gpus-per-node=a100:8   # one rank per GPU
+#SBATCH -t 45
+#SBATCH -o logs/%x_%j.out -e logs/%x_%j.err
+
+srun --mpi=pmix python -m course.horovod_mnist \\
+    --epochs 4 --batch 64
+"""
+
+
+@pytest.fixture
+def submit_dir(tmp_path):
+    (tmp_path / "logs").mkdir()
+    return tmp_path
+
+
+def _problems(text: str, folder) -> list[str]:
+    return sbatch_check.problems(text, WANT, folder)
+
+
+@pytest.mark.parametrize("text", [RIGHT, SHORT_FORMS, RIGHT.replace("--ntasks-per-node=8", "--ntasks-per-n=8")],
+                         ids=["long forms", "short forms, srun, continuation", "unique prefix"])
+def test_right_scripts_have_nothing_to_fix(text, submit_dir):
+    assert _problems(text, submit_dir) == []
+
+
+def test_course_jobs_reference_script_passes_the_same_check(submit_dir):
+    """The script course.jobs generates (absolute paths, --chdir, its own mpiexec flags) is right too."""
+    text = jobs.script(jobs.Request("horovod", nodes=2, gpus_per_node=8, cpus_per_task=6, time="00:45:00",
+                                    job_name="hvd-mnist", output_dir=str(submit_dir / "logs"), args=["--epochs", "4"]))
+    assert _problems(text, submit_dir) == []
+
+
+def test_short_and_long_forms_read_the_same():
+    header = sbatch_check.read(SHORT_FORMS)
+    assert [header.get(n) for n in ("job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node", "time")] \
+        == ["hvd-mnist", "2", "8", "6", "a100:8", "45"]
+    assert header.commands == [(8, "srun --mpi=pmix python -m course.horovod_mnist --epochs 4 --batch 64")]
+    assert sbatch_check.read("#!/bin/bash\n#SBATCH -N 1\n#SBATCH -N 3\n").get("nodes") == "3"  # the last one wins
+
+
+@pytest.mark.parametrize("limit,expected", [("45", 2700), ("45:00", 2700), ("00:45:00", 2700), ("1-00", 86400),
+                                            ("1-02:03", 93780), ("0-00:45:30", 2730), ("45m", None), ("1h", None)])
+def test_slurm_time_formats(limit, expected):
+    assert sbatch_check.seconds(limit) == expected
+
+
+MISTAKES = [
+    ("--ntasks-per-node=8", "--ntasks-per-node=16", ["--ntasks-per-node is 16, the ranks of the whole job",
+                                                     "16 task(s) per node x 6 CPU(s) per task = 96 cores"]),
+    ("--ntasks-per-node=8", "--ntasks-per-node=4",
+     ["--ntasks-per-node is 4 but the nodes have 8 GPUs: one rank per GPU"]),
+    ("#SBATCH --ntasks-per-node=8\n", "", ["no --ntasks-per-node: Slurm starts one task per node"]),
+    ("--ntasks-per-node=8", "--ntasks=16", ["--ntasks=16 lets Slurm spread the tasks"]),
+    ("--ntasks-per-node=8", "--ntask-per-node=8", ["--ntask-per-node is not an option sbatch knows",
+                                                   "no --ntasks-per-node"]),
+    ("--gres=gpu:8", "--gres=gpu:16", ["--gres asks for 16 GPUs per node, the GPUs of the whole job"]),
+    ("--gres=gpu:8", "--gpus=16", ["--gpus (-G) counts the GPUs of the whole job"]),
+    ("#SBATCH --gres=gpu:8\n", "", ["no GPUs asked for"]),
+    ("--cpus-per-task=6", "--cpus-per-task=48", ["--cpus-per-task is 48 (that is a whole node's cores",
+                                                 "shared evenly by its 8 ranks give each fewer",
+                                                 "8 task(s) per node x 48 CPU(s)"]),
+    ("#SBATCH --cpus-per-task=6\n", "",
+     ["no --cpus-per-task (-c): each rank would get one core; a node's 48 cores shared evenly"]),
+    ("--nodes=2", "--nodes=1", ["--nodes is 1 but the exercise asks for 2 node(s)"]),
+    ("--time=00:45:00", "--time=45m", ["--time '45m' is not a Slurm time limit"]),
+    ("--time=00:45:00", "--time=00:30:00", ["--time 00:30:00 is 30 min, but the exercise asks for 45 min"]),
+    ("#SBATCH --time=00:45:00\n", "", ["no --time (-t)"]),
+    ("logs/hvd-mnist_%j.out", "logs/hvd-mnist.out", ["--output has no %j: every job would overwrite the same .out"]),
+    ("logs/hvd-mnist_%j.err", "logs/hvd-mnist_%j.out", ["--output and --error are the same file"]),
+    ("--output=logs/", "--output=out/", ["--output goes to the folder", "not to logs/"]),
+    ("#SBATCH --error=logs/hvd-mnist_%j.err\n", "", ["no --error (-e)"]),
+    ("--job-name=hvd-mnist", "--job-name=hvd", ["--job-name is 'hvd'"]),
+    ("#SBATCH --nodes=2", "# SBATCH --nodes=2", ["is an ordinary comment", "no --nodes (-N)"]),
+    ("#!/bin/bash\n", "", ["the first line must be an interpreter line"]),
+    ("mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot ", "", ["starts ONE python process, not one per task"]),
+    ("-np $SLURM_NTASKS", "-np 8", ["starts 8 rank(s) but the job has 16 tasks"]),
+    ("-np $SLURM_NTASKS", "-np $SLURM_NNODES", ["$SLURM_NNODES is the number of nodes"]),
+    ("--bind-to none --map-by slot ", "", ["mpiexec binds each rank to one core"]),
+    ("mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot", "horovodrun -np 16", ["horovodrun without -H"]),
+    ("--epochs 4", "--epochs 3", ["trains 3 epoch(s) but the exercise asks for 4"]),
+    ("--epochs 4", "--epochs 4 --learning-rate 0.1", ["the training refuses its arguments: ",
+                                                      "unrecognized arguments: --learning-rate"]),
+    ("python -m course.horovod_mnist --epochs 4", "echo training", ["no launch line starts the ranks"]),
+]
+
+
+@pytest.mark.parametrize("old,new,said", MISTAKES,
+                         ids=[f"{o.strip()[:24]} -> {n.strip()[:24]}" for o, n, _ in MISTAKES])
+def test_each_mistake_is_named(old, new, said, submit_dir):
+    assert old in RIGHT
+    found = _problems(RIGHT.replace(old, new, 1), submit_dir)
+    text = "\n".join(found)
+    for fragment in said:
+        assert fragment in text, f"{fragment!r} not in:\n{text}"
+    assert len(found) <= len(said), f"more problems than the one mistake made:\n{text}"
+
+
+def test_a_sbatch_line_after_the_first_command_is_ignored(submit_dir):
+    late = RIGHT.replace("#SBATCH --time=00:45:00\n", "").replace("export OMP", "#SBATCH --time=00:45:00\nexport OMP")
+    moved = late.replace("#SBATCH --time", "echo go\n#SBATCH --time")
+    found = _problems(moved, submit_dir)
+    assert any("comes after the first command" in p and "sbatch ignores it" in p for p in found), found
+    assert any(p.startswith("no --time") for p in found), found
+
+
+def test_missing_output_folder_is_named(tmp_path):
+    want = Exercise(nodes=2, gpus_per_node=8, cpus_per_task=6, time="00:45:00")
+    found = sbatch_check.problems(RIGHT, want, tmp_path)  # no logs/ folder under tmp_path
+    assert any("does not exist, and Slurm does not create it" in p for p in found), found
+
+
+def test_the_unanswered_stub_gets_every_option_named_but_never_the_answer(submit_dir):
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()\n"
+    found = _problems(stub, submit_dir)
+    text = "\n".join(found)
+    for missing in ("interpreter line", "no --nodes", "no --ntasks-per-node", "no GPUs", "no --cpus-per-task",
+                    "no --time", "no --output", "no --error", "no --job-name", "no launch line"):
+        assert missing in text, missing
+    for answer in ("--ntasks-per-node=8", "gpu:8", "--cpus-per-task=6", "ntasks-per-node 8", "-c 6"):
+        assert answer not in text
+
+
+def test_check_raises_with_one_line_per_problem(submit_dir):
+    script = submit_dir / "job.sbatch"
+    script.write_text(RIGHT.replace("--ntasks-per-node=8", "--ntasks-per-node=4").replace("_%j.out", ".out"))
+    with pytest.raises(AssertionError) as raised:
+        sbatch_check.check(script, WANT)
+    lines = str(raised.value).splitlines()
+    assert lines[0] == "2 thing(s) to fix in job.sbatch:" and len(lines) == 3, lines
+    with pytest.raises(AssertionError, match="no script at"):
+        sbatch_check.check(submit_dir / "missing.sbatch", WANT)
+
+
+# ---------------------------------------------------------------------------------- the real Slurm
+
+
+def test_sbatch_test_only_on_the_real_slurm(slurm, submit_dir):
+    """The right script, shrunk to the test partition, is accepted; Slurm's own error line reaches the learner."""
+    verdict = sbatch_check.ask_slurm(RIGHT)
+    assert verdict is not None and verdict.accepted, verdict
+    assert verdict.line.startswith("sbatch: Job") and f"partition {slurm}" in verdict.line, verdict.line
+    assert "--gres left out (no GPUs here)" in verdict.changes and "--nodes 2 -> 1" in verdict.changes
+    bad_time = sbatch_check.ask_slurm(RIGHT.replace("--time=00:45:00", "--time=45m"))
+    assert not bad_time.accepted and bad_time.line == "sbatch: error: Invalid --time specification", bad_time
+    typo = sbatch_check.ask_slurm(RIGHT.replace("--ntasks-per-node=8", "--ntask-per-node=8"))
+    assert not typo.accepted and "unrecognized option '--ntask-per-node=8'" in typo.line, typo
+    script = submit_dir / "hvd_mnist.sbatch"
+    script.write_text(RIGHT)
+    said = sbatch_check.check(script, WANT)
+    assert said.startswith("Every #SBATCH line and the launch line are right. Slurm accepts it"), said
