@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path[0] = str(Path(__file__).resolve().parents[1])  # not benchmarks/: its scripts would shadow packages
 
-from course import cluster, mpi, perf, training  # noqa: E402
+from course import devices, mpi, perf, training  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("machine", Path(__file__).resolve().parent / "machine.py")
 machine = importlib.util.module_from_spec(_spec)
@@ -43,7 +43,7 @@ EXTRA_ENV: dict[str, str] = {}
 
 def horovod_throughput(ranks: int, epochs: int, batch: int) -> float:
     """images/s of `mpiexec -n ranks python -m course.horovod_mnist`, each rank 1 thread (first epoch excluded)."""
-    env = dict(mpi.env(), **cluster.thread_env(1), TF_CPP_MIN_LOG_LEVEL="2", **EXTRA_ENV)
+    env = dict(mpi.env(), **devices.thread_env(1), TF_CPP_MIN_LOG_LEVEL="2", **EXTRA_ENV)
     command = mpi.command(ranks, sys.executable, "-m", "course.horovod_mnist", "--epochs", str(epochs),
                           "--batch", str(batch), "--threads", "1")
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800, cwd=sys.path[0])

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +35,8 @@ from typing import Any
 
 import psutil
 
-from course import UserError, mpi, slurm
+from course import UserError, devices, mpi, slurm
+from course.devices import thread_env, visible_gpus
 
 KINDS = ("local", "mpi", "slurm")
 PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
@@ -110,25 +110,6 @@ def plan_devices(engines: list[dict], threads: int = 1) -> dict[int, dict[str, s
             env.update(thread_env(threads), COURSE_DEVICE=f"CPU ({threads} thread{'s' if threads > 1 else ''})")
         plan[engine["id"]] = env
     return plan
-
-
-def thread_env(threads: int) -> dict[str, str]:
-    """Environment that limits TensorFlow, oneDNN/OpenMP and BLAS in one process to `threads` threads."""
-    t = str(threads)
-    return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t,
-            "TF_NUM_INTRAOP_THREADS": t, "TF_NUM_INTEROP_THREADS": "1"}
-
-
-def visible_gpus(environ: dict[str, str] | None = None, proc: str = "/proc/driver/nvidia/gpus") -> list[str]:
-    """GPU indices a process may use: CUDA_VISIBLE_DEVICES when a scheduler set it, else all the driver lists."""
-    environ = os.environ if environ is None else environ
-    given = environ.get("CUDA_VISIBLE_DEVICES")
-    if given is not None and given.strip() not in ("", "-1", "NoDevFiles"):
-        return [g.strip() for g in given.split(",") if g.strip()]
-    if given is not None:
-        return []
-    path = Path(proc)
-    return [str(i) for i in range(len(list(path.iterdir())))] if path.is_dir() else []
 
 
 def slurm_script(cluster_id: str, n: int, *, partition: str | None = None, time_limit: str | None = None,
@@ -262,26 +243,17 @@ def _engine_configure(env: dict) -> str:
     import os
     import sys
 
+    from course import devices
+
     os.environ.update(env)
-    tf = sys.modules.get("tensorflow")
-    if tf is not None and "TF_NUM_INTRAOP_THREADS" in env:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(int(env["TF_NUM_INTRAOP_THREADS"]))
-            tf.config.threading.set_inter_op_parallelism_threads(int(env["TF_NUM_INTEROP_THREADS"]))
-        except RuntimeError:
-            pass  # TensorFlow already initialised its thread pools; the limit applies to new processes
+    if "tensorflow" in sys.modules and "TF_NUM_INTRAOP_THREADS" in env:
+        devices.set_tensorflow_threads(int(env["TF_NUM_INTRAOP_THREADS"]), int(env["TF_NUM_INTEROP_THREADS"]))
     return env.get("COURSE_DEVICE", "")
 
 
 def configure_tensorflow() -> str:
     """Call on an engine after importing TensorFlow: memory growth on its GPU; returns the device it uses."""
-    import tensorflow as tf
-
-    for gpu in tf.config.list_physical_devices("GPU"):
-        try:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:
-            pass
+    devices.grow_gpu_memory()
     return os.environ.get("COURSE_DEVICE", "CPU")
 
 

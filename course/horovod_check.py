@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from course import UserError, mpi, training
+from course import UserError, devices, mpi, training
 
 RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")   # horovodrun (Gloo), Open MPI, others
 TIMEOUT = 600  # seconds for one run: a few seconds of training, but the machine may be shared
@@ -82,8 +82,7 @@ def run_script(script: str | os.PathLike, folder: str | os.PathLike, ranks: int 
         program = training.horovodrun(ranks) + program
     env = mpi.env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
-        env.setdefault(name, "1")  # one thread per process: the ranks share the node's cores
+    devices.default_threads(env, 1)  # one thread per process: the ranks share the node's cores
     try:
         done = subprocess.run(program, capture_output=True, text=True, timeout=timeout, env=env, cwd=folder)
         returncode, output = done.returncode, done.stdout + done.stderr

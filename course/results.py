@@ -131,7 +131,7 @@ def check_file(path: str | os.PathLike) -> None:
 
 def hardware() -> str:
     """What the workers ran on, for the results table: GPUs if any, else CPU cores."""
-    from course.cluster import visible_gpus
+    from course.devices import visible_gpus
 
     gpus = visible_gpus()
     return f"{len(gpus)} GPU(s)" if gpus else f"{os.cpu_count()} CPU cores"

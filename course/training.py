@@ -31,20 +31,11 @@ def horovod_init(threads: int = 1):
     so that N ranks on N cores do not oversubscribe them.
     """
     import horovod.tensorflow.keras as hvd
-    import tensorflow as tf
+
+    from course import devices
 
     hvd.init()
-    gpus = tf.config.list_physical_devices("GPU")
-    try:
-        if gpus:
-            for gpu in gpus:
-                tf.config.experimental.set_memory_growth(gpu, True)
-            tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
-        else:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError:
-        pass  # TensorFlow already started in this process (e.g. an engine that trained before): keep its set-up
+    devices.pin_tensorflow(hvd.local_rank(), threads)
     return hvd
 
 
@@ -271,11 +262,9 @@ def replica_devices(n: int) -> list[str]:
     if gpus:
         if n > len(gpus):
             raise UserError(f"asked for {n} replicas but this machine has {len(gpus)} GPU(s): one replica per GPU")
-        for gpu in gpus:
-            try:
-                tf.config.experimental.set_memory_growth(gpu, True)
-            except RuntimeError:
-                pass
+        from course import devices
+
+        devices.grow_gpu_memory()
         return [d.name for d in tf.config.list_logical_devices("GPU")][:n]
     return logical_cpus(n)
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from ipyparallel import interactive
 
-from course import UserError, cluster
+from course import UserError, cluster, devices
 from tests.conftest import ROOT, run_course
 from tests.slurm import slurm  # noqa: F401  (session fixture: a real single-node Slurm)
 
@@ -121,10 +121,10 @@ def test_visible_gpus_from_scheduler_or_driver(tmp_path):
     driver = tmp_path / "gpus"
     (driver / "0000:01:00.0").mkdir(parents=True)
     (driver / "0000:02:00.0").mkdir()
-    assert cluster.visible_gpus({}, proc=str(driver)) == ["0", "1"]
-    assert cluster.visible_gpus({"CUDA_VISIBLE_DEVICES": "3,5"}, proc=str(driver)) == ["3", "5"]
-    assert cluster.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, proc=str(driver)) == []
-    assert cluster.visible_gpus({}, proc=str(tmp_path / "none")) == []
+    assert devices.visible_gpus({}, proc=str(driver)) == ["0", "1"]
+    assert devices.visible_gpus({"CUDA_VISIBLE_DEVICES": "3,5"}, proc=str(driver)) == ["3", "5"]
+    assert devices.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, proc=str(driver)) == []
+    assert devices.visible_gpus({}, proc=str(tmp_path / "none")) == []
 
 
 def test_slurm_script_carries_the_options():

@@ -250,7 +250,6 @@ def _label(nb: NotebookNode, index: int | None) -> str:
 
 def grade(job: Job) -> Result:
     """Grade one submission; never raises for anything the submission does."""
-    spec = job.spec
     try:
         return _grade(job)
     except Problem as problem:

@@ -203,8 +203,9 @@ def _work(job: Job) -> Result:
 
 def _init_worker(threads: int) -> None:
     # N kernels on N cores: one thread each unless told otherwise (the placement lesson of the course)
-    for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
-        os.environ.setdefault(var, str(threads))
+    from course import devices
+
+    devices.default_threads(os.environ, threads)
 
 
 def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, Result]:

@@ -7,7 +7,6 @@ learner's copy, so passing here is necessary, not sufficient, for full marks.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from course import UserError

@@ -145,12 +145,10 @@ def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
+    from course.devices import visible_gpus
+
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        gpus = len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    else:
-        root = "/proc/driver/nvidia/gpus"
-        gpus = len(os.listdir(root)) if os.path.isdir(root) else 0
+    gpus = len(visible_gpus())
     try:
         import psutil
         memory = psutil.virtual_memory().total

@@ -1,0 +1,75 @@
+"""Devices of one process: which GPUs it may use, how many CPU threads it runs, and TensorFlow pinned to them.
+
+Asked in many places (engines, Horovod ranks, MirroredStrategy, task workers, grading kernels); answered here once.
+One process per GPU with memory growth, or a few CPU threads per process so that N processes on N cores do not
+oversubscribe them: the pinning of the University of Queensland workshop's Horovod script.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+NVIDIA_DRIVER_GPUS = "/proc/driver/nvidia/gpus"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
+def visible_gpus(environ: dict[str, str] | None = None, proc: str = NVIDIA_DRIVER_GPUS) -> list[str]:
+    """GPU indices a process may use: CUDA_VISIBLE_DEVICES when a scheduler set it, else all the driver lists."""
+    environ = os.environ if environ is None else environ
+    given = environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None and given.strip() not in ("", "-1", "NoDevFiles"):
+        return [g.strip() for g in given.split(",") if g.strip() and g.strip() != "-1"]
+    if given is not None:
+        return []
+    path = Path(proc)
+    return [str(i) for i in range(len(list(path.iterdir())))] if path.is_dir() else []
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment that limits TensorFlow, oneDNN/OpenMP and BLAS in one process to `threads` threads."""
+    return {**{name: str(threads) for name in THREAD_VARIABLES}, "TF_NUM_INTEROP_THREADS": "1"}
+
+
+def default_threads(environ: dict[str, str], threads: int) -> dict[str, str]:
+    """`environ` with `threads` threads per process where it does not already say how many (a site's choice wins)."""
+    for name, value in thread_env(threads).items():
+        environ.setdefault(name, value)
+    return environ
+
+
+def grow_gpu_memory() -> None:
+    """Memory growth on every GPU TensorFlow sees, else each process reserves all the memory of all of them."""
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            pass  # TensorFlow already initialised this GPU: its set-up stays
+
+
+def set_tensorflow_threads(intra: int, inter: int = 1) -> None:
+    """TensorFlow's thread pools, if it has not started them yet (else the limit applies to new processes only)."""
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError:
+        pass
+
+
+def pin_tensorflow(local_rank: int, threads: int = 1) -> None:
+    """One device per process: the GPU at `local_rank` (with memory growth), or `threads` CPU threads."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        set_tensorflow_threads(threads)
+        return
+    grow_gpu_memory()
+    try:
+        tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
+    except RuntimeError:
+        pass  # TensorFlow already started in this process (an engine that trained before): keep its set-up
