@@ -280,11 +280,11 @@ def _gpus(h: Header, want: Exercise) -> list[str]:
             return [f"--gpus-per-node {per_node!r} is not a number of GPUs"]
         asked, where = int(tail), "--gpus-per-node"
     elif total is not None:
-        return [f"--gpus (-G) counts the GPUs of the whole job, and Slurm may place them unevenly: ask per node "
-                f"(--gres=gpu:N or --gpus-per-node=N)"]
+        return ["--gpus (-G) counts the GPUs of the whole job, and Slurm may place them unevenly: ask per node "
+                "(--gres=gpu:N or --gpus-per-node=N)"]
     if asked is None:
-        return [f"no GPUs asked for (--gres=gpu:N or --gpus-per-node=N): the job would get none, and the ranks "
-                f"would train on the CPUs"]
+        return ["no GPUs asked for (--gres=gpu:N or --gpus-per-node=N): the job would get none, and the ranks "
+                "would train on the CPUs"]
     if asked == want.ranks and want.nodes > 1:
         return [f"{where} asks for {asked} GPUs per node, the GPUs of the whole job: it counts per node"]
     if asked != want.gpus_per_node:

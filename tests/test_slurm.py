@@ -10,7 +10,6 @@ import pytest
 
 from course import UserError
 from course import slurm as speak
-from tests.conftest import run_course
 from tests.slurm import slurm  # noqa: F401  (the session fixture)
 from tests.virtual_cluster import virtual_cluster  # noqa: F401  (the session fixture)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import io
 import re
 import threading
-import time
 from contextlib import redirect_stdout
-from pathlib import Path
 
 import matplotlib
 import numpy as np
