@@ -2,7 +2,7 @@
 
 Every training run a learner does (`python -m course train`, Horovod, MirroredStrategy) appends one row with
 `append_row`; many learners may append to one shared file at once (an exclusive `fcntl` lock around each
-append; a file is only ever appended to, never rewritten). `collect` merges a folder of such files into one
+append, or a lock file where the filesystem has no flock; a file is only ever appended to, never rewritten). `collect` merges a folder of such files into one
 table, reporting every bad row (file, line, why) and skipping it. Runs are compared only within one
 workload (dataset, network, hardware and strategy): `summary` gives each workload's speed-up and efficiency
 against its own smallest worker count, and `plot` draws speed-up, efficiency, accuracy and elapsed time
@@ -12,14 +12,17 @@ stood in) and the hardware.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
+import errno
 import fcntl
 import getpass
 import io
 import math
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -162,27 +165,60 @@ def append_row(path: str | os.PathLike, row: dict[str, Any]) -> dict[str, str]:
         handle = open(file, "a+", newline="")
     except OSError as exc:
         raise UserError(f"cannot write results to {file}: {exc.strerror}") from None
-    with handle:
+    with handle, _exclusive(handle, file):
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            text = ",".join(FIELDS) + "\n" + line.getvalue()
+        else:
+            handle.seek(0)
+            header = next(csv.reader([handle.readline()]), [])
+            if tuple(header) != FIELDS:
+                raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
+                                f"append to a new file instead")
+            handle.seek(size - 1)
+            text = ("" if handle.read(1) == "\n" else "\n") + line.getvalue()
+        handle.seek(0, os.SEEK_END)
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return checked
+
+
+NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)  # e.g. Lustre mounted without flock
+STALE_LOCK_SECONDS = 60
+
+
+@contextlib.contextmanager
+def _exclusive(handle, file: Path):
+    """Hold an exclusive lock on the open results file: flock, or where the filesystem has none (Lustre mounted
+    without it, some NFS), a lock file created atomically beside it (removed after, or taken over when stale)."""
+    try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    except OSError as exc:
+        if exc.errno not in NO_FLOCK:
+            raise
+    else:
         try:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                text = ",".join(FIELDS) + "\n" + line.getvalue()
-            else:
-                handle.seek(0)
-                header = next(csv.reader([handle.readline()]), [])
-                if tuple(header) != FIELDS:
-                    raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
-                                    f"append to a new file instead")
-                handle.seek(size - 1)
-                text = ("" if handle.read(1) == "\n" else "\n") + line.getvalue()
-            handle.seek(0, os.SEEK_END)
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+            yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-    return checked
+        return
+    lock = file.with_name(file.name + ".lock")
+    while True:
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            break
+        except FileExistsError:
+            try:
+                if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:  # its writer died holding it
+                    lock.unlink(missing_ok=True)
+            except FileNotFoundError:
+                pass
+            time.sleep(0.01)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------------------------ collecting

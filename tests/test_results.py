@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import multiprocessing
 from pathlib import Path
 
@@ -61,17 +62,27 @@ def _append_many(args):
     return worker
 
 
-def test_concurrent_appends_are_all_present_and_well_formed(tmp_path):
+def _append_many_where_flock_is_refused(args):
+    def no_locks_here(fd, operation):  # what flock answers on a Lustre or NFS mount without locking
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    results.fcntl.flock = no_locks_here  # in this forked worker only
+    return _append_many(args)
+
+
+@pytest.mark.parametrize("writer", [_append_many, _append_many_where_flock_is_refused], ids=["flock", "no-flock"])
+def test_concurrent_appends_are_all_present_and_well_formed(tmp_path, writer):
     file = tmp_path / "shared.csv"
     workers, each = 6, 25
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pool.map(_append_many, [(file, w, each) for w in range(workers)])
+        pool.map(writer, [(file, w, each) for w in range(workers)])
     lines = file.read_text().splitlines()
     assert lines.count(",".join(results.FIELDS)) == 1, "exactly one header"
     table = results.collect(file)
     assert not table.problems, [str(p) for p in table.problems]
     got = sorted((r["learner"], int(r["run"])) for r in table.rows)
     assert got == sorted((f"w{w}", i + 1) for w in range(workers) for i in range(each))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.csv"], "a lock file was left behind"
 
 
 def _class_folder(folder: Path) -> None:
