@@ -296,7 +296,10 @@ def add_train(commands) -> None:
 
 
 def build_parser() -> Parser:
+    from course import __version__
+
     parser = Parser(prog="python -m course", description="Distributed Deep Learning on HPC: course tools.")
+    parser.add_argument("--version", action="version", version=f"course {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     doctor = commands.add_parser("doctor", help="report what works on this machine before a workshop")

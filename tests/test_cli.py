@@ -32,3 +32,10 @@ def test_help_lists_the_commands():
     assert result.returncode == 0
     for command in ("doctor", "data", "lab"):
         assert command in result.stdout
+
+
+def test_version_is_the_packages():
+    from importlib.metadata import version
+
+    result = run_course("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"course {version('ddl-hpc-course')}", result.stdout
