@@ -101,10 +101,11 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def add_cluster(commands) -> None:
+    from course.cluster import KINDS
     parser = commands.add_parser("cluster", help="start, inspect or stop an engine cluster (local, MPI or Slurm engines)")
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,stop}")
     start = sub.add_parser("start", help="start a cluster that keeps running until stopped")
-    start.add_argument("--engines", choices=("local", "mpi", "slurm"), default="local", help="how engines run (default local)")
+    start.add_argument("--engines", choices=KINDS, default="local", help="how engines run (default local)")
     start.add_argument("-n", type=int, default=None, help="number of engines (default: the cores, at least 2)")
     start.add_argument("--id", default=None, help="cluster id (default course-default, or COURSE_CLUSTER_ID)")
     start.add_argument("--threads", type=int, default=1, help="intra-op threads per engine without GPUs (default 1)")

@@ -38,15 +38,10 @@ import psutil
 from course import UserError, devices, mpi, slurm
 from course.devices import thread_env, visible_gpus
 
-KINDS = ("local", "mpi", "slurm")
 PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
-DEFAULT_TIMEOUT = {"local": 120.0, "mpi": 120.0, "slurm": 300.0}
 FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
 SLURM_HINT = ("install Slurm's client commands (Debian/Ubuntu: apt-get install slurm-wlm munge; on a cluster: "
               "module load slurm), or use engines='local' or 'mpi'")
-# Where the controller listens for engines: localhost for engines on this machine; for Slurm all interfaces,
-# because the engines may run on other nodes (they connect to this host's name, see `controller_location`).
-DEFAULT_CONTROLLER_IP = {"local": "127.0.0.1", "mpi": "127.0.0.1", "slurm": "*"}
 
 class ClusterError(UserError):
     """A cluster could not start, lost engines, or was asked for something the machine does not have."""
@@ -63,6 +58,146 @@ class ControllerBroken(ClusterError):
 class ClusterDown(ClusterError):
     """The cluster itself failed: engines that could not start, or a controller that died or was stopped from
     outside. Not the work's fault (the grader reports it as a grading-machinery error, not a learner's score)."""
+
+
+# ------------------------------------------------------------------------------------ the kinds of engines
+# One small class per system, as ipyparallel's cluster/launcher.py has one launcher class per system: what differs
+# between engines as local processes, in one mpiexec, or in one Slurm job. KIND is the table that start(), the
+# records and the command line choose from; the name is also the ipyparallel launcher's.
+
+class LocalEngines:
+    """Engines as processes on this machine, one per GPU or a few CPU threads each."""
+
+    name = "local"
+    default_timeout = 120.0      # seconds for all engines to connect
+    controller_ip = "127.0.0.1"  # engines on this machine reach the controller on localhost
+    controller_here = True       # the controller is a process of this host, which status() can check
+    batch_options = False        # takes a batch system's options (partition, time limit, ...)
+
+    def check_tools(self) -> None:
+        """Raise ClusterError naming what to install when engines of this kind cannot start here."""
+
+    def host_gpus(self) -> list[str]:
+        """The GPUs of this machine the engines would use (one engine each)."""
+        return visible_gpus()
+
+    def check_request(self, n: int, slurm_options: dict) -> None:
+        """Refuse `n` engines this kind cannot run, before anything starts."""
+        gpus = self.host_gpus()
+        if gpus and n > len(gpus):
+            raise ClusterError(f"more engines than GPUs: asked for {n} engines, this machine has {len(gpus)} GPU(s) "
+                               f"({', '.join(gpus)}); start at most {len(gpus)} (one per GPU)")
+
+    def engine_options(self, cluster: "Cluster") -> dict[str, Any]:
+        """Keyword arguments for ipyparallel's start_engines (the launcher's own settings)."""
+        return {}
+
+    def environment(self, settings: "_Settings") -> dict[str, str]:
+        """The engines' environment: thread limits without GPUs (OpenMP and BLAS read them once, at start)."""
+        return {} if self.host_gpus() else thread_env(settings.threads)
+
+    def launch_problem(self, engine_set) -> str:
+        """Why engines of this launcher cannot come any more, or '' while they still may."""
+        for name, launcher in list(engine_set.launchers.items()):
+            if not _process_alive(launcher.process):
+                return f"engine process {name} exited: {_tail(launcher.get_output())}"
+        return ""
+
+    def launchers(self, engine_set) -> list:
+        """The launchers whose processes run on this host (stopped with the cluster)."""
+        return list(engine_set.launchers.values())
+
+    def launcher_pid(self, engine_set) -> int:
+        """The one process that started all engines (recorded for stop --all), or -1."""
+        return -1
+
+    def job(self, engine_set) -> str:
+        """The batch job the engines run in, or ''."""
+        return ""
+
+
+class MpiEngines(LocalEngines):
+    """Engines as the ranks of one mpiexec: engine id = MPI rank."""
+
+    name = "mpi"
+
+    def check_tools(self) -> None:
+        mpi.mpiexec()  # UserError naming what to install
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            raise ClusterError("mpi4py is not installed: pip install mpi4py (MPI engines need it)") from None
+
+    def engine_options(self, cluster: "Cluster") -> dict[str, Any]:
+        command = mpi.command(cluster.settings.n)  # [mpiexec, -n, N, *flags]: the course's MPI flags, in one place
+        return dict(mpi_cmd=[command[0]], mpi_args=command[3:])
+
+    def environment(self, settings: "_Settings") -> dict[str, str]:
+        changed = {k: v for k, v in mpi.env().items() if os.environ.get(k) != v}
+        return {**changed, **super().environment(settings)}
+
+    def launch_problem(self, engine_set) -> str:
+        return "" if _process_alive(engine_set.process) else f"mpiexec exited: {_tail(engine_set.get_output())}"
+
+    def launchers(self, engine_set) -> list:
+        return [engine_set]
+
+    def launcher_pid(self, engine_set) -> int:
+        return getattr(engine_set, "pid", -1)
+
+
+class SlurmEngines(LocalEngines):
+    """Engines as the tasks of one Slurm job, maybe on other nodes."""
+
+    name = "slurm"
+    default_timeout = 300.0  # the job may wait in the queue
+    controller_ip = "*"      # all interfaces: engines on other nodes connect to this host's name (controller_location)
+    controller_here = False
+    batch_options = True
+
+    def check_tools(self) -> None:
+        missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
+        if missing:
+            raise ClusterError(f"Slurm not found ({', '.join(missing)} missing): {SLURM_HINT}")
+
+    def host_gpus(self) -> list[str]:
+        return []  # the job's nodes have their own
+
+    def check_request(self, n: int, slurm_options: dict) -> None:
+        per_node = slurm_options.get("tasks_per_node")
+        nodes = -(-n // per_node) if per_node else 1
+        try:
+            slurm.check_fits(nodes, per_node or 1, gpus_per_node=slurm_options.get("gpus_per_node") or 0,
+                             partition=slurm_options.get("partition"), ntasks=n)
+        except UserError as refused:
+            raise ClusterError(str(refused)) from None
+
+    def engine_options(self, cluster: "Cluster") -> dict[str, Any]:
+        s = cluster.settings
+        script = slurm_script(cluster.cluster_id, s.n, srun_mpi=slurm.srun_mpi_plugin(), **s.slurm)
+        # an absolute name keeps the script out of the notebook's folder (ipyparallel joins it to work_dir)
+        return dict(batch_template=script,
+                    batch_file_name=str(profile_dir() / "log" / f"slurm-engines-{cluster.cluster_id}.sbatch"))
+
+    def environment(self, settings: "_Settings") -> dict[str, str]:
+        return {} if settings.slurm.get("gpus_per_node") else thread_env(settings.threads)
+
+    def launch_problem(self, engine_set) -> str:
+        state, _ = slurm_job_state(engine_set.job_id)
+        if state is None or state in slurm.ENDED:
+            output = _tail(_read(engine_set.output_file))
+            return f"Slurm job {engine_set.job_id} {'ended' if state is None else state}" + (f": {output}" if output else "")
+        return ""
+
+    def launchers(self, engine_set) -> list:
+        return [engine_set]
+
+    def job(self, engine_set) -> str:
+        return getattr(engine_set, "job_id", "") or ""
+
+
+KIND = {kind.name: kind for kind in (LocalEngines(), MpiEngines(), SlurmEngines())}
+KINDS = tuple(KIND)
 
 
 _current: "Cluster | None" = None
@@ -434,6 +569,11 @@ class Cluster:
         return self.settings.kind
 
     @property
+    def _engines(self) -> LocalEngines:
+        """What this cluster's kind of engines does differently (KIND)."""
+        return KIND[self.settings.kind]
+
+    @property
     def n(self) -> int:
         return self.settings.n
 
@@ -473,14 +613,7 @@ class Cluster:
         from ipyparallel.error import EngineError
 
         s = self.settings
-        engine_kwargs: dict[str, Any] = {"environment": self._launch_environment()}
-        if s.kind == "mpi":
-            command = mpi.command(s.n)  # [mpiexec, -n, N, *flags]: the course's MPI flags, in one place
-            engine_kwargs.update(mpi_cmd=[command[0]], mpi_args=command[3:])
-        elif s.kind == "slurm":
-            engine_kwargs["batch_template"] = slurm_script(self.cluster_id, s.n, srun_mpi=slurm.srun_mpi_plugin(), **s.slurm)
-            # an absolute name keeps the script out of the notebook's folder (ipyparallel joins it to work_dir)
-            engine_kwargs["batch_file_name"] = str(profile_dir() / "log" / f"slurm-engines-{self.cluster_id}.sbatch")
+        engine_kwargs = {"environment": self._engines.environment(s), **self._engines.engine_options(self)}
         try:
             self._ipp.start_engines_sync(s.n, **engine_kwargs)
         except EngineError as exc:  # the engine launcher stopped at once
@@ -488,16 +621,6 @@ class Cluster:
         except subprocess.CalledProcessError as exc:  # sbatch refused the job
             output = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else str(exc.output or "")
             raise ClusterError(f"Slurm refused the engine job: {_tail(output) if output.strip() else exc}") from None
-
-    def _launch_environment(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        s = self.settings
-        if s.kind == "mpi":
-            env.update({k: v for k, v in mpi.env().items() if os.environ.get(k) != v})
-        gpu_job = bool(s.slurm.get("gpus_per_node")) if s.kind == "slurm" else bool(visible_gpus())
-        if not gpu_job:
-            env.update(thread_env(s.threads))  # before the engine starts: OpenMP and BLAS read these once
-        return env
 
     def _watch(self) -> None:
         """Make calls on this cluster fail at once with ClusterDown once its controller is gone."""
@@ -531,19 +654,7 @@ class Cluster:
         engine_set = self._engine_set()
         if engine_set is None:
             return "no engines were started"
-        if self.kind == "local":
-            for name, launcher in list(engine_set.launchers.items()):
-                if not _process_alive(launcher.process):
-                    return f"engine process {name} exited: {_tail(launcher.get_output())}"
-        elif self.kind == "mpi":
-            if not _process_alive(engine_set.process):
-                return f"mpiexec exited: {_tail(engine_set.get_output())}"
-        else:
-            state, reason = slurm_job_state(engine_set.job_id)
-            if state is None or state in slurm.ENDED:
-                output = _tail(_read(engine_set.output_file))
-                return f"Slurm job {engine_set.job_id} {'ended' if state is None else state}" + (f": {output}" if output else "")
-        return ""
+        return self._engines.launch_problem(engine_set)
 
     def _wait_for_engines(self, before: set[int]) -> None:
         from ipyparallel.error import EngineError
@@ -558,9 +669,8 @@ class Cluster:
             if problem:
                 raise ClusterDown(f"engines did not start: {problem}")
             if time.monotonic() > deadline:
-                why = ""
-                if self.kind == "slurm":
-                    job = self._engine_set().job_id
+                why, job = "", self._engines.job(self._engine_set())
+                if job:
                     state, reason = slurm_job_state(job)
                     why = f"; Slurm job {job} is {state} ({reason})" if state else ""
                 raise ClusterDown(f"only {have} of {n} engines connected within {timeout:.0f} s{why}; "
@@ -617,8 +727,8 @@ class Cluster:
         _update_record(
             self.cluster_id, cluster_id=self.cluster_id, state=state, settings=asdict(self.settings),
             persist=self.persist, engines=self.engines, controller_pid=getattr(controller, "pid", -1),
-            launcher_pid=getattr(engine_set, "pid", -1) if self.kind == "mpi" else -1,
-            slurm_job=getattr(engine_set, "job_id", "") if self.kind == "slurm" else "",
+            launcher_pid=self._engines.launcher_pid(engine_set) if engine_set is not None else -1,
+            slurm_job=self._engines.job(engine_set) if engine_set is not None else "",
             started_by_pid=self._owner[0], owner=self._owner, host=socket.gethostname())
 
     # ---- inspection
@@ -634,10 +744,10 @@ class Cluster:
             states.append(EngineState(e["id"], e["host"], e["pid"], alive, e.get("device", "")))
         controller = self._ipp.controller
         controller_alive = (not self.stopped and controller is not None and
-                            (self.kind == "slurm" or _process_alive(getattr(controller, "process", None))))
-        job, state = "", ""
-        if self.kind == "slurm" and self._engine_set() is not None:
-            job = self._engine_set().job_id
+                            (not self._engines.controller_here or _process_alive(getattr(controller, "process", None))))
+        job = self._engines.job(self._engine_set()) if self._engine_set() is not None else ""
+        state = ""
+        if job:
             found, reason = slurm_job_state(job)
             state = f"{found} ({reason})" if found and reason and reason != "None" else (found or "")
         return Status(self.cluster_id, self.kind, controller_alive, states, self.n, job, state, self.stopped)
@@ -666,9 +776,7 @@ class Cluster:
         for e in self.engines:
             if e["host"] == here and _pid_matches(e["pid"], e.get("create_time")):
                 procs.append(psutil.Process(e["pid"]))
-        launchers = [self._engine_set()] if self._engine_set() is not None else []
-        if self.kind == "local" and launchers:
-            launchers = list(launchers[0].launchers.values())
+        launchers = self._engines.launchers(self._engine_set()) if self._engine_set() is not None else []
         if include_controller and self._ipp.controller is not None:
             launchers.append(self._ipp.controller)
         for launcher in launchers:
@@ -793,22 +901,9 @@ def slurm_job_state(job_id: str) -> tuple[str | None, str]:
     return (found.state, found.reason) if found else (None, "")
 
 
-def _check_tools(kind: str) -> None:
-    if kind == "mpi":
-        mpi.mpiexec()  # UserError naming what to install
-        try:
-            import mpi4py  # noqa: F401
-        except ImportError:
-            raise ClusterError("mpi4py is not installed: pip install mpi4py (MPI engines need it)") from None
-    elif kind == "slurm":
-        missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
-        if missing:
-            raise ClusterError(f"Slurm not found ({', '.join(missing)} missing): {SLURM_HINT}")
-
-
 def default_engines(kind: str = "local") -> int:
     """Engines to start when none are asked for: one per GPU on a GPU machine, else the cores (at least 2)."""
-    gpus = visible_gpus() if kind in ("local", "mpi") else []
+    gpus = KIND[kind].host_gpus()
     return len(gpus) if gpus else max(2, os.cpu_count() or 2)
 
 
@@ -856,31 +951,21 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
     n = _check_n(n, kind)
     if threads is None or isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ClusterError(f"threads must be a positive whole number, not {threads!r}")
-    timeout = DEFAULT_TIMEOUT[kind] if timeout is None else float(timeout)
+    engines_kind = KIND[kind]
+    timeout = engines_kind.default_timeout if timeout is None else float(timeout)
     slurm_options = {k: v for k, v in dict(
         partition=partition, time_limit=time_limit, account=account, gpus_per_node=gpus_per_node,
         tasks_per_node=tasks_per_node, qos=qos, constraint=constraint, exclusive=exclusive or None,
         sbatch=[slurm.check_extra(line) for line in sbatch] if sbatch else None).items() if v is not None}
-    if slurm_options and kind != "slurm":
+    if slurm_options and not engines_kind.batch_options:
         raise ClusterError(f"{', '.join(slurm_options)} only apply to engines='slurm'")
-    _check_tools(kind)
-    if kind == "slurm":
-        nodes = -(-n // tasks_per_node) if tasks_per_node else 1
-        try:
-            slurm.check_fits(nodes, tasks_per_node or 1, gpus_per_node=gpus_per_node or 0, partition=partition,
-                             ntasks=n)
-        except UserError as refused:
-            raise ClusterError(str(refused)) from None
-    if kind in ("local", "mpi"):
-        gpus = visible_gpus()
-        if gpus and n > len(gpus):
-            raise ClusterError(f"more engines than GPUs: asked for {n} engines, this machine has {len(gpus)} GPU(s) "
-                               f"({', '.join(gpus)}); start at most {len(gpus)} (one per GPU)")
+    engines_kind.check_tools()
+    engines_kind.check_request(n, slurm_options)
     if gpus_per_node and tasks_per_node and tasks_per_node > gpus_per_node:
         raise ClusterError(f"more engines than GPUs: tasks_per_node={tasks_per_node} but gpus_per_node={gpus_per_node}; "
                            f"use one engine per GPU")
     cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
-    settings = _Settings(kind, n, threads, timeout, controller_ip or DEFAULT_CONTROLLER_IP[kind], slurm_options)
+    settings = _Settings(kind, n, threads, timeout, controller_ip or engines_kind.controller_ip, slurm_options)
     persist = _in_kernel() if persist is None else bool(persist)
 
     if _current is not None and not _current.stopped and _current.cluster_id == cid:
