@@ -869,12 +869,17 @@ def _kill_tree(process: psutil.Process) -> None:
         family = process.children(recursive=True) + [process]
     except psutil.Error:
         return
-    for p in family:
+    kill(family)
+
+
+def kill(processes: list[psutil.Process], timeout: float = 10) -> None:
+    """SIGKILL every process (those already gone are skipped) and wait up to `timeout` s for them to end."""
+    for process in processes:
         try:
-            p.kill()
+            process.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(family, timeout=10)
+    psutil.wait_procs(processes, timeout=timeout)
 
 
 def _read(path: str) -> str:

@@ -124,11 +124,7 @@ def plot_scaling(results: dict[str, dict[int, float]], images_per_epoch: int | d
         axes[2].plot(workers, [base / t for t in times], "o-", label=label)
     all_workers = sorted({w for series in results.values() for w in series})
     axes[2].plot(all_workers, all_workers, "k--", label="linear")
-    for ax, title in zip(axes, ("epoch time (s)", "throughput (images/s)", "speedup")):
-        ax.set_title(title)
-        ax.set_xlabel(xlabel)
-        ax.set_xticks(all_workers)
-        ax.grid(alpha=0.3)
+    _titles(axes, ("epoch time (s)", "throughput (images/s)", "speedup"), xlabel, all_workers)
     axes[2].legend()
     fig.tight_layout()
     return fig
@@ -421,11 +417,7 @@ def plot_strong_scaling(rows: Sequence[ScalingRow], fit: AmdahlFit | None = None
     if fit is not None:
         grid = np.linspace(1, max(workers), 50)
         axes[2].plot(grid, fit.predict(grid), ":", label=f"Amdahl, f={fit.serial_fraction:.2f}")
-    for ax, title in zip(axes, ("time per epoch (s)", "throughput (images/s)", "speedup")):
-        ax.set_title(title)
-        ax.set_xlabel(xlabel)
-        ax.set_xticks(workers)
-        ax.grid(alpha=0.3)
+    _titles(axes, ("time per epoch (s)", "throughput (images/s)", "speedup"), xlabel, workers)
     axes[2].legend()
     fig.suptitle("strong scaling: the same work on more workers")
     fig.tight_layout()
@@ -571,3 +563,12 @@ def tensorboard(logdir: str | Path = "logs", port: int = 6006) -> str:
     notebook.start(f"--logdir {logdir} --port {port}")
     print(f"TensorBoard: {url}")
     return url
+
+
+def _titles(axes, titles: tuple[str, ...], xlabel: str, workers: list) -> None:
+    """Title each panel of a scaling figure, label its x axis with the worker counts, and add a light grid."""
+    for ax, title in zip(axes, titles):
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_xticks(workers)
+        ax.grid(alpha=0.3)

@@ -113,13 +113,19 @@ def validate(row: dict[str, Any]) -> dict[str, str]:
         raise UserError(f"bad results row: {exc}") from None
 
 
-def check_file(path: str | os.PathLike) -> None:
-    """Fail now, before any training, when runs could not be appended to `path` (a results CSV)."""
+def _writable_place(path: str | os.PathLike) -> Path:
+    """`path` as a Path, if a results file could be there (not a folder, in a folder that exists)."""
     file = Path(path)
     if file.is_dir():
         raise UserError(f"the results file {file} is a directory: give a file name such as {file / 'results.csv'}")
     if not file.parent.is_dir():
         raise UserError(f"cannot write results to {file}: the folder {file.parent} does not exist")
+    return file
+
+
+def check_file(path: str | os.PathLike) -> None:
+    """Fail now, before any training, when runs could not be appended to `path` (a results CSV)."""
+    file = _writable_place(path)
     existed = file.exists()
     try:
         with open(file, "a+", newline="") as handle:
@@ -154,11 +160,7 @@ def append_row(path: str | os.PathLike, row: dict[str, Any]) -> dict[str, str]:
         except Exception:  # no login name (some containers)
             filled["learner"] = ""
     checked = validate(filled)
-    file = Path(path)
-    if file.is_dir():
-        raise UserError(f"the results file {file} is a directory: give a file name such as {file / 'results.csv'}")
-    if not file.parent.is_dir():
-        raise UserError(f"cannot write results to {file}: the folder {file.parent} does not exist")
+    file = _writable_place(path)
     line = io.StringIO()
     csv.writer(line, lineterminator="\n").writerow([checked[name] for name in FIELDS])
     try:

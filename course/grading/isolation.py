@@ -42,12 +42,7 @@ def end_cluster(cluster_id: str) -> None:
                 left.append(proc)
         except psutil.Error:
             continue
-    for proc in left:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(left, timeout=10)
+    cluster.kill(left)
 
 
 class IsolatedKernelManager(AsyncKernelManager):
