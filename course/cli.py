@@ -111,9 +111,10 @@ def add_cluster(commands) -> None:
     start.add_argument("--threads", type=int, default=1, help="intra-op threads per engine without GPUs (default 1)")
     start.add_argument("--timeout", type=float, default=None, help="seconds to wait for the engines")
     start.add_argument("--controller-ip", default=None, help="where the controller listens (default 127.0.0.1; '*' for Slurm)")
-    for name, what in (("partition", "Slurm partition"), ("time-limit", "Slurm time limit, e.g. 1:00:00"),
-                       ("account", "Slurm account")):
-        start.add_argument(f"--{name}", default=None, help=what)
+    start.add_argument("--partition", default=None, help="Slurm partition")
+    start.add_argument("--time", dest="time_limit", default=None, help="Slurm time limit HH:MM:SS, as in course job")
+    start.add_argument("--time-limit", dest="time_limit", help=argparse.SUPPRESS)  # its older name
+    start.add_argument("--account", default=None, help="Slurm account")
     start.add_argument("--gpus-per-node", type=int, default=None, help="Slurm: GPUs per node (one engine per GPU)")
     start.add_argument("--tasks-per-node", type=int, default=None, help="Slurm: engines per node")
     add_site_options(start)
@@ -291,7 +292,10 @@ def add_train(commands) -> None:
     train.add_argument("--results", default=None, metavar="FILE", help="append one row per run to this CSV (class results)")
     train.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N training and test images")
     train.add_argument("--learning-rate", type=float, default=None, help="SGD learning rate (default: the network's)")
-    train.add_argument("--engines", type=int, default=None, help="engines of the private cluster (default: cores, at least 2)")
+    train.add_argument("-n", dest="engines", type=int, default=None,
+                       help="engines of the private cluster, as in cluster start (default: cores, at least 2)")
+    train.add_argument("--engines", dest="engines", type=int, help=argparse.SUPPRESS)  # its older name: a count here,
+    # where cluster start's --engines is a kind
     train.add_argument("--cluster-id", default=None, help="use this running cluster (python -m course cluster start) instead")
     train.set_defaults(func=cmd_train)
 

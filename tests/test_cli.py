@@ -39,3 +39,14 @@ def test_version_is_the_packages():
 
     result = run_course("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"course {version('ddl-hpc-course')}", result.stdout
+
+
+@pytest.mark.parametrize("argv, dest, value", [
+    (["train", "-n", "3"], "engines", 3), (["train", "--engines", "3"], "engines", 3),  # the count's older name
+    (["cluster", "start", "--time", "0:30:00"], "time_limit", "0:30:00"),
+    (["cluster", "start", "--time-limit", "0:30:00"], "time_limit", "0:30:00"),       # the limit's older name
+])
+def test_one_vocabulary_and_the_older_names_still_work(argv, dest, value):
+    from course.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), dest) == value

@@ -61,7 +61,7 @@ def test_a_real_run_prints_the_seed_lines_and_appends_a_row_per_run(tmp_path):
     out = tmp_path / "class.csv"
     results.append_row(out, {"strategy": "sync", "workers": 1, "elapsed_s": 9.5, "learner": "earlier"})
     done = run_course("train", "--workers", "3", "--epochs", "2", "--sync", "2", "--runs", "2", "--limit", "120",
-                      "--batch-size", "20", "--engines", "2", "--results", str(out), env=offline_env(tmp_path),
+                      "--batch-size", "20", "-n", "2", "--results", str(out), env=offline_env(tmp_path),
                       timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     text = done.stdout
