@@ -8,6 +8,7 @@ submission against the instructor's tests), `grade` (a class folder, in parallel
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 ASSIGNMENT = "ddl-hpc"          # the nbgrader assignment id of the course (see nbgrader_config.py)
 CELL_TIMEOUT = 300              # seconds per cell: generous for the quick profile's training cells
@@ -64,3 +65,15 @@ def size_words(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} bytes"
+
+
+def row(student: str, notebook: str, status: str, message: str, cell: str = "", points: Any = 0,
+        max_points: Any = 0) -> dict:
+    """One row of grades.csv (FIELDS): a graded cell's score, or a note about the whole notebook (cell "")."""
+    return dict(student=student, notebook=notebook, cell=cell, points=points, max_points=max_points,
+                status=status, message=message)
+
+
+def number(x: float) -> float | int:
+    """Points as people write them: 2, not 2.0; at most two decimals."""
+    return int(x) if float(x).is_integer() else round(float(x), 2)

@@ -5,8 +5,9 @@ nbgrader's SaveCells (`gradebook()`, once per notebook). Each submission is then
 nbgrader's autograder does it (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
 CheckCellMetadata), executed under limits (course.grading.execute), and scored by LimitOutput and
 SaveAutoGrades. Around that we add what a class needs: tampering reported in words, deleted test
-cells put back, cells a dead kernel never ran scored as not run (nbgrader would count a cell with
-no output as passed), and one row per graded cell with a plain-words message.
+cells put back (RestoreInstructorCells), cells a dead kernel never ran scored as not run (MarkNotRun:
+nbgrader would count a cell with no output as passed), and one row per graded cell with a plain-words
+message. The steps are the two named lists BEFORE_RUN and AFTER_RUN, as in nbgrader's converters/autograde.py.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
 
-from course.grading import ASSIGNMENT, quiet_log
+from course.grading import ASSIGNMENT, number, quiet_log, row
 from course.grading import explain
 from course.grading.execute import MAX_OUTPUT, Outcome, run, size_words
 
@@ -178,6 +180,28 @@ def _metadata(cell: Cell) -> dict:
     return meta
 
 
+class RestoreInstructorCells(Preprocessor):
+    """Reset every nbgrader cell's metadata to the instructor's and put deleted test cells back, saying in words
+    what was found (resources["course"]: notes for the notebook, per_cell notes by grade_id)."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        notes, per_cell = repair(nb, resources["course"]["spec"])
+        resources["course"].update(notes=notes, per_cell=per_cell)
+        return nb, resources
+
+
+class MarkNotRun(Preprocessor):
+    """Cells the kernel never ran (it died or hit a limit) get an error output, so SaveAutoGrades scores them 0."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        outcome, reason = resources["course"]["outcome"], resources["course"]["stop"]
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type == "code" and cell.source.strip() and index not in outcome.executed:
+                cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=reason or "not run",
+                                                       traceback=[])]
+        return nb, resources
+
+
 def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
     """Reset nbgrader metadata to the instructor's, put deleted test cells back; report it in words.
 
@@ -262,16 +286,24 @@ def grade(job: Job) -> Result:
 def _whole(job: Job, status: str, message: str) -> Result:
     """Every graded cell at zero with the same reason (the notebook could not be run)."""
     spec = job.spec
-    rows = [dict(student=job.student, notebook=spec.notebook, cell=c.grade_id, points=0, max_points=_num(c.points),
-                 status=status, message=message) for c in spec.graded]
+    rows = [row(job.student, spec.notebook, status, message, c.grade_id, 0, number(c.points)) for c in spec.graded]
     text = _feedback(job, rows, [message])
     return Result(rows, text)
 
 
-def _grade(job: Job) -> Result:
-    from nbgrader.api import Gradebook
+def steps() -> tuple[list[type], list[type]]:
+    """The preprocessors that run before the submission is executed, and after: nbgrader's own, and ours."""
     from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds, LimitOutput,
                                         OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+
+    before_run = [RestoreInstructorCells, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                  CheckCellMetadata]
+    after_run = [MarkNotRun, LimitOutput, SaveAutoGrades]
+    return before_run, after_run
+
+
+def _grade(job: Job) -> Result:
+    from nbgrader.api import Gradebook
 
     spec = job.spec
     nb = parse(job.data)
@@ -283,19 +315,20 @@ def _grade(job: Job) -> Result:
         with Gradebook(url) as gb:
             gb.add_student(job.student)
             gb.add_submission(ASSIGNMENT, job.student)
-        notes, per_cell = repair(nb, spec)
         resources = {"nbgrader": {"notebook": spec.notebook, "assignment": ASSIGNMENT, "student": job.student,
-                                  "db_url": url}, "metadata": {"path": str(work)}}
+                                  "db_url": url}, "metadata": {"path": str(work)}, "course": {"spec": spec}}
         log = quiet_log()
-        for pp in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
-            nb, resources = pp(log=log).preprocess(nb, resources)
-        outcome = run(nb, str(work), job.timeout, job.memory)
+        before_run, after_run = steps()
+        for step in before_run:
+            nb, resources = step(log=log).preprocess(nb, resources)
+        outcome = run(nb, str(work), job.timeout, job.memory)  # under the limits (course.grading.execute)
         stop = ""
         if outcome.stopped:
             stop = explain.stop_words(outcome, _label(nb, outcome.stopped_cell), job.timeout, job.memory)
-        _mark_not_run(nb, outcome, stop)
-        for pp in (LimitOutput, SaveAutoGrades):
-            nb, resources = pp(log=log).preprocess(nb, resources)
+        resources["course"].update(outcome=outcome, stop=stop)
+        for step in after_run:
+            nb, resources = step(log=log).preprocess(nb, resources)
+        notes, per_cell = resources["course"]["notes"], resources["course"]["per_cell"]
         with Gradebook(url) as gb:
             scores = {g.name: (g.auto_score, g.max_score)
                       for g in gb.find_submission_notebook(spec.notebook, ASSIGNMENT, job.student).grades}
@@ -307,17 +340,15 @@ def _grade(job: Job) -> Result:
     rows = _rows(job, nb, scores, outcome, per_cell)
     if outcome.stopped:
         notes.insert(0, stop)
-        rows.append(dict(student=job.student, notebook=spec.notebook, cell="", points=0, max_points=0,
-                         status={"memory": "memory", "timeout": "timeout"}.get(outcome.stopped, "crashed"),
-                         message=stop))
+        rows.append(row(job.student, spec.notebook,
+                        {"memory": "memory", "timeout": "timeout"}.get(outcome.stopped, "crashed"), stop))
     if outcome.truncated:
         labels = ", ".join(_label(nb, i) for i in sorted(outcome.truncated))
         notes.append(f"output was cut at {size_words(MAX_OUTPUT)} per cell in {labels}")
     if job.note:
         notes.insert(0, job.note)
     for note in notes[1:] if outcome.stopped else notes:
-        rows.append(dict(student=job.student, notebook=spec.notebook, cell="", points=0, max_points=0,
-                         status="warning", message=note))
+        rows.append(row(job.student, spec.notebook, "warning", note))
     return Result(rows, _feedback(job, rows, notes, nb))
 
 
@@ -335,17 +366,9 @@ def _machinery(job: Job, detail: str) -> Result:
     """Rows for a submission the grading machinery failed on: status error, no points (not the learner's score)."""
     message = (f"not graded: the grading machinery failed, not this submission ({detail}); "
                f"it was not saved, so the next `course grade` grades it again")
-    rows = [dict(student=job.student, notebook=job.spec.notebook, cell=c.grade_id, points="", max_points=_num(c.points),
-                 status="error", message=message) for c in job.spec.graded]
+    rows = [row(job.student, job.spec.notebook, "error", message, c.grade_id, "", number(c.points))
+            for c in job.spec.graded]
     return Result(rows, _feedback(job, rows, [message]), machinery=detail)
-
-
-def _mark_not_run(nb: NotebookNode, outcome: Outcome, reason: str) -> None:
-    """Give cells the kernel never ran an error output, so nbgrader scores them 0 (not full marks)."""
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and cell.source.strip() and index not in outcome.executed:
-            cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=reason or "not run",
-                                                   traceback=[])]
 
 
 def _answer_trouble(nb: NotebookNode, index: int, timeout: float) -> str:
@@ -366,8 +389,8 @@ def _rows(job: Job, nb: NotebookNode, scores: dict, outcome: Outcome, per_cell: 
     for source in job.spec.graded:
         index = where.get(source.grade_id)
         if index is None:  # could not be put back (should not happen): zero, and say so
-            rows.append(dict(student=job.student, notebook=job.spec.notebook, cell=source.grade_id, points=0,
-                             max_points=_num(source.points), status="missing", message="this test cell is missing"))
+            rows.append(row(job.student, job.spec.notebook, "missing", "this test cell is missing", source.grade_id, 0,
+                            number(source.points)))
             continue
         cell = nb.cells[index]
         auto, maximum = scores.get(source.grade_id, (0, source.points))
@@ -394,13 +417,9 @@ def _rows(job: Job, nb: NotebookNode, scores: dict, outcome: Outcome, per_cell: 
                 message += f" (answer {trouble})"
         if source.grade_id in per_cell:
             message = f"{message}; {per_cell[source.grade_id]}" if message else per_cell[source.grade_id]
-        rows.append(dict(student=job.student, notebook=job.spec.notebook, cell=source.grade_id,
-                         points=_num(points), max_points=_num(maximum), status=status, message=message))
+        rows.append(row(job.student, job.spec.notebook, status, message, source.grade_id, number(points),
+                        number(maximum)))
     return rows
-
-
-def _num(x: float) -> float | int:
-    return int(x) if float(x).is_integer() else round(float(x), 2)
 
 
 def _feedback(job: Job, rows: list[dict], notes: list[str], nb: NotebookNode | None = None) -> str:
@@ -408,8 +427,8 @@ def _feedback(job: Job, rows: list[dict], notes: list[str], nb: NotebookNode | N
     graded = [r for r in rows if r["cell"]]
     got = sum(float(r["points"] or 0) for r in graded)
     total = sum(float(r["max_points"]) for r in graded)
-    score = (f"{_num(got)} / {_num(total)} points" if all(r["points"] != "" for r in graded)
-             else f"not graded yet (out of {_num(total)} points): see the note below")
+    score = (f"{number(got)} / {number(total)} points" if all(r["points"] != "" for r in graded)
+             else f"not graded yet (out of {number(total)} points): see the note below")
     lines = [f"Feedback for {job.student} on {job.spec.notebook} (file: {job.file})", f"Score: {score}", ""]
     width = max([len(r["cell"]) for r in graded] + [4])
     for r in graded:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course import UserError
-from course.grading import solutions_dir
+from course.grading import number, row, solutions_dir
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # nbgrader is imported only once there is something to grade
@@ -43,11 +43,6 @@ class Plan:
     jobs: list[Job] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)
     students: list[str] = field(default_factory=list)
-
-
-def _row(student: str, notebook: str, status: str, message: str, cell: str = "", points=0, max_points=0) -> dict:
-    return dict(student=student, notebook=notebook, cell=cell, points=points, max_points=max_points,
-                status=status, message=message)
 
 
 def _normal(name: str) -> str:
@@ -108,7 +103,7 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
     students = sorted(p for p in submissions.iterdir() if not p.name.startswith("."))
     for entry in students:
         if not entry.is_dir():
-            result.rows.append(_row("", entry.name, "misplaced",
+            result.rows.append(row("", entry.name, "misplaced",
                                     f"{entry.name} is not in a student folder; put it in {submissions.name}/<student>/"))
             continue
         student = entry.name
@@ -117,22 +112,22 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
         chosen: dict[str, tuple[Path, bytes, str]] = {}
         for file in files:
             if file.suffix.lower() != ".ipynb":
-                result.rows.append(_row(student, file.name, "not a notebook",
+                result.rows.append(row(student, file.name, "not a notebook",
                                         f"{file.name} is not a notebook (.ipynb), so it was not graded"))
                 continue
             data = file.read_bytes()
             name, how = identify(file, data, names, ids)
             if name is None:
-                result.rows.append(_row(student, file.stem, "unknown",
+                result.rows.append(row(student, file.stem, "unknown",
                                         f"{file.name} is not a notebook of this course, so it was not graded; "
                                         f"the course notebooks are: {', '.join(n + '.ipynb' for n in names)}"))
                 continue
             if name in chosen and (how or not chosen[name][2]):
-                result.rows.append(_row(student, name, "warning", f"{file.name} was not graded: "
+                result.rows.append(row(student, name, "warning", f"{file.name} was not graded: "
                                         f"{chosen[name][0].name} was graded for {name}"))
                 continue
             if name in chosen:
-                result.rows.append(_row(student, name, "warning", f"{chosen[name][0].name} was not graded: "
+                result.rows.append(row(student, name, "warning", f"{chosen[name][0].name} was not graded: "
                                         f"{file.name} was graded for {name}"))
             chosen[name] = (file, data, how)
         wanted[student] = list(chosen.values())
@@ -151,9 +146,9 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
             empty = student in empty_folders
             why = f"the folder {student}/ is empty" if empty else f"no {name}.ipynb in {student}/"
             for cell in specs[name].graded:
-                result.rows.append(_row(student, name, "missing", why, cell.grade_id, 0, _num(cell.points)))
+                result.rows.append(row(student, name, "missing", why, cell.grade_id, 0, number(cell.points)))
         if student in empty_folders and not specs:
-            result.rows.append(_row(student, "", "empty", f"the folder {student}/ has no notebooks"))
+            result.rows.append(row(student, "", "empty", f"the folder {student}/ has no notebooks"))
     return result, {name: fingerprint(p) for name, p in sources.items()}
 
 
@@ -183,10 +178,6 @@ def _check_kernel(source: Path) -> None:
     except NoSuchKernel:
         raise UserError(f"{source.name} runs on the Jupyter kernel {name!r}, which is not installed here; "
                         f"run `make setup` (it registers the course kernel)") from None
-
-
-def _num(x: float):
-    return int(x) if float(x).is_integer() else round(float(x), 2)
 
 
 def _key(job: Job, solution_hash: str) -> str:
@@ -265,11 +256,11 @@ def totals(rows: list[dict], students: list[str]) -> list[dict]:
     for student, notebooks in per.items():
         ungraded = [name for name, (_, _, failed) in notebooks.items() if failed]
         for name, (got, total, failed) in sorted(notebooks.items()):
-            out.append(dict(student=student, notebook=name, points="" if failed else _num(got), max_points=_num(total),
+            out.append(dict(student=student, notebook=name, points="" if failed else number(got), max_points=number(total),
                             note="not graded: the grading machinery failed; run course grade again" if failed else ""))
         got = sum(v[0] for v in notebooks.values())
         total = sum(v[1] for v in notebooks.values())
-        out.append(dict(student=student, notebook="TOTAL", points="" if ungraded else _num(got), max_points=_num(total),
+        out.append(dict(student=student, notebook="TOTAL", points="" if ungraded else number(got), max_points=number(total),
                         note=f"incomplete: {', '.join(ungraded)} not graded yet" if ungraded else ""))
     return out
 
