@@ -146,7 +146,7 @@ def test_inout_numpy_block_and_future_updated_in_place(fresh):
     assert compss_wait_on(v).tolist() == [4.0, 4.0, 4.0]
 
 
-def test_synchronised_tells_a_stale_object_from_the_value_compss_wait_on_returned(fresh):
+def test_synchronised_tells_a_stale_object_from_the_value_compss_wait_on_returned_and_waits_counts(fresh):
     @task(c=INOUT)
     def add_one(c):
         c += 1
@@ -167,6 +167,9 @@ def test_synchronised_tells_a_stale_object_from_the_value_compss_wait_on_returne
     future = two()
     assert not tasks.synchronised(future) and not tasks.synchronised((1, future))
     assert tasks.synchronised(compss_wait_on(future))
+    assert tasks.waits() == 3                   # the program's compss_wait_on calls since reset()
+    tasks.reset()
+    assert tasks.waits() == 0
 
 
 def test_commutative_updates_run_one_at_a_time_in_any_order(fresh):
