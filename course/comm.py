@@ -8,6 +8,9 @@ not divide by the number of ranks (chunks come from `np.array_split`).
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -200,3 +203,71 @@ def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int
         counts = total[:, -1:]
         centroids = np.where(counts > 0, total[:, :-1] / np.maximum(counts, 1), centroids)
     return centroids
+
+
+# --- running a learner's collective on more ranks than the notebook's engines --------------------------------
+
+_RANK_PROGRAM = """
+import pickle, sys, traceback
+sys.path.insert(0, sys.argv[1])
+from mpi4py import MPI
+rank = MPI.COMM_WORLD.Get_rank()
+out = f"{sys.argv[3]}.{rank}"
+try:
+    with open(sys.argv[2], "rb") as f:
+        function, args = pickle.load(f)
+    result = ("ok", function(*args))
+except BaseException as exc:
+    result = ("error", f"{type(exc).__name__}: {exc}")
+with open(out, "wb") as f:
+    pickle.dump(result, f)
+if result[0] == "error":
+    MPI.COMM_WORLD.Abort(1)
+"""
+
+
+def on_ranks(function: Callable, ranks: int, *args, timeout: float = 120) -> list:
+    """`function(*args)` on every rank of a new `mpiexec -n RANKS` job; the results, by rank.
+
+    For checking a learner's collective on more ranks than the notebook's engines: `function` may be
+    defined in the notebook (it travels by value, with cloudpickle). An exception on a rank, or a job that
+    does not finish within `timeout` seconds (a send with no matching receive), raises AssertionError
+    with one line that says which rank and what happened.
+    """
+    import os
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    import cloudpickle
+
+    from course import mpi
+
+    root = str(Path(__file__).resolve().parent.parent)
+    with tempfile.TemporaryDirectory(prefix="course-ranks-") as tmp:
+        job, out = Path(tmp) / "job.pkl", Path(tmp) / "result"
+        job.write_bytes(cloudpickle.dumps((function, args)))
+        command = mpi.command(ranks, sys.executable, "-c", _RANK_PROGRAM, root, str(job), str(out))
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=mpi.env(), start_new_session=True)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise AssertionError(f"{getattr(function, '__name__', 'the function')} did not finish within "
+                                 f"{timeout:.0f} s on {ranks} ranks: does every send have a matching receive "
+                                 "on the neighbour?") from None
+        results = []
+        for rank in range(ranks):
+            path = Path(f"{out}.{rank}")
+            if not path.exists():
+                continue
+            status, value = pickle.loads(path.read_bytes())
+            if status == "error":
+                raise AssertionError(f"on {ranks} ranks, rank {rank} raised {value}")
+            results.append(value)
+        if len(results) != ranks:
+            last = (output or "").strip().splitlines()[-1:] or ["no output"]
+            raise AssertionError(f"the job on {ranks} ranks ended before every rank returned: {last[0]}")
+        return results

@@ -77,3 +77,31 @@ def test_fit_alpha_beta_keeps_the_latency_under_noise():
     alpha, beta = comm.fit_alpha_beta(sizes, (2e-6 + sizes * 5e-10) * noise)
     assert alpha == pytest.approx(2e-6, rel=0.2)
     assert beta == pytest.approx(5e-10, rel=0.2)
+
+
+@pytest.mark.slow
+def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or_hanging_rank():
+    def rank_and_sum(offset):
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD
+        return world.Get_rank(), world.allreduce(world.Get_rank() + offset)
+
+    assert comm.on_ranks(rank_and_sum, 3, 10) == [(0, 33), (1, 33), (2, 33)]
+
+    def fails_on_rank_two():
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 2:
+            raise ValueError("chunk index out of range")
+        MPI.COMM_WORLD.Barrier()
+
+    with pytest.raises(AssertionError, match=r"^on 3 ranks, rank 2 raised ValueError: chunk index out of range$"):
+        comm.on_ranks(fails_on_rank_two, 3)
+
+    def waits_for_a_message_never_sent():
+        import numpy as np
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            MPI.COMM_WORLD.Recv(np.empty(1), source=1)
+
+    with pytest.raises(AssertionError, match="did not finish within 5 s on 3 ranks"):
+        comm.on_ranks(waits_for_a_message_never_sent, 3, timeout=5)

@@ -144,6 +144,32 @@ def test_inout_numpy_block_and_future_updated_in_place(fresh):
     assert compss_wait_on(v).tolist() == [4.0, 4.0, 4.0]
 
 
+def test_synchronised_tells_a_stale_object_from_the_value_compss_wait_on_returned_and_waits_counts(fresh):
+    @task(c=INOUT)
+    def add_one(c):
+        c += 1
+
+    block, untouched = np.zeros(2), np.zeros(2)
+    add_one(block)
+    assert not tasks.synchronised(block) and not tasks.synchronised([[untouched, block]])
+    compss_wait_on(block)                       # the result discarded: the notebook's block is still the old one
+    assert not tasks.synchronised(block) and block.tolist() == [0.0, 0.0]
+    fetched = compss_wait_on(block)
+    assert tasks.synchronised(fetched) and fetched.tolist() == [1.0, 1.0]
+    assert tasks.synchronised({"a": untouched, "b": [1, "x"]})
+
+    @task(returns=1)
+    def two():
+        return 2
+
+    future = two()
+    assert not tasks.synchronised(future) and not tasks.synchronised((1, future))
+    assert tasks.synchronised(compss_wait_on(future))
+    assert tasks.waits() == 3                   # the program's compss_wait_on calls since reset()
+    tasks.reset()
+    assert tasks.waits() == 0
+
+
 def test_commutative_updates_run_one_at_a_time_in_any_order(fresh):
     @task(log=COMMUTATIVE)
     def record(log, i):

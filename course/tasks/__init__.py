@@ -17,11 +17,11 @@ from course.tasks.runtime import COMPSsException, Future, TaskError, TaskGroup, 
 from course.tasks.sync import (compss_barrier, compss_barrier_group, compss_cancel_group, compss_delete_file,
                                compss_delete_object, compss_file_exists, compss_get_number_of_resources, compss_open,
                                compss_start, compss_stop, compss_wait_on, compss_wait_on_directory,
-                               compss_wait_on_file)
-from course.tasks.views import Stats, graph, history, stats, trace
+                               compss_wait_on_file, synchronised)
+from course.tasks.views import Stats, graph, history, stats, trace, waits
 
 __all__ = [*_parameters, "COMPSsException", "Future", "TaskError", "TaskGroup", "constraint", "on_failure", "reset",
            "task", "compss_barrier", "compss_barrier_group", "compss_cancel_group", "compss_delete_file",
            "compss_delete_object", "compss_file_exists", "compss_get_number_of_resources", "compss_open",
            "compss_start", "compss_stop", "compss_wait_on", "compss_wait_on_directory", "compss_wait_on_file",
-           "Stats", "graph", "history", "stats", "trace"]
+           "synchronised", "Stats", "graph", "history", "stats", "trace", "waits"]

@@ -149,6 +149,7 @@ class Runtime:
         self.functions: set[str] = set()
         self.groups: dict[str, list[Task]] = {}  # TaskGroup name -> its tasks
         self.open_groups: list[str] = []
+        self.waits = 0  # compss_wait_on calls of the program in this graph
         self.start_time = time.time()
         self._setup(engines)
 

@@ -11,6 +11,7 @@ from course.tasks import runtime
 def compss_wait_on(*objs: Any, **_ignored: Any) -> Any:
     """The value(s) of Futures or task-updated objects, also inside lists, tuples and dicts (waits for them)."""
     rt = runtime.current()
+    rt.waits += 1
     values = [rt.wait_on(obj) for obj in objs]
     return values[0] if len(values) == 1 else values
 
@@ -89,3 +90,22 @@ def compss_cancel_group(group_name: str) -> None:
 def compss_get_number_of_resources() -> int:
     """How many engines run tasks (PyCOMPSs: worker nodes)."""
     return len(runtime.current().ids)
+
+
+def synchronised(obj: Any) -> bool:
+    """Whether the notebook's `obj` is up to date: False for a Future, or for an object a task has updated
+    (its new version is on the engines; `obj = compss_wait_on(obj)` brings it back), also inside lists,
+    tuples and dicts. Checks use it to tell a learner that a result of compss_wait_on was not assigned."""
+    from course.tasks.runtime import Future, _immutable
+    if isinstance(obj, Future):
+        return False
+    rt = runtime.current(start=False)
+    if rt is not None and not _immutable(obj):
+        datum = rt.objects.get(id(obj))
+        if datum is not None and datum.obj is obj and (datum.writer is not None or datum.group is not None):
+            return False
+    if isinstance(obj, (list, tuple)):
+        return all(synchronised(v) for v in obj)
+    if isinstance(obj, dict):
+        return all(synchronised(v) for v in obj.values())
+    return True

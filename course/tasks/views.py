@@ -59,6 +59,12 @@ class Stats:
         printer.text(str(self))
 
 
+def waits() -> int:
+    """How many times the program has called compss_wait_on since the last reset() (0 without a task graph)."""
+    rt = runtime.current(start=False)
+    return rt.waits if rt is not None else 0
+
+
 def stats() -> Stats:
     """Tasks, total work, critical path and average parallelism of the current graph (waits for it)."""
     records = [r for r in history() if r["start"] is not None]
