@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = {k: (v.format(rank=rank) if v else None) for k, v in
              dict(checkpoint_dir=args.checkpoint_dir, log_dir=args.log_dir, save=args.save, summary=args.summary,
                   results=args.results).items()}
-    # One write per line: the job script runs Python unbuffered, where print() writes the text and its newline
-    # separately, and mpirun could then put another rank's line between the two.
+    # One write per line, even where Python runs unbuffered (PYTHONUNBUFFERED): print() would write the text and its
+    # newline separately, and mpiexec could put another rank's line between the two.
     print(f"rank {rank} of {size}, local rank {hvd.local_rank()}, device {training.horovod_device()} "
           f"on {socket.gethostname()}\n", end="", flush=True)
     if paths["results"] and not results_file_ok(paths["results"], rank):   # before any training: every rank stops

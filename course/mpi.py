@@ -31,8 +31,12 @@ JOB_FLAGS = (*BIND_FLAGS, "--map-by", "slot")
 
 
 def env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for `mpiexec`: `base` (default os.environ) plus the settings Open MPI needs here."""
+    """The environment for `mpiexec`: `base` (default os.environ) plus the settings Open MPI needs here, and ranks
+    that write whole lines (not PYTHONUNBUFFERED)."""
     result = dict(os.environ if base is None else base)
+    # Unbuffered, Python writes a print's text and its newline separately, and mpiexec can put another rank's line
+    # between the two; buffered, a print with flush=True is one write of a whole line.
+    result.pop("PYTHONUNBUFFERED", None)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         for key, value in ROOT_SETTINGS.items():
             result.setdefault(key, value)

@@ -36,3 +36,13 @@ def test_mpiexec_two_ranks():
     result = subprocess.run(mpi.command(2, sys.executable, PROGRAM), capture_output=True, text=True, timeout=300,
                             env=mpi.env())
     expect_two_ranks_summed(result)
+
+
+def test_ranks_run_buffered_so_their_lines_do_not_mix():
+    """Unbuffered ranks write a print's text and newline apart, and mpiexec then interleaves two ranks' lines
+    mid-line (seen in CI, where PYTHONUNBUFFERED=1): the course's launches and job scripts run ranks buffered."""
+    from course import jobs
+
+    assert "PYTHONUNBUFFERED" not in mpi.env({"PYTHONUNBUFFERED": "1", "PATH": os.environ["PATH"]})
+    script = jobs.script(jobs.Request("horovod", nodes=2))
+    assert "unset PYTHONUNBUFFERED" in script.splitlines()
