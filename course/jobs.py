@@ -213,8 +213,8 @@ def script(request: Request, command_line: str | None = None) -> str:
               "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
               'echo "job ${SLURM_JOB_ID} \'${SLURM_JOB_NAME}\': ${SLURM_JOB_NUM_NODES} node(s) [${SLURM_JOB_NODELIST}],'
               ' ${SLURM_NTASKS} task(s), ${SLURM_CPUS_PER_TASK} CPU(s) per task, started $(date -Iseconds)"',
-              "# whole lines: unbuffered, Python writes a print's text and newline apart and mpiexec may put another"
-              " rank's line between (the programs flush each line)",
+              "# whole lines: unbuffered, Python writes a print's text and newline apart, and another rank's line"
+              " may land between (the programs flush each line)",
               "unset PYTHONUNBUFFERED",
               "# threads per process = the CPUs Slurm gave each task (else N processes oversubscribe the cores)",
               "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
