@@ -32,3 +32,52 @@ def test_a_limit_that_is_not_a_positive_number_is_one_line(command, value, tmp_p
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("course: error: --timeout must be a positive number"), lines
     assert not (tmp_path / "x").exists(), "nothing is graded with a limit that is not one"
+
+
+def _kernel_that_fails_to_start(root, times: int) -> str:
+    """A real kernelspec whose first `times` starts exit at once (as when a port is taken), then a real ipykernel."""
+    import json
+    import sys
+
+    spec_dir = root / "kernels" / "flaky"
+    spec_dir.mkdir(parents=True)
+    launcher = root / "flaky_kernel.py"
+    launcher.write_text(
+        "import os, sys\n"
+        f"counter = {str(root / 'starts')!r}\n"
+        "n = len(open(counter).read()) if os.path.exists(counter) else 0\n"
+        "open(counter, 'a').write('x')\n"
+        f"if n < {times}:\n"
+        "    sys.exit(1)\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', *sys.argv[1:]])\n")
+    (spec_dir / "kernel.json").write_text(json.dumps(
+        {"argv": [sys.executable, str(launcher), "-f", "{connection_file}"], "display_name": "flaky",
+         "language": "python"}))
+    return "flaky"
+
+
+def _two_cells():
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# two cells"),
+                                           nbformat.v4.new_code_cell("x = 6 * 7"), nbformat.v4.new_code_cell("print(x)")])
+
+
+@pytest.mark.slow
+def test_a_kernel_that_fails_to_start_once_is_started_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    nb = _two_cells()
+    outcome = run(nb, str(tmp_path), 30, 2**30, kernel_name=_kernel_that_fails_to_start(tmp_path, 1))
+    assert outcome.stopped is None, (outcome.stopped, outcome.detail)
+    assert (tmp_path / "starts").read_text() == "xx", "the kernel should have been started exactly twice"
+    assert [o.get("text") for o in nb.cells[2].outputs] == ["42\n"]
+    assert len(nb.cells) == 3 and nb.cells[0].cell_type == "markdown"
+
+
+@pytest.mark.slow
+def test_a_kernel_that_never_starts_is_the_graders_trouble_not_a_crash(tmp_path, monkeypatch):
+    from course.grading import explain
+
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    outcome = run(_two_cells(), str(tmp_path), 30, 2**30, kernel_name=_kernel_that_fails_to_start(tmp_path, 99))
+    assert outcome.stopped == "nostart" and not outcome.executed, (outcome.stopped, outcome.executed)
+    words = explain.stop_words(outcome, "", 30, 2**30)
+    assert "could not start a kernel" in words and "crash" not in words, words

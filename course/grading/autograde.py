@@ -335,6 +335,8 @@ def _grade(job: Job) -> Result:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     broken = _machinery_failure(nb)
+    if outcome.stopped == "nostart":  # no code of the learner ran: not their score to lose
+        broken = f"the kernel would not start: {outcome.detail}"
     if broken:
         return _machinery(job, broken)
     rows = _rows(job, nb, scores, outcome, per_cell)

@@ -12,6 +12,7 @@ Limits, so that one hostile notebook cannot stall or sink a grading run:
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import subprocess
@@ -31,6 +32,7 @@ from course import UserError
 from course.grading import parse_memory, quiet_log, size_words  # noqa: F401  (re-exported)
 
 MAX_OUTPUT = 2**20  # bytes of output kept per cell
+START_ATTEMPTS = 3  # tries to start a kernel before the grader gives up on it
 GRACE = 30  # seconds a timed-out cell's kernel gets to honour the interrupt before it is killed
 
 
@@ -49,7 +51,7 @@ def check_timeout(seconds: float) -> float:
 
 @dataclass
 class Outcome:
-    """How a run ended: `stopped` is None (ran to the end), 'timeout', 'memory' or 'died'."""
+    """How a run ended: `stopped` is None (ran to the end), 'timeout', 'memory', 'died' or 'nostart'."""
 
     executed: set[int] = field(default_factory=set)
     stopped: str | None = None
@@ -175,11 +177,28 @@ class LimitedExecute(Execute):
 
 
 def run(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_name: str | None = None) -> Outcome:
-    """Execute `nb` in place (outputs land in its cells) under the limits; returns how it ended."""
+    """Execute `nb` in place (outputs land in its cells) under the limits; returns how it ended.
+
+    A kernel that dies before the notebook's first code cell ran (a port taken by another kernel
+    starting at the same moment, say) is the grading machine's trouble, not the learner's: the start
+    is tried `START_ATTEMPTS` times, and if it never succeeds the outcome is 'nostart'."""
+    timeout = check_timeout(timeout)
+    pristine = copy.deepcopy(nb)
+    for _ in range(START_ATTEMPTS):
+        outcome = _run_once(nb, cwd, timeout, memory, kernel_name)
+        if not (outcome.stopped == "died" and outcome.stopped_cell is None):
+            return outcome
+        nb.clear()
+        nb.update(copy.deepcopy(pristine))
+    outcome.stopped = "nostart"
+    return outcome
+
+
+def _run_once(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_name: str | None) -> Outcome:
+    """One attempt: a fresh kernel and watchdog, the whole notebook."""
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    timeout = check_timeout(timeout)
     outcome = Outcome()
     watchdog = Watchdog(memory, hang_after=timeout + GRACE)
     # nbclient's `timeout` is whole seconds (0 would mean no limit); `timeout_func` gives it the exact limit.

@@ -71,4 +71,6 @@ def stop_words(outcome: Outcome, cell_label: str, timeout: float, memory: int) -
     if outcome.stopped == "timeout":
         return (f"the kernel was stopped{where}: a cell kept running past its {timeout:g} s limit "
                 f"and ignored the interrupt")
+    if outcome.stopped == "nostart":
+        return f"the grader could not start a kernel ({outcome.detail}); no cell ran, grade it again"
     return f"the kernel died{where} (a crash, os._exit, or a killed process); later cells did not run"
