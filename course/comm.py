@@ -205,6 +205,28 @@ def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int
     return centroids
 
 
+# --- counting a learner's messages ------------------------------------------------------------------------------
+
+COLLECTIVE_CALLS = frozenset({
+    "Allreduce", "allreduce", "Iallreduce", "Reduce", "reduce", "Ireduce", "Bcast", "bcast", "Allgather", "allgather",
+    "Gather", "gather", "Scatter", "scatter", "Alltoall", "alltoall", "Reduce_scatter", "Reduce_scatter_block"})
+
+
+class CountingComm:
+    """An mpi4py communicator that counts the collectives asked of it and passes every call to the real one.
+
+    For checks such as "one all-reduce per step": each collective is one latency (alpha) on the network.
+    """
+
+    def __init__(self, comm) -> None:
+        self.comm, self.calls = comm, 0
+
+    def __getattr__(self, name: str):
+        if name in COLLECTIVE_CALLS:
+            self.calls += 1
+        return getattr(self.comm, name)
+
+
 # --- running a learner's collective on more ranks than the notebook's engines --------------------------------
 
 _RANK_PROGRAM = """

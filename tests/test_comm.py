@@ -105,3 +105,17 @@ def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or
 
     with pytest.raises(AssertionError, match="did not finish within 5 s on 3 ranks"):
         comm.on_ranks(waits_for_a_message_never_sent, 3, timeout=5)
+
+
+def test_counting_comm_counts_collectives_and_passes_them_to_mpi():
+    def two_allreduces_and_a_rank():
+        import numpy as np
+        from mpi4py import MPI
+        from course.comm import CountingComm
+        counted = CountingComm(MPI.COMM_WORLD)
+        total = np.empty(2)
+        counted.Allreduce(np.array([1.0, counted.Get_rank()]), total, op=MPI.SUM)
+        count = counted.allreduce(1)
+        return counted.calls, total.tolist(), count
+
+    assert comm.on_ranks(two_allreduces_and_a_rank, 2) == [(2, [2.0, 1.0], 2)] * 2
