@@ -324,8 +324,9 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
     if results is not None:
         results_module.check_file(results)
 
-    (x, y), (x_test, y_test) = data.load(dataset, limit=limit)
-    dataset_used = "digits" if dataset in data.fallbacks_used else dataset
+    loaded = data.load(dataset, limit=limit)
+    (x, y), (x_test, y_test) = loaded
+    dataset_used = loaded.dataset
     if workers > len(x):
         raise UserError(f"{workers} workers but only {len(x)} training samples")
     net = Network(key, tuple(x.shape[1:]), 10, learning_rate)
