@@ -27,21 +27,10 @@ import numpy as np
 
 from course import UserError
 from course.results import hardware
+from course.sync_types import STRATEGIES, strategy_name
 from course.tasks import COMMUTATIVE, INOUT, compss_delete_object, compss_wait_on, task
 
-STRATEGIES = ("sync", "async", "full-async")
-ALIASES = {"0": "sync", "1": "async", "2": "full-async", "full_async": "full-async", "fullasync": "full-async",
-           "relaxed": "async", "none": "full-async"}
 Weights = list  # a Keras model's weights: model.get_weights(), a list of NumPy arrays
-
-
-def strategy_name(sync: str | int) -> str:
-    """The strategy for a --sync value: sync, async, full-async, or the lab's run-script numbers 0, 1, 2."""
-    key = str(sync).strip().lower()
-    key = ALIASES.get(key, key)
-    if key not in STRATEGIES:
-        raise UserError(f"unknown sync type {sync!r}; valid: sync, async, full-async (or 0, 1, 2 as in the DeepHealth lab)")
-    return key
 
 
 @dataclass(frozen=True)
@@ -267,7 +256,7 @@ def fit_full_async(network: Network, x: np.ndarray | None, y: np.ndarray | None,
                      aggregations=1, train_tasks=workers * epochs, worker_stats=stats)
 
 
-FITS = {"sync": fit_sync, "async": fit_async, "full-async": fit_full_async}
+FITS = dict(zip(STRATEGIES, (fit_sync, fit_async, fit_full_async)))   # in course.sync_types' order
 
 
 def fit(sync: str | int, network: Network, x, y, **options: Any) -> FitResult:
@@ -324,8 +313,9 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
     if results is not None:
         results_module.check_file(results)
 
-    (x, y), (x_test, y_test) = data.load(dataset, limit=limit)
-    dataset_used = "digits" if dataset in data.fallbacks_used else dataset
+    loaded = data.load(dataset, limit=limit)
+    (x, y), (x_test, y_test) = loaded
+    dataset_used = loaded.dataset
     if workers > len(x):
         raise UserError(f"{workers} workers but only {len(x)} training samples")
     net = Network(key, tuple(x.shape[1:]), 10, learning_rate)

@@ -277,16 +277,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def add_train(commands) -> None:
+    from course.sync_types import LAB_NUMBERS, STRATEGIES, VALID
+
+    sync, relaxed, removed = (f"{name}, {number}" for number, name in LAB_NUMBERS.items())
     train = commands.add_parser(
-        "train", help="parameter averaging on engines (the DeepHealth HPC lab's run script): sync, async or full-async",
-        description="Train with synchronous (sync, 0), relaxed (async, 1) or removed (full-async, 2) parameter "
+        "train", help=f"parameter averaging on engines (the DeepHealth HPC lab's run script): {', '.join(STRATEGIES)}",
+        description=f"Train with synchronous ({sync}), relaxed ({relaxed}) or removed ({removed}) parameter "
                     "averaging over task-runtime workers; prints epoch-range and total times and test accuracy, "
                     "and appends one row per run to --results.")
     train.add_argument("--dataset", default="mnist", help="mnist or cifar10 (default mnist)")
     train.add_argument("--network", default="simple-mnist", help="simple-mnist, lenet or vgg16 (default simple-mnist)")
     train.add_argument("--epochs", type=int, default=1, help="epochs (default 1)")
     train.add_argument("--workers", type=int, default=1, help="workers, e.g. 1, 2, 4, 8, 16; more than engines queue (default 1)")
-    train.add_argument("--sync", default="sync", help="sync, async or full-async (or 0, 1, 2) (default sync)")
+    train.add_argument("--sync", default=STRATEGIES[0], help=f"{VALID} (default {STRATEGIES[0]})")
     train.add_argument("--runs", type=int, default=1, help="repetitions of the run (default 1)")
     train.add_argument("--batch-size", type=int, default=32, help="batch size per worker (default 32)")
     train.add_argument("--results", default=None, metavar="FILE", help="append one row per run to this CSV (class results)")

@@ -19,6 +19,23 @@ from course import UserError
 Arrays = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
+class Loaded(tuple):
+    """What `load` returns: ((x_train, y_train), (x_test, y_test)), and in `.dataset` the dataset those arrays are.
+
+    `.dataset` is the name asked for, or "digits" where the fallback stood in for it (a results row records that).
+    """
+
+    dataset: str
+
+    def __new__(cls, splits: Arrays, dataset: str) -> "Loaded":
+        loaded = super().__new__(cls, splits)
+        loaded.dataset = dataset
+        return loaded
+
+    def __getnewargs__(self) -> tuple:
+        return tuple(self), self.dataset  # pickled (e.g. sent to an engine) with its dataset
+
+
 @dataclass(frozen=True)
 class Dataset:
     """What the course knows about one dataset: its image shape and where Keras caches it."""
@@ -34,9 +51,9 @@ DATASETS = {
     "cifar10": Dataset("cifar10", (32, 32, 3), ("cifar-10-batches-py/data_batch_1",)),
 }
 DOWNLOAD_HOST = ("storage.googleapis.com", 443)  # where tf.keras.datasets downloads from
+FALLBACK = "digits"  # the name a results row gives the stand-in dataset
 
-
-fallbacks_used: set[str] = set()  # datasets this process replaced by the fallback (announced once each)
+_announced: set[str] = set()  # datasets this process replaced by the fallback and said so (once each)
 
 
 def info(name: str) -> Dataset:
@@ -89,8 +106,8 @@ def locate(name: str, path: str | os.PathLike | None = None) -> str:
     return "download" if network_allows_download() else "fallback"
 
 
-def load(name: str, limit: int | None = None, path: str | os.PathLike | None = None) -> Arrays:
-    """Load `name` as ((x_train, y_train), (x_test, y_test)).
+def load(name: str, limit: int | None = None, path: str | os.PathLike | None = None) -> Loaded:
+    """Load `name` as ((x_train, y_train), (x_test, y_test)); `.dataset` on the result says which dataset it is.
 
     Images are float32 in [0, 1] with a channel axis (N, H, W, C); labels are int64 of shape (N,).
     `limit` caps the number of samples in each split; `path` is an explicit .npz file or directory.
@@ -105,7 +122,8 @@ def load(name: str, limit: int | None = None, path: str | os.PathLike | None = N
         raw = _from_keras(dataset.name)
     else:
         raw = _from_npz(Path(where))
-    return tuple(_prepare(x, y, dataset, limit) for x, y in raw)  # type: ignore[return-value]
+    splits = tuple(_prepare(x, y, dataset, limit) for x, y in raw)
+    return Loaded(splits, FALLBACK if where == "fallback" else dataset.name)  # type: ignore[arg-type]
 
 
 def shard(arrays: tuple[np.ndarray, ...] | np.ndarray, rank: int, size: int):
@@ -174,9 +192,9 @@ def _fallback(dataset: Dataset):
 
 
 def _announce(dataset: Dataset, count: int) -> None:
-    if dataset.name in fallbacks_used:
+    if dataset.name in _announced:
         return
-    fallbacks_used.add(dataset.name)
+    _announced.add(dataset.name)
     message = (
         f"DATASET FALLBACK: {dataset.name} was not found (COURSE_DATA_DIR, {keras_cache_dir()}) and cannot be "
         f"downloaded here, so scikit-learn's {count} real 8x8 handwritten digits, resized to "

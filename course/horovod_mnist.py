@@ -95,23 +95,24 @@ def main(argv: list[str] | None = None) -> int:
     if paths["results"] and not results_file_ok(paths["results"], rank):   # before any training: every rank stops
         return 1
 
-    (x_train, y_train), (x_test, y_test) = data.load(args.dataset, limit=args.limit)
+    loaded = data.load(args.dataset, limit=args.limit)                  # .dataset: "digits" if the fallback stood in
+    (x_train, y_train), (x_test, y_test) = loaded
     x, y = data.shard((x_train, y_train), rank, size)             # 2. each rank its own part of the data
     validation = data.shard((x_test, y_test), rank, size) if args.validate else None  # metrics averaged: all of it
     for rule, warmup in args.scaling:
-        code = train(args, rule, warmup, paths, (x, y), len(x_train), validation, (x_test, y_test))
+        code = train(args, rule, warmup, paths, (x, y), len(x_train), validation, (x_test, y_test), loaded.dataset)
         if code:
             return code
     return 0
 
 
 def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, shard: tuple, samples: int,
-          validation, test: tuple) -> int:
+          validation, test: tuple, dataset: str) -> int:
     """Train one configuration on this rank's shard: a fresh model from the seed, or rank 0's checkpoint; rank 0 reports."""
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
-    from course import data, models, perf, training
+    from course import models, perf, training
 
     rank, size = hvd.rank(), hvd.size()
     x, y = shard
@@ -159,7 +160,7 @@ def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, 
                 json.dump(result, handle)
         print(f"SUMMARY {json.dumps(result)}", flush=True)
         if paths["results"]:
-            return append_result(paths["results"], args, data.fallbacks_used, size, hvd.cross_size(), result, elapsed)
+            return append_result(paths["results"], args, dataset, size, hvd.cross_size(), result, elapsed)
     return 0
 
 
@@ -185,14 +186,13 @@ def results_file_ok(path: str, rank: int) -> bool:
     return problem is None
 
 
-def append_result(path: str, args: argparse.Namespace, fallbacks: set[str], size: int, nodes: int, result: dict,
+def append_result(path: str, args: argparse.Namespace, dataset: str, size: int, nodes: int, result: dict,
                   elapsed: float) -> int:
     """Rank 0: append this run to the class results (course.results' schema); 1 with a one-line error if it cannot."""
-    from course import UserError, data, results
+    from course import UserError, results
 
-    name = data.info(args.dataset).name
     machine = results.hardware() + (f" per node, {nodes} nodes" if nodes > 1 else "")
-    row = {"strategy": "horovod", "dataset": "digits" if name in fallbacks else name, "network": "simple-mnist",
+    row = {"strategy": "horovod", "dataset": dataset, "network": "simple-mnist",
            "workers": size, "epochs": len(result["epochs_run"]), "batch_size": result["global_batch"],
            "elapsed_s": round(elapsed, 4), "accuracy": round(result["test_accuracy"], 6),
            "epoch_time_s": round(result["epoch_time"], 4), "images_per_s": round(result["images_per_second"], 2),

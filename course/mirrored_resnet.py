@@ -63,12 +63,10 @@ def main(argv: list[str] | None = None) -> int:
                                                  "final_loss", "devices")}
     print(f"SUMMARY {json.dumps(summary)}", flush=True)
     if args.results:
-        from course import data, results
+        from course import results
 
-        name = data.info(args.dataset).name
         try:
-            results.append_row(args.results, {"strategy": "mirrored",
-                                              "dataset": "digits" if name in data.fallbacks_used else name,
+            results.append_row(args.results, {"strategy": "mirrored", "dataset": result.dataset,
                                               "network": "simple-mnist" if args.model == "mnist_cnn" else args.model,
                                               "workers": result.replicas,
                                               "epochs": args.epochs, "batch_size": result.global_batch,

@@ -1,5 +1,6 @@
 """Performance measures the course reports: epoch time (first epoch excluded), throughput, speedup, efficiency;
-a Keras timing callback; plots; and Horovod timeline parsing (negotiation vs all-reduce vs compute).
+a Keras timing callback; scaling tables and Amdahl fits; Horovod timeline parsing (negotiation vs all-reduce vs
+compute); TensorBoard. Their figures are drawn by `course.plots`.
 
 The first epoch is excluded from summaries because it also builds and traces the graph (as in Torres's BSC hands-on).
 """
@@ -7,10 +8,11 @@ The first epoch is excluded from summaries because it also builds and traces the
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from course import UserError
 
@@ -104,30 +106,6 @@ def timing_callback(images_per_epoch: int):
 
         _timer_class = EpochTimer
     return _timer_class(images_per_epoch)
-
-
-# -------------------------------------------------------------------------------------------- plots
-
-def plot_scaling(results: dict[str, dict[int, float]], images_per_epoch: int | dict[str, int],
-                 xlabel: str = "replicas"):
-    """Epoch time, throughput and speedup against workers, one line per series ({label: {workers: epoch_time}})."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for label, by_workers in results.items():
-        workers = sorted(by_workers)
-        times = [by_workers[w] for w in workers]
-        images = images_per_epoch[label] if isinstance(images_per_epoch, dict) else images_per_epoch
-        axes[0].plot(workers, times, "o-", label=label)
-        axes[1].plot(workers, [images / t for t in times], "o-", label=label)
-        base = by_workers[workers[0]] * workers[0]  # time one worker would take, from the smallest run
-        axes[2].plot(workers, [base / t for t in times], "o-", label=label)
-    all_workers = sorted({w for series in results.values() for w in series})
-    axes[2].plot(all_workers, all_workers, "k--", label="linear")
-    _titles(axes, ("epoch time (s)", "throughput (images/s)", "speedup"), xlabel, all_workers)
-    axes[2].legend()
-    fig.tight_layout()
-    return fig
 
 
 # ----------------------------------------------------------------------------------- Horovod timeline
@@ -241,31 +219,7 @@ def timeline_breakdown(source: str | Path | list[dict]) -> TimelineBreakdown:
     return TimelineBreakdown(span, negotiation, allreduce, compute, ranks, len(tensors), phases)
 
 
-def plot_timeline(breakdown: TimelineBreakdown):
-    """A stacked bar per rank: waiting for other ranks (negotiation), all-reduce, compute and other."""
-    import matplotlib.pyplot as plt
-
-    ranks = sorted(breakdown.ranks) or [0]
-    parts = (NEGOTIATION, ALLREDUCE, COMPUTE)
-    colours = ("tab:orange", "tab:red", "tab:blue")
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(ranks)))
-    left = [0.0] * len(ranks)
-    for part, colour in zip(parts, colours):
-        widths = [breakdown.ranks.get(r, {}).get(part, 0.0) for r in ranks]
-        label = "waiting for other ranks (negotiation)" if part == NEGOTIATION else part
-        ax.barh([f"rank {r}" for r in ranks], widths, left=left, color=colour, label=label)
-        left = [a + b for a, b in zip(left, widths)]
-    ax.set_xlabel("seconds (phases overlap across tensors; each bar is the union over tensors)")
-    ax.set_title(f"Horovod timeline: {breakdown.span:.2f} s, {breakdown.tensors} tensors")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
 # ----------------------------------------------------------------------- scaling studies (notebook 07)
-
-import math  # noqa: E402  (this section's own imports)
-from typing import Any  # noqa: E402
 
 @dataclass
 class ScalingRow:
@@ -401,52 +355,7 @@ def fit_amdahl(workers: Sequence[float] | Sequence[ScalingRow], speedups: Sequen
     return AmdahlFit(min(1.0, max(0.0, f)), err)
 
 
-def plot_strong_scaling(rows: Sequence[ScalingRow], fit: AmdahlFit | None = None, label: str = "measured",
-                        xlabel: str = "workers"):
-    """Time, throughput and speedup against workers, with linear speedup and (optionally) the Amdahl fit."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    workers = [r.workers for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    axes[0].plot(workers, [r.time for r in rows], "o-", label=label)
-    if all(r.throughput is not None for r in rows):
-        axes[1].plot(workers, [r.throughput for r in rows], "o-", label=label)
-    axes[2].plot(workers, [r.speedup for r in rows], "o-", label=label)
-    axes[2].plot(workers, workers, "k--", label="linear")
-    if fit is not None:
-        grid = np.linspace(1, max(workers), 50)
-        axes[2].plot(grid, fit.predict(grid), ":", label=f"Amdahl, f={fit.serial_fraction:.2f}")
-    _titles(axes, ("time per epoch (s)", "throughput (images/s)", "speedup"), xlabel, workers)
-    axes[2].legend()
-    fig.suptitle("strong scaling: the same work on more workers")
-    fig.tight_layout()
-    return fig
-
-
-def plot_weak_scaling(rows: Sequence[ScalingRow], label: str = "measured", xlabel: str = "workers"):
-    """Time per epoch (ideal: flat) and efficiency (ideal: 1) against workers, for a fixed work per worker."""
-    import matplotlib.pyplot as plt
-
-    workers = [r.workers for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    axes[0].plot(workers, [r.time for r in rows], "o-", label=label)
-    axes[0].axhline(rows[0].time, color="k", ls="--", label="ideal (flat)")
-    axes[1].plot(workers, [r.efficiency for r in rows], "o-", label=label)
-    axes[1].axhline(1.0, color="k", ls="--", label="ideal")
-    axes[1].set_ylim(0, 1.15)
-    for ax, title in zip(axes, ("time per epoch (s)", "weak-scaling efficiency")):
-        ax.set_title(title)
-        ax.set_xlabel(xlabel)
-        ax.set_xticks(workers)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle("weak scaling: the same work per worker")
-    fig.tight_layout()
-    return fig
-
-
-# ---------------------------------------------------------------------------- Horovod timeline Gantt
+# ------------------------------------------------------------------------ Horovod timeline spans (Gantt)
 
 @dataclass
 class Span:
@@ -484,44 +393,6 @@ def timeline_spans(source: str | Path | list[dict]) -> list[Span]:
             name, start = stack.pop()
             spans.append(Span(names.get(pid, str(pid)), name, start, ts, len(stack)))
     return sorted(spans, key=lambda s: (s.start, s.depth))
-
-
-def plot_timeline_gantt(source: str | Path | list[dict], max_tensors: int = 16, window: tuple[float, float] | None = None):
-    """A Gantt chart of a Horovod timeline: one row per tensor, negotiation in orange, all-reduce in red.
-
-    Gaps between bars are time in which this tensor was neither negotiated nor reduced: mostly computation.
-    `window=(start, end)` in seconds zooms in (a few training steps read better than a whole run).
-    """
-    import matplotlib.pyplot as plt
-
-    spans = [s for s in timeline_spans(source) if s.depth == 0]
-    if window is not None:
-        spans = [s for s in spans if s.end >= window[0] and s.start <= window[1]]
-    busiest: dict[str, float] = {}
-    for s in spans:
-        busiest[s.tensor] = busiest.get(s.tensor, 0.0) + s.end - s.start
-    tensors = sorted(busiest, key=busiest.get, reverse=True)[:max_tensors]
-    row = {t: i for i, t in enumerate(tensors)}
-    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.32 * max(1, len(tensors))))
-    seen = set()
-    for s in spans:
-        if s.tensor not in row:
-            continue
-        negotiate = s.phase.startswith("NEGOTIATE")
-        colour = "tab:orange" if negotiate else "tab:red"
-        label = ("negotiation (waiting until every rank is ready)" if negotiate else "all-reduce (communication)")
-        ax.barh(row[s.tensor], s.end - s.start, left=s.start, color=colour, height=0.7,
-                label=None if label in seen else label)
-        seen.add(label)
-    ax.set_yticks(range(len(tensors)), [t[-40:] for t in tensors], fontsize="x-small")
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds since the timeline started")
-    if window is not None:
-        ax.set_xlim(*window)
-    ax.set_title(f"Horovod timeline: {len(tensors)} busiest of {len(busiest)} tensors")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.6 / max(1, len(tensors))), ncol=2, fontsize="small")
-    fig.tight_layout()
-    return fig
 
 
 # -------------------------------------------------------------------------------------- TensorBoard
@@ -563,12 +434,3 @@ def tensorboard(logdir: str | Path = "logs", port: int = 6006) -> str:
     notebook.start(f"--logdir {logdir} --port {port}")
     print(f"TensorBoard: {url}")
     return url
-
-
-def _titles(axes, titles: tuple[str, ...], xlabel: str, workers: list) -> None:
-    """Title each panel of a scaling figure, label its x axis with the worker counts, and add a light grid."""
-    for ax, title in zip(axes, titles):
-        ax.set_title(title)
-        ax.set_xlabel(xlabel)
-        ax.set_xticks(workers)
-        ax.grid(alpha=0.3)

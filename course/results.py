@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from course import UserError
+from course.sync_types import LAB_NUMBERS
 
 # The schema, in column order. Required columns must be present and valid in every row.
 FIELDS = ("date", "learner", "strategy", "dataset", "network", "workers", "epochs", "batch_size",
@@ -54,7 +55,6 @@ DESCRIPTIONS = {
 _INTS = ("workers", "epochs", "batch_size", "engines", "run")
 _POSITIVE = ("elapsed_s", "epoch_time_s", "images_per_s")
 _STRATEGY = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
-SYNC_ALIASES = {"0": "sync", "1": "async", "2": "full-async"}   # the DeepHealth HPC lab's run script numbers them
 
 
 def _check(row: dict[str, Any]) -> dict[str, str]:
@@ -93,7 +93,7 @@ def _check(row: dict[str, Any]) -> dict[str, str]:
                 raise ValueError(f"{name} is {text}: it must be positive")
             text = repr(number) if name != "accuracy" else f"{number:.6g}"
         elif name == "strategy":
-            text = SYNC_ALIASES.get(text, text.lower())
+            text = LAB_NUMBERS.get(text, text.lower())   # the DeepHealth lab's run script numbers them 0, 1, 2
             if not _STRATEGY.match(text):
                 raise ValueError(f"strategy {text!r} is not a simple name such as sync, horovod or mirrored")
         elif name == "date":

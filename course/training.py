@@ -295,6 +295,7 @@ class MirroredResult:
     images_per_second: float
     final_loss: float
     devices: list[str] = field(default_factory=list)
+    dataset: str = ""  # the dataset trained on: "digits" where the fallback stood in (course.data.load)
 
 
 def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch: int = 32, base_lr: float = 0.01,
@@ -316,7 +317,8 @@ def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch:
     strategy = mirrored_strategy(replicas)
     global_batch = per_replica_batch * strategy.num_replicas_in_sync
     lr = base_lr * strategy.num_replicas_in_sync
-    (x, y), _ = data.load(dataset, limit=limit)
+    loaded = data.load(dataset, limit=limit)
+    (x, y), _ = loaded
     if steps is not None:  # exactly `steps` global batches per epoch, repeating the data if there is too little
         index = np.arange(steps * global_batch) % len(x)
         x, y = x[index], y[index]
@@ -341,7 +343,7 @@ def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch:
     summary = timer.summary()
     return MirroredResult(model, strategy.num_replicas_in_sync, per_replica_batch, global_batch, lr, input_size,
                           summary.epoch_times, images, summary.epoch_time, summary.images_per_second,
-                          float(history.history["loss"][-1]), list(strategy.extended.worker_devices))
+                          float(history.history["loss"][-1]), list(strategy.extended.worker_devices), loaded.dataset)
 
 
 def in_fresh_process(function: Callable, *args: Any, timeout: float | None = 1800, **kwargs: Any) -> Any:

@@ -119,3 +119,20 @@ def test_async_with_one_worker_is_sequential_training(engines, start_weights):
     _, x, y = engines
     result = fit_async(NET, x, y, workers=1, epochs=2, batch_size=BATCH, weights=start_weights)
     assert_same(result.weights, sequential(x, y, start_weights, 2), "fit_async(workers=1) vs model.fit")
+
+
+def test_every_spelling_of_a_sync_type_names_its_strategy_and_its_fit():
+    from course import UserError, averaging, results
+
+    spellings = {"sync": "sync", " Sync ": "sync", 0: "sync", "1": "async", "relaxed": "async", "2": "full-async",
+                 "full_async": "full-async", "FullAsync": "full-async", "none": "full-async"}
+    assert {s: averaging.strategy_name(s) for s in spellings} == spellings
+    assert [averaging.FITS[averaging.strategy_name(n)] for n in (0, 1, 2)] == [fit_sync, fit_async, fit_full_async]
+    assert [results.validate({**ROW, "strategy": n})["strategy"] for n in "012"] == ["sync", "async", "full-async"]
+    assert results.validate({**ROW, "strategy": "relaxed"})["strategy"] == "relaxed"  # a results row keeps a name
+    with pytest.raises(UserError, match=r"^unknown sync type 'fast'; valid: sync, async, full-async \(or 0, 1, 2"):
+        averaging.strategy_name("fast")
+
+
+ROW = {"date": "2026-11-23T22:00:00", "dataset": "mnist", "network": "lenet", "workers": 2, "epochs": 3, "batch_size": 64, "elapsed_s": 1.5,
+       "hardware": "2 CPU cores"}

@@ -9,21 +9,23 @@ from tests.conftest import run_course
 
 @pytest.fixture(autouse=True)
 def forget_announcements():
-    data.fallbacks_used.clear()
+    data._announced.clear()
     yield
-    data.fallbacks_used.clear()
+    data._announced.clear()
 
 
 def test_fallback_is_used_and_announced_once(offline_home, capsys):
-    (x_train, y_train), (x_test, y_test) = data.load("mnist")
+    loaded = data.load("mnist")
+    (x_train, y_train), (x_test, y_test) = loaded
+    assert loaded.dataset == "digits"  # what a results row records: not the mnist asked for
     announced = capsys.readouterr().out
     assert "DATASET FALLBACK" in announced and "mnist" in announced and "COURSE_DATA_DIR" in announced
     assert x_train.shape[1:] == (28, 28, 1) and x_train.dtype == np.float32
     assert 0.0 <= x_train.min() and x_train.max() <= 1.0 and x_train.max() > 0.5
     assert set(np.unique(y_train)) == set(range(10)) and y_train.dtype == np.int64
     assert len(x_train) + len(x_test) == 1797  # scikit-learn's digits, not invented data
-    data.load("mnist")
-    assert "DATASET FALLBACK" not in capsys.readouterr().out  # once per process
+    assert data.load("mnist").dataset == "digits"
+    assert "DATASET FALLBACK" not in capsys.readouterr().out  # once per process, but every result says so
 
 
 def test_fallback_matches_cifar_shape(offline_home):
@@ -39,7 +41,9 @@ def test_data_dir_wins_over_fallback(offline_home, tmp_path, monkeypatch, capsys
     site.mkdir()
     np.savez(site / "fashion_mnist.npz", x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
     monkeypatch.setenv("COURSE_DATA_DIR", str(site))
-    (x_train, y_train), (x_test, _) = data.load("fashion-mnist", limit=10)
+    loaded = data.load("fashion-mnist", limit=10)
+    (x_train, y_train), (x_test, _) = loaded
+    assert loaded.dataset == "fashion_mnist"
     assert "FALLBACK" not in capsys.readouterr().out
     assert x_train.shape == (10, 28, 28, 1) and len(x_test) == 5
     np.testing.assert_allclose(x_train[3, :, :, 0], x[3] / 255.0, rtol=1e-6)

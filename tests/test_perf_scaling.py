@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from course import UserError, perf
+from course import UserError, perf, plots
 
 
 def amdahl_times(f: float, workers=(1, 2, 4, 8), t1: float = 100.0) -> dict[int, float]:
@@ -115,11 +115,33 @@ def test_timeline_spans_and_gantt(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = perf.plot_timeline_gantt(file)
+    fig = plots.timeline_gantt(file)
     assert len(fig.axes[0].patches) == 4
-    fig = perf.plot_strong_scaling(perf.scaling_table(amdahl_times(0.1)), perf.fit_amdahl(
+    fig = plots.scaling(perf.scaling_table(amdahl_times(0.1)), fit=perf.fit_amdahl(
         perf.scaling_table(amdahl_times(0.1))))
     assert len(fig.axes) == 3
+
+
+def test_one_scaling_plot_for_tables_and_labelled_epoch_times():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    # {label: {workers: epoch time}} with 600 images per epoch: speedup T(1) / T(n), throughput 600 / T(n).
+    fig = plots.scaling({"a": {1: 4.0, 2: 2.5, 4: 2.0}, "b": {2: 3.0, 4: 2.0}}, {"a": 600, "b": 600}, xlabel="replicas")
+    time_ax, rate_ax, speedup_ax = fig.axes
+    lines = {line.get_label(): line for line in speedup_ax.get_lines()}
+    assert list(lines["a"].get_ydata()) == [1.0, 1.6, 2.0]
+    assert list(lines["b"].get_ydata()) == [2.0, 3.0]          # from its fewest workers: 3.0 x 2 / T(n)
+    assert list(lines["linear"].get_xdata()) == [1, 2, 4]
+    assert [list(line.get_ydata()) for line in rate_ax.get_lines()] == [[150.0, 240.0, 300.0], [200.0, 300.0]]
+    assert time_ax.get_xlabel() == "replicas" and list(time_ax.get_xticks()) == [1, 2, 4]
+    fit = perf.fit_amdahl(perf.scaling_table(amdahl_times(0.25)))
+    one = plots.scaling(perf.scaling_table(amdahl_times(0.25)), fit=fit, title=None)
+    amdahl = [line for line in one.axes[2].get_lines() if line.get_label().startswith("Amdahl")]
+    assert amdahl and amdahl[0].get_label() == "Amdahl, f=0.25" and not one.texts
+    assert not one.axes[1].get_lines()                          # a table without images: no throughput line
+    weak = plots.weak_scaling(perf.scaling_table({1: 2.0, 2: 2.5}, kind="weak"))
+    assert list(weak.axes[1].get_lines()[0].get_ydata()) == [1.0, 0.8]
 
 
 def test_timeline_breakdown_per_rank_by_hand():
