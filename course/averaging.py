@@ -295,29 +295,10 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
     engines (default: the cores, at least 2) and stops it at the end. Returns the rows (one per run).
     """
     from course import cluster as cluster_module
-    from course import data, models
     from course import results as results_module
 
-    strategy = strategy_name(sync)
-    if str(dataset).strip().lower() not in DATASETS:
-        raise UserError(f"unknown dataset {dataset!r}; valid: {', '.join(DATASETS)}")
-    dataset = str(dataset).strip().lower()
-    key = str(network).strip().lower().replace("_", "-")
-    if key not in models.NETWORKS:
-        raise UserError(f"unknown network {network!r}; valid: {', '.join(models.NETWORKS)}")
-    for name, value in (("--workers", workers), ("--epochs", epochs), ("--runs", runs), ("--batch-size", batch_size)):
-        if value < 1:
-            raise UserError(f"{name} must be 1 or more, not {value}")
-    if limit is not None and limit < workers:
-        raise UserError(f"--limit {limit} gives fewer training samples than the {workers} workers")
-    if results is not None:
-        results_module.check_file(results)
-
-    loaded = data.load(dataset, limit=limit)
-    (x, y), (x_test, y_test) = loaded
-    dataset_used = loaded.dataset
-    if workers > len(x):
-        raise UserError(f"{workers} workers but only {len(x)} training samples")
+    strategy, dataset, key = _check_train(dataset, network, sync, workers, epochs, runs, batch_size, limit, results)
+    (x, y), (x_test, y_test), dataset_used = _load_train(dataset, limit, workers)
     net = Network(key, tuple(x.shape[1:]), 10, learning_rate)
     model = net.build()
     model.summary(print_fn=lambda line, **_: out(line))
@@ -341,26 +322,10 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
         for run in range(1, runs + 1):
             if runs > 1:
                 out(f"Run {run} of {runs}")
-            progress = _bar(workers * epochs, f"run {run}") if bar else None
-            try:
-                result = fit(strategy, net, x, y, workers=workers, epochs=epochs, batch_size=batch_size,
-                             weights=model.get_weights() if run == 1 else net.build().get_weights(),
-                             progress=progress)
-            finally:
-                if progress is not None:
-                    progress.close()
-            for first, last, seconds in result.epoch_ranges:
-                out(f"Elapsed time for epoch range ({first}-{last}): {seconds:.2f} seconds")
-            out(f"Total elapsed time: {result.elapsed:.2f} seconds")
-            out("Evaluating model against test set")
-            loss, accuracy = master_evaluate(model, result.weights, x_test, y_test)
-            out(f"Test loss: {loss:.3f}  test accuracy: {accuracy:.3f}")
-            later = [s for _, _, s in result.epoch_ranges[1:]] or [s for _, _, s in result.epoch_ranges]
-            row = {"strategy": strategy, "dataset": dataset_used, "network": key, "workers": workers,
-                   "epochs": epochs, "batch_size": batch_size, "elapsed_s": round(result.elapsed, 4),
-                   "accuracy": round(accuracy, 6), "epoch_time_s": round(float(np.median(later)), 4),
-                   "images_per_s": round(result.images_per_s(), 2), "engines": n_engines, "hardware": hardware(),
-                   "run": run}
+            weights = model.get_weights() if run == 1 else net.build().get_weights()
+            result = _fit_run(strategy, net, x, y, weights, workers, epochs, batch_size, f"run {run}" if bar else None)
+            accuracy = _report_run(result, model, x_test, y_test, out)
+            row = _run_row(result, accuracy, dataset_used, key, n_engines, run)
             if results is not None:
                 row = results_module.append_row(results, row)
                 out(f"Appended run {run} to {results}")
@@ -369,6 +334,75 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
         if owned:
             handle.stop()
     return rows
+
+
+def _check_train(dataset: str, network: str, sync: str | int, workers: int, epochs: int, runs: int,
+                 batch_size: int, limit: int | None, results: str | os.PathLike | None) -> tuple[str, str, str]:
+    """Refuse bad names, numbers and results files before anything starts: (strategy, dataset, network key)."""
+    from course import models
+    from course import results as results_module
+
+    strategy = strategy_name(sync)
+    if str(dataset).strip().lower() not in DATASETS:
+        raise UserError(f"unknown dataset {dataset!r}; valid: {', '.join(DATASETS)}")
+    dataset = str(dataset).strip().lower()
+    key = str(network).strip().lower().replace("_", "-")
+    if key not in models.NETWORKS:
+        raise UserError(f"unknown network {network!r}; valid: {', '.join(models.NETWORKS)}")
+    for name, value in (("--workers", workers), ("--epochs", epochs), ("--runs", runs), ("--batch-size", batch_size)):
+        if value < 1:
+            raise UserError(f"{name} must be 1 or more, not {value}")
+    if limit is not None and limit < workers:
+        raise UserError(f"--limit {limit} gives fewer training samples than the {workers} workers")
+    if results is not None:
+        results_module.check_file(results)
+    return strategy, dataset, key
+
+
+def _load_train(dataset: str, limit: int | None, workers: int) -> tuple[tuple, tuple, str]:
+    """The training and test sets, and the name of the dataset really loaded (digits when offline)."""
+    from course import data
+
+    loaded = data.load(dataset, limit=limit)
+    (x, y), (x_test, y_test) = loaded
+    dataset_used = loaded.dataset
+    if workers > len(x):
+        raise UserError(f"{workers} workers but only {len(x)} training samples")
+    return (x, y), (x_test, y_test), dataset_used
+
+
+def _fit_run(strategy: str, net: Network, x: np.ndarray, y: np.ndarray, weights: Weights, workers: int, epochs: int,
+             batch_size: int, label: str | None) -> FitResult:
+    """One training run from `weights`, with a progress bar on stderr named `label` (none if None)."""
+    progress = _bar(workers * epochs, label) if label is not None else None
+    try:
+        return fit(strategy, net, x, y, workers=workers, epochs=epochs, batch_size=batch_size, weights=weights,
+                   progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _report_run(result: FitResult, model: Any, x_test: np.ndarray, y_test: np.ndarray,
+                out: Callable[..., None]) -> float:
+    """Print a run's times and its test loss and accuracy; returns the accuracy."""
+    for first, last, seconds in result.epoch_ranges:
+        out(f"Elapsed time for epoch range ({first}-{last}): {seconds:.2f} seconds")
+    out(f"Total elapsed time: {result.elapsed:.2f} seconds")
+    out("Evaluating model against test set")
+    loss, accuracy = master_evaluate(model, result.weights, x_test, y_test)
+    out(f"Test loss: {loss:.3f}  test accuracy: {accuracy:.3f}")
+    return accuracy
+
+
+def _run_row(result: FitResult, accuracy: float, dataset: str, key: str, engines: int, run: int) -> dict:
+    """The results row of one run (the median epoch time leaves the first epoch out when there are more)."""
+    later = [s for _, _, s in result.epoch_ranges[1:]] or [s for _, _, s in result.epoch_ranges]
+    return {"strategy": result.strategy, "dataset": dataset, "network": key, "workers": result.workers,
+            "epochs": result.epochs, "batch_size": result.batch_size, "elapsed_s": round(result.elapsed, 4),
+            "accuracy": round(accuracy, 6), "epoch_time_s": round(float(np.median(later)), 4),
+            "images_per_s": round(result.images_per_s(), 2), "engines": engines, "hardware": hardware(),
+            "run": run}
 
 
 class _bar:

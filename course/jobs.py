@@ -102,6 +102,20 @@ class Request:
 def check(request: Request) -> Request:
     """Fill the defaults and refuse what Slurm or the workload could not run; returns the request."""
     r = request
+    _check_workload(r)
+    _check_options(r)
+    _check_tasks(r)
+    if r.cpus_per_task is None:
+        r.cpus_per_task = _default_cpus(r)
+    _check_extras(r)
+    if r.job_name is None:
+        r.job_name = "course-" + (r.kind if r.kind != "script" else
+                                  re.sub(r"[^A-Za-z0-9._-]", "-", Path(r.workload).stem))
+    return r
+
+
+def _check_workload(r: Request) -> None:
+    """A workload is one of WORKLOADS or a .py script that exists (then recorded by its absolute path)."""
     if r.workload not in WORKLOADS:
         path = Path(r.workload)
         if path.suffix != ".py":
@@ -109,6 +123,10 @@ def check(request: Request) -> Request:
         if not path.is_file():
             raise UserError(f"no script at {r.workload}: give the path of a Python file that exists")
         r.workload = str(path.resolve())
+
+
+def _check_options(r: Request) -> None:
+    """Each option on its own: counts, time, memory, names, extra #SBATCH lines, launcher."""
     for name in ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task"):
         value = getattr(r, name)
         least = 0 if name == "gpus_per_node" else 1
@@ -127,8 +145,11 @@ def check(request: Request) -> Request:
     r.sbatch = [slurm.check_extra(line) for line in r.sbatch]
     if r.launcher not in LAUNCHERS:
         raise UserError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not {r.launcher!r}")
-    gpus = r.gpus_per_node
-    kind = r.kind
+
+
+def _check_tasks(r: Request) -> None:
+    """Tasks per node as the workload runs: Horovod one per GPU, MirroredStrategy and train one process."""
+    gpus, kind = r.gpus_per_node, r.kind
     if kind == "horovod":
         if r.tasks_per_node is None:
             r.tasks_per_node = gpus or 1
@@ -153,18 +174,22 @@ def check(request: Request) -> Request:
         if gpus and r.tasks_per_node > gpus:
             raise UserError(f"--tasks-per-node {r.tasks_per_node} is more than --gpus-per-node {gpus}: "
                             f"with GPUs, each task needs its own GPU")
-    if r.cpus_per_task is None:
-        # a GPU rank needs cores for its input pipeline; one process driving all the node's GPUs needs them all
-        per_process_gpus = gpus if r.tasks_per_node == 1 else 1
-        r.cpus_per_task = slurm.CPUS_PER_GPU * per_process_gpus if gpus else 1
+
+
+def _default_cpus(r: Request) -> int:
+    """CPUs per task when not given: a GPU rank needs cores for its input pipeline; one process driving all the
+    node's GPUs needs them all; without GPUs, one."""
+    per_process_gpus = r.gpus_per_node if r.tasks_per_node == 1 else 1
+    return slurm.CPUS_PER_GPU * per_process_gpus if r.gpus_per_node else 1
+
+
+def _check_extras(r: Request) -> None:
+    """--oversubscribe and --timeline only where they mean something."""
     if r.oversubscribe and (r.launcher != "mpiexec" or r.total_tasks < 2):
         raise UserError("--oversubscribe lets mpiexec start more ranks than the slots Slurm gave: it needs several "
                         "tasks and --launcher mpiexec (srun starts exactly the tasks allocated)")
-    if r.timeline is not None and r.total_tasks < 2 and kind != "horovod":
+    if r.timeline is not None and r.total_tasks < 2 and r.kind != "horovod":
         raise UserError("--timeline records a Horovod timeline: it needs the horovod workload or several tasks")
-    if r.job_name is None:
-        r.job_name = "course-" + (kind if kind != "script" else re.sub(r"[^A-Za-z0-9._-]", "-", Path(r.workload).stem))
-    return r
 
 
 def _program(r: Request) -> list[str]:

@@ -15,9 +15,39 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Train once with MirroredStrategy and print its SUMMARY line; 1 after a one-line error, 0 when done."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if min(args.batch, args.epochs, args.input_size) < 1 or (args.replicas is not None and args.replicas < 1):
+        parser.error("--replicas, --batch, --epochs and --input-size must be positive")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from course import UserError, results, training
+
+    try:
+        if args.results:
+            results.check_file(args.results)   # fail now, not after the training
+        replicas = args.replicas if args.replicas is not None else _visible_gpus()
+        started = time.perf_counter()
+        result = training.mirrored_run(replicas, model=args.model, per_replica_batch=args.batch, base_lr=args.lr,
+                                       input_size=args.input_size, epochs=args.epochs, steps=args.steps,
+                                       limit=args.limit, dataset=args.dataset, log_dir=args.log_dir)
+        elapsed = time.perf_counter() - started
+        print(f"SUMMARY {json.dumps(_summary(result))}", flush=True)
+        if args.results:
+            results.append_row(args.results, _results_row(args, result, elapsed))
+            print(f"Appended this run to {args.results}", flush=True)
+    except UserError as exc:
+        print(f"course: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The program's command line."""
     parser = argparse.ArgumentParser(prog="python -m course.mirrored_resnet", description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=None, help="default: the GPUs visible, else 1")
     parser.add_argument("--model", default="resnet50v2", help="resnet50v2 or resnet152v2")
@@ -30,55 +60,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="cifar10")
     parser.add_argument("--results", default=None, metavar="FILE", help="append a row to this class results CSV")
     parser.add_argument("--log-dir", default=None, metavar="DIR", help="write TensorBoard logs here")
-    args = parser.parse_args(argv)
-    if min(args.batch, args.epochs, args.input_size) < 1 or (args.replicas is not None and args.replicas < 1):
-        parser.error("--replicas, --batch, --epochs and --input-size must be positive")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from course import UserError, training
+    return parser
 
-    if args.results:
-        from course import results
 
-        try:
-            results.check_file(args.results)   # fail now, not after the training
-        except UserError as exc:
-            print(f"course: error: {exc}", file=sys.stderr)
-            return 1
-    replicas = args.replicas
-    if replicas is None:
-        import tensorflow as tf
+def _visible_gpus() -> int:
+    """The GPUs TensorFlow sees, at least 1: the default number of replicas."""
+    import tensorflow as tf
 
-        replicas = max(1, len(tf.config.list_physical_devices("GPU")))
-    started = time.perf_counter()
-    try:
-        result = training.mirrored_run(replicas, model=args.model, per_replica_batch=args.batch, base_lr=args.lr,
-                                       input_size=args.input_size, epochs=args.epochs, steps=args.steps,
-                                       limit=args.limit, dataset=args.dataset, log_dir=args.log_dir)
-    except UserError as exc:
-        print(f"course: error: {exc}", file=sys.stderr)
-        return 1
-    elapsed = time.perf_counter() - started
-    summary = {k: getattr(result, k) for k in ("model", "replicas", "per_replica_batch", "global_batch",
-                                                 "learning_rate", "epoch_times", "epoch_time", "images_per_second",
-                                                 "final_loss", "devices")}
-    print(f"SUMMARY {json.dumps(summary)}", flush=True)
-    if args.results:
-        from course import results
+    return max(1, len(tf.config.list_physical_devices("GPU")))
 
-        try:
-            results.append_row(args.results, {"strategy": "mirrored", "dataset": result.dataset,
-                                              "network": "simple-mnist" if args.model == "mnist_cnn" else args.model,
-                                              "workers": result.replicas,
-                                              "epochs": args.epochs, "batch_size": result.global_batch,
-                                              "elapsed_s": round(elapsed, 4), "accuracy": None,
-                                              "epoch_time_s": round(result.epoch_time, 4),
-                                              "images_per_s": round(result.images_per_second, 2), "engines": 1,
-                                              "hardware": results.hardware()})
-        except UserError as exc:
-            print(f"course: error: {exc}", file=sys.stderr)
-            return 1
-        print(f"Appended this run to {args.results}", flush=True)
-    return 0
+
+def _summary(result: Any) -> dict:
+    """What the SUMMARY line reports of a training.mirrored_run result."""
+    return {k: getattr(result, k) for k in ("model", "replicas", "per_replica_batch", "global_batch", "learning_rate",
+                                            "epoch_times", "epoch_time", "images_per_second", "final_loss",
+                                            "devices")}
+
+
+def _results_row(args: argparse.Namespace, result: Any, elapsed: float) -> dict:
+    """The class results row of this run (the dataset really used: digits when offline)."""
+    from course import results
+
+    return {"strategy": "mirrored", "dataset": result.dataset,
+            "network": "simple-mnist" if args.model == "mnist_cnn" else args.model, "workers": result.replicas,
+            "epochs": args.epochs, "batch_size": result.global_batch, "elapsed_s": round(elapsed, 4),
+            "accuracy": None, "epoch_time_s": round(result.epoch_time, 4),
+            "images_per_s": round(result.images_per_second, 2), "engines": 1, "hardware": results.hardware()}
 
 
 if __name__ == "__main__":

@@ -85,71 +85,84 @@ def identify(file: Path, data: bytes, names: list[str], ids: dict[str, set[str]]
 def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memory: int) -> tuple[Plan, dict]:
     """Read the class folder (bytes only) and decide what to grade."""
     from course.grading import autograde
-    from course.grading.release import course_notebooks
 
     if not submissions.is_dir():
         raise UserError(f"no submissions folder at {submissions}; expected SUBMISSIONS/<student>/<notebook>.ipynb")
-    sources = {p.stem: p for p in course_notebooks(solutions)}
-    if not sources:
-        raise UserError(f"{solutions} has no notebooks to grade against")
-    names = sorted(sources)
-    ids: dict[str, set[str]] = {}
-    for name, path in sources.items():
-        ids[name] = _grade_ids(path.read_bytes())
+    sources, names, ids = _course(solutions)
     result = Plan()
     specs: dict[str, Spec] = {}
-    wanted: dict[str, list[tuple[Path, bytes, str]]] = {}
+    wanted: dict[str, dict[str, tuple[Path, bytes, str]]] = {}
     empty_folders: set[str] = set()
-    students = sorted(p for p in submissions.iterdir() if not p.name.startswith("."))
-    for entry in students:
+    for entry in sorted(p for p in submissions.iterdir() if not p.name.startswith(".")):
         if not entry.is_dir():
             result.rows.append(row("", entry.name, "misplaced",
-                                    f"{entry.name} is not in a student folder; put it in {submissions.name}/<student>/"))
+                                   f"{entry.name} is not in a student folder; put it in {submissions.name}/<student>/"))
             continue
         student = entry.name
         result.students.append(student)
         files = sorted(p for p in entry.iterdir() if not p.name.startswith(".") and p.is_file())
-        chosen: dict[str, tuple[Path, bytes, str]] = {}
-        for file in files:
-            if file.suffix.lower() != ".ipynb":
-                result.rows.append(row(student, file.name, "not a notebook",
-                                        f"{file.name} is not a notebook (.ipynb), so it was not graded"))
-                continue
-            data = file.read_bytes()
-            name, how = identify(file, data, names, ids)
-            if name is None:
-                result.rows.append(row(student, file.stem, "unknown",
-                                        f"{file.name} is not a notebook of this course, so it was not graded; "
-                                        f"the course notebooks are: {', '.join(n + '.ipynb' for n in names)}"))
-                continue
-            if name in chosen and (how or not chosen[name][2]):
-                result.rows.append(row(student, name, "warning", f"{file.name} was not graded: "
-                                        f"{chosen[name][0].name} was graded for {name}"))
-                continue
-            if name in chosen:
-                result.rows.append(row(student, name, "warning", f"{chosen[name][0].name} was not graded: "
-                                        f"{file.name} was graded for {name}"))
-            chosen[name] = (file, data, how)
-        wanted[student] = list(chosen.values())
         if not files:
             empty_folders.add(student)
-        for name in chosen:
+        wanted[student] = _choose(student, files, names, ids, result.rows)
+        for name in wanted[student]:
             if name not in specs:
                 _check_kernel(sources[name])
                 specs[name] = autograde.gradebook(sources[name], workdir)
-    for student, picked in wanted.items():
-        for file, data, how in picked:
-            name = identify(file, data, names, ids)[0]
-            result.jobs.append(autograde.Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory, how))
-        submitted = {identify(f, d, names, ids)[0] for f, d, _ in picked}
-        for name in sorted(set(specs) - submitted):
-            empty = student in empty_folders
-            why = f"the folder {student}/ is empty" if empty else f"no {name}.ipynb in {student}/"
-            for cell in specs[name].graded:
-                result.rows.append(row(student, name, "missing", why, cell.grade_id, 0, number(cell.points)))
-        if student in empty_folders and not specs:
-            result.rows.append(row(student, "", "empty", f"the folder {student}/ has no notebooks"))
+    for student, chosen in wanted.items():
+        for name, (file, data, how) in chosen.items():
+            result.jobs.append(autograde.Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory,
+                                             how))
+        result.rows += _missing(student, set(chosen), specs, student in empty_folders)
     return result, {name: fingerprint(p) for name, p in sources.items()}
+
+
+def _course(solutions: Path) -> tuple[dict[str, Path], list[str], dict[str, set[str]]]:
+    """The notebooks to grade against: each one's path by name, the names in order, each one's grade ids."""
+    from course.grading.release import course_notebooks
+
+    sources = {p.stem: p for p in course_notebooks(solutions)}
+    if not sources:
+        raise UserError(f"{solutions} has no notebooks to grade against")
+    return sources, sorted(sources), {name: _grade_ids(path.read_bytes()) for name, path in sources.items()}
+
+
+def _choose(student: str, files: list[Path], names: list[str], ids: dict[str, set[str]],
+            rows: list[dict]) -> dict[str, tuple[Path, bytes, str]]:
+    """The file graded for each course notebook in a student's folder; a row in `rows` for each file that is not."""
+    chosen: dict[str, tuple[Path, bytes, str]] = {}
+    for file in files:
+        if file.suffix.lower() != ".ipynb":
+            rows.append(row(student, file.name, "not a notebook",
+                            f"{file.name} is not a notebook (.ipynb), so it was not graded"))
+            continue
+        data = file.read_bytes()
+        name, how = identify(file, data, names, ids)
+        if name is None:
+            rows.append(row(student, file.stem, "unknown",
+                            f"{file.name} is not a notebook of this course, so it was not graded; "
+                            f"the course notebooks are: {', '.join(n + '.ipynb' for n in names)}"))
+            continue
+        if name in chosen and (how or not chosen[name][2]):
+            rows.append(row(student, name, "warning", f"{file.name} was not graded: "
+                            f"{chosen[name][0].name} was graded for {name}"))
+            continue
+        if name in chosen:
+            rows.append(row(student, name, "warning", f"{chosen[name][0].name} was not graded: "
+                            f"{file.name} was graded for {name}"))
+        chosen[name] = (file, data, how)
+    return chosen
+
+
+def _missing(student: str, submitted: set[str], specs: dict[str, Spec], empty: bool) -> list[dict]:
+    """Rows for the notebooks being graded that a student did not hand in (zero points for each graded cell)."""
+    rows = []
+    for name in sorted(set(specs) - submitted):
+        why = f"the folder {student}/ is empty" if empty else f"no {name}.ipynb in {student}/"
+        for cell in specs[name].graded:
+            rows.append(row(student, name, "missing", why, cell.grade_id, 0, number(cell.points)))
+    if empty and not specs:
+        rows.append(row(student, "", "empty", f"the folder {student}/ has no notebooks"))
+    return rows
 
 
 def fingerprint(source: Path) -> str:

@@ -132,6 +132,35 @@ class Future:
         raise UserError(f"{self.datum.label} is a Future, not a value yet: use compss_wait_on(...) on it first")
 
 
+class _Call:
+    """One task call while its parameters are bound: what its engine is sent, and the tasks it waits for."""
+
+    def __init__(self, tf: "TaskFunction", task: Task, layout: list[tuple[str, str]]):
+        self.tf, self.task, self.fname = tf, task, tf.name
+        self.layout = layout  # (kind, name) of each parameter: how the engine calls the function
+        self.inputs: dict[str, Any] = {}
+        self.updates: dict[str, str] = {}
+        self.collection_updates: dict[str, Any] = {}
+        self.groups: dict[str, tuple[str, int]] = {}
+        self.copies: list[str] = []  # parameters updated on a copy: earlier readers still read the old version
+        self.deps: list[Task] = []
+        self.edges: list[tuple[Task, str]] = []  # (the task whose output this call reads, direction)
+        self.follow: Task | None = None  # run where this task ran (an update follows its object: locality)
+
+    def depend(self, writers: list[Task], label: str) -> None:
+        """The call reads what `writers` wrote, through a parameter of direction `label`."""
+        self.deps += writers
+        self.edges += [(w, label) for w in writers]
+
+    def spec(self, digest: str, returns: list[str]) -> dict:
+        """What the engine runs: worker.execute's argument."""
+        tf = self.tf
+        return {"name": f"{self.fname}#{self.task.number}", "digest": digest, "call": self.layout,
+                "inputs": self.inputs, "groups": self.groups, "updates": self.updates,
+                "collection_updates": self.collection_updates, "copy": self.copies, "returns": returns,
+                "nreturns": tf.nreturns, "on_failure": tf.on_failure, "defaults": tf.defaults}
+
+
 class Runtime:
     """The task graph of one session on one cluster."""
 
@@ -278,103 +307,123 @@ class Runtime:
         return self._datum_of(value, name, fname, register=True)
 
     def submit(self, tf: "TaskFunction", args: tuple, kwargs: dict) -> Any:
-        fname = tf.name
-        try:
-            bound = tf.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise UserError(f"task {fname}: {exc}") from None
-        bound.apply_defaults()
+        """One call of a task function: bind its parameters, add it to the graph, dispatch it; its Future(s)."""
+        arguments = _arguments(tf, args, kwargs)
         eligible = self._eligible(tf)
-        task = Task(len(self.tasks), fname, tf.on_failure)
-        deps: list[Task] = []
-        edges: list[tuple[Task, str]] = []
-        inputs, updates, collection_updates, groups = {}, {}, {}, {}
-        follow: Task | None = None
-        copies: list[str] = []
-        call = []
-        for pname, param in tf.signature.parameters.items():
-            kind = {param.VAR_POSITIONAL: "varpos", param.VAR_KEYWORD: "varkw",
-                    param.KEYWORD_ONLY: "kw"}.get(param.kind, "pos")
-            call.append((kind, pname))
-            value = bound.arguments.get(pname, () if kind == "varpos" else {} if kind == "varkw" else None)
+        call = _Call(tf, Task(len(self.tasks), tf.name, tf.on_failure), [(kind, name) for kind, name, _ in arguments])
+        for _, pname, value in arguments:
             direction = tf.directions.get(pname, P.IN)
-            label = direction.name
-            if direction.kind in ("file", "directory"):
-                inputs[pname] = self._file(_path(value, pname, fname, label), pname, direction, task, deps, edges)
-                if direction.write:
-                    updates[pname] = self.files[os.path.abspath(os.fspath(value))].current_key()
-                continue
-            if direction.kind == "file_collection":  # a list of paths, each a file of this direction
-                if not isinstance(value, (list, tuple)):
-                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a list of paths, "
-                                    f"not a {type(value).__name__}")
-                paths = [_path(v, f"{pname}[{i}]", fname, label) for i, v in enumerate(value)]
-                inputs[pname] = ("l", "list", [self._file(p, pname, direction, task, deps, edges) for p in paths])
-                if direction.write:
-                    collection_updates[pname] = [self.files[os.path.abspath(p)].current_key() for p in paths]
-                continue
-            if not direction.write:
-                depth = tf.depths.get(pname, MAX_DEPTH) if direction.kind == "collection" else 0
-                inputs[pname] = self._input(value, pname, fname, depth, deps, edges, label)
-                if direction.delete and not isinstance(value, Future):  # IN_DELETE: the program is done with it
-                    self.objects.pop(id(value), None)
-                continue
-            if direction.kind == "collection":
-                wanted = dict if label.startswith("DICTIONARY") else (list, tuple)
-                if not isinstance(value, wanted):
-                    raise UserError(f"task {fname}: parameter {pname!r} is {label} and needs a "
-                                    f"{'dict' if wanted is dict else 'list'}, not a {type(value).__name__}")
-                refs, keys, shared = self._collection_write(value, pname, fname, task, deps, edges, label,
-                                                            tf.depths.get(pname, MAX_DEPTH))
-                if shared:
-                    copies.append(pname)
-                inputs[pname] = refs
-                collection_updates[pname] = keys
-                continue
-            datum = self._writable(value, pname, fname, direction)
-            if direction.commutative:
-                group = datum.group
-                if group is None or group.closed:
-                    ref, writers = self._read(datum, pname, fname)
-                    if datum.readers:
-                        copies.append(pname)
-                    group = Group(f"{datum.key}.g{datum.version}", ref, writers, self.home)
-                    datum.version += 1
-                    datum.writer = None
-                    datum.group = group
-                group.tasks.append(task)
-                deps += group.base_writers
-                edges += [(w, label) for w in group.base_writers]
-                inputs[pname] = group.base
-                groups[pname] = (group.gid, group.home)
-                updates[pname] = f"{datum.key}.{datum.version}c{len(group.tasks)}"
-                continue
-            ref, writers = self._read(datum, pname, fname)
-            deps += writers
-            edges += [(w, label) for w in writers]
+            self._binder(direction)(call, pname, value, direction)
+        futures = self._results(call.task, tf.nreturns)
+        self._dispatch(call, futures, eligible)
+        self._record(call.task)
+        if tf.nreturns == 0:
+            return None
+        return futures[0] if tf.nreturns == 1 and not tf.returns_sequence else tuple(futures)
+
+    def _binder(self, direction: P.ParameterDirection) -> Callable[["_Call", str, Any, P.ParameterDirection], None]:
+        """The binder of a parameter direction: it adds the argument to the call and the call's dependencies."""
+        if direction.kind in ("file", "directory"):
+            return self._bind_file
+        if direction.kind == "file_collection":
+            return self._bind_file_collection
+        if not direction.write:
+            return self._bind_in
+        if direction.kind == "collection":
+            return self._bind_collection_update
+        return self._bind_commutative if direction.commutative else self._bind_update
+
+    def _bind_file(self, call: "_Call", pname: str, value: Any, direction: P.ParameterDirection) -> None:
+        """FILE_* and DIRECTORY_*: a path, read after its writer; a write makes the file's next version."""
+        path = _path(value, pname, call.fname, direction.name)
+        call.inputs[pname] = self._file(path, pname, direction, call.task, call.deps, call.edges)
+        if direction.write:
+            call.updates[pname] = self.files[os.path.abspath(os.fspath(value))].current_key()
+
+    def _bind_file_collection(self, call: "_Call", pname: str, value: Any, direction: P.ParameterDirection) -> None:
+        """COLLECTION_FILE_*: a list of paths, each a file of this direction."""
+        label = direction.name
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"task {call.fname}: parameter {pname!r} is {label} and needs a list of paths, "
+                            f"not a {type(value).__name__}")
+        paths = [_path(v, f"{pname}[{i}]", call.fname, label) for i, v in enumerate(value)]
+        call.inputs[pname] = ("l", "list", [self._file(p, pname, direction, call.task, call.deps, call.edges)
+                                            for p in paths])
+        if direction.write:
+            call.collection_updates[pname] = [self.files[os.path.abspath(p)].current_key() for p in paths]
+
+    def _bind_in(self, call: "_Call", pname: str, value: Any, direction: P.ParameterDirection) -> None:
+        """IN, IN_DELETE and the COLLECTION_/DICTIONARY_ IN ones: read the value (or its elements) as it is now."""
+        depth = call.tf.depths.get(pname, MAX_DEPTH) if direction.kind == "collection" else 0
+        call.inputs[pname] = self._input(value, pname, call.fname, depth, call.deps, call.edges, direction.name)
+        if direction.delete and not isinstance(value, Future):  # IN_DELETE: the program is done with it
+            self.objects.pop(id(value), None)
+
+    def _bind_collection_update(self, call: "_Call", pname: str, value: Any, direction: P.ParameterDirection) -> None:
+        """COLLECTION_OUT/INOUT and DICTIONARY_OUT/INOUT: each element is updated in place."""
+        label = direction.name
+        wanted = dict if label.startswith("DICTIONARY") else (list, tuple)
+        if not isinstance(value, wanted):
+            raise UserError(f"task {call.fname}: parameter {pname!r} is {label} and needs a "
+                            f"{'dict' if wanted is dict else 'list'}, not a {type(value).__name__}")
+        refs, keys, shared = self._collection_write(value, pname, call.fname, call.task, call.deps, call.edges, label,
+                                                    call.tf.depths.get(pname, MAX_DEPTH))
+        if shared:
+            call.copies.append(pname)
+        call.inputs[pname] = refs
+        call.collection_updates[pname] = keys
+
+    def _bind_commutative(self, call: "_Call", pname: str, value: Any, direction: P.ParameterDirection) -> None:
+        """COMMUTATIVE and CONCURRENT: join the object's open group of updates (or open one), run in any order."""
+        datum = self._writable(value, pname, call.fname, direction)
+        group = datum.group
+        if group is None or group.closed:
+            ref, writers = self._read(datum, pname, call.fname)
             if datum.readers:
-                copies.append(pname)
-            if self.locality and follow is None and datum.updated and datum.writer is not None \
-                    and datum.group is None:
-                follow = datum.writer  # an update runs where the version it updates is: the object stays put
-            datum.updated = True  # (not the first update: the scheduler places it, so that where the tasks
-            # that made the objects happened to run does not pin every later chain of updates to one engine)
-            inputs[pname] = ref
-            updates[pname] = self._write(datum, task)
-        futures = [Future(self._new_datum(f"result of {fname}#{task.number}")) for _ in range(tf.nreturns)]
+                call.copies.append(pname)
+            group = Group(f"{datum.key}.g{datum.version}", ref, writers, self.home)
+            datum.version += 1
+            datum.writer = None
+            datum.group = group
+        group.tasks.append(call.task)
+        call.depend(group.base_writers, direction.name)
+        call.inputs[pname] = group.base
+        call.groups[pname] = (group.gid, group.home)
+        call.updates[pname] = f"{datum.key}.{datum.version}c{len(group.tasks)}"
+
+    def _bind_update(self, call: "_Call", pname: str, value: Any, direction: P.ParameterDirection) -> None:
+        """OUT and INOUT objects: read the current version (after its writer), write the next one."""
+        datum = self._writable(value, pname, call.fname, direction)
+        ref, writers = self._read(datum, pname, call.fname)
+        call.depend(writers, direction.name)
+        if datum.readers:
+            call.copies.append(pname)
+        if self.locality and call.follow is None and datum.updated and datum.writer is not None \
+                and datum.group is None:
+            call.follow = datum.writer  # an update runs where the version it updates is: the object stays put
+        datum.updated = True  # (not the first update: the scheduler places it, so that where the tasks
+        # that made the objects happened to run does not pin every later chain of updates to one engine)
+        call.inputs[pname] = ref
+        call.updates[pname] = self._write(datum, call.task)
+
+    def _results(self, task: Task, nreturns: int) -> list[Future]:
+        """The Futures of the call's results, each the first version of a datum that `task` writes."""
+        futures = [Future(self._new_datum(f"result of {task.name}#{task.number}")) for _ in range(nreturns)]
         for future in futures:
             future.datum.version = 1
             future.datum.writer = task
-        digest = self._function(tf)
-        spec = {"name": f"{fname}#{task.number}", "digest": digest, "call": call, "inputs": inputs,
-                "groups": groups, "updates": updates, "collection_updates": collection_updates, "copy": copies,
-                "returns": [f.datum.current_key() for f in futures], "nreturns": tf.nreturns,
-                "on_failure": tf.on_failure, "defaults": tf.defaults}
-        task.edges = _unique(edges)
+        return futures
+
+    def _dispatch(self, call: "_Call", futures: list[Future], eligible: list[int] | None) -> None:
+        """Hand the call to ipyparallel's scheduler: after the tasks it reads from, on an eligible engine."""
+        task, fname = call.task, call.fname
+        spec = call.spec(self._function(call.tf), [f.datum.current_key() for f in futures])
+        task.edges = _unique(call.edges)
+        follow = call.follow
         if follow is not None and not (eligible is None or follow.engine() in (eligible or [])):
             follow = None
         # `follow` waits for its task to finish (on its engine), so that task need not be in `after` as well
-        after = [t.ar for t in _unique_tasks(deps) if t is not follow and not t.done()]
+        after = [t.ar for t in _unique_tasks(call.deps) if t is not follow and not t.done()]
         flags = {"after": after}
         if follow is not None:
             flags["follow"] = [follow.ar]
@@ -384,15 +433,15 @@ class Runtime:
             with self.lview.temp_flags(**flags):
                 task.ar = self.lview.apply_async(worker.execute, spec)
         except Exception as exc:  # noqa: BLE001 - serialisation of an inline argument
-            culprit = next((n for n, r in inputs.items() if not _picklable(r)), None)
+            culprit = next((n for n, r in call.inputs.items() if not _picklable(r)), None)
             where = f"argument {culprit!r}" if culprit else "an argument"
             raise UserError(f"task {fname}: {where} cannot be sent to an engine: {exc}") from None
+
+    def _record(self, task: Task) -> None:
+        """Add a dispatched task to the graph and to the TaskGroups open now."""
         self.tasks.append(task)
         for group in self.open_groups:
             self.groups[group].append(task)
-        if tf.nreturns == 0:
-            return None
-        return futures[0] if tf.nreturns == 1 and not tf.returns_sequence else tuple(futures)
 
     def _file(self, path: str, pname: str, direction: P.ParameterDirection, task: Task, deps: list,
               edges: list) -> tuple:
@@ -652,6 +701,22 @@ class Runtime:
                 worker.request(self.peers[engine], "drop", self.session + ":", None)
         except Exception:  # noqa: BLE001 - the cluster may be gone already
             pass
+
+
+def _arguments(tf: "TaskFunction", args: tuple, kwargs: dict) -> list[tuple[str, str, Any]]:
+    """(kind, name, value) of each parameter of a call of `tf`, defaults filled in; a wrong call is a UserError."""
+    try:
+        bound = tf.signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise UserError(f"task {tf.name}: {exc}") from None
+    bound.apply_defaults()
+    arguments = []
+    for pname, param in tf.signature.parameters.items():
+        kind = {param.VAR_POSITIONAL: "varpos", param.VAR_KEYWORD: "varkw",
+                param.KEYWORD_ONLY: "kw"}.get(param.kind, "pos")
+        value = bound.arguments.get(pname, () if kind == "varpos" else {} if kind == "varkw" else None)
+        arguments.append((kind, pname, value))
+    return arguments
 
 
 def _path(value: Any, pname: str, fname: str, label: str) -> str:
