@@ -32,7 +32,6 @@ import socket
 import sys
 import time
 
-
 STOPPED = 75  # exit status after the time-limit warning: sysexits' EX_TEMPFAIL, "temporary failure, try again"
 _warned: list[float] = []  # when SIGUSR1 arrived (the handler only records it; the training loop acts on it)
 
@@ -126,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, shard: tuple, samples: int,
           validation, test: tuple) -> int:
     """Train one configuration on this rank's shard: a fresh model from the seed, or rank 0's checkpoint; rank 0 reports."""
-    import horovod.tensorflow.keras as hvd
     import horovod.tensorflow as hvd_tf
+    import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
     from course import data, models, perf, training
@@ -157,7 +156,8 @@ def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, 
     train_set = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat()
     started = time.perf_counter()
     history = model.fit(train_set.batch(args.batch), steps_per_epoch=steps, epochs=args.epochs,
-                        initial_epoch=initial_epoch, validation_data=validation, callbacks=callbacks + [timer, rates, warning],
+                        initial_epoch=initial_epoch, validation_data=validation,
+                        callbacks=callbacks + [timer, rates, warning],
                         verbose=2 if rank == 0 else 0)
     elapsed = time.perf_counter() - started
     if warning.stopped_at is not None:                  # the job's time is nearly up: no evaluation, no summary

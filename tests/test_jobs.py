@@ -189,7 +189,8 @@ def _resubmitted(out: str) -> int | None:
 
 
 @pytest.mark.slow
-def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(slurm, tmp_path, records):  # noqa: F811
+def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(
+        slurm, tmp_path, records):  # noqa: F811
     """A one-minute Horovod job (2 ranks) warned 45 s before its limit (issue 15): its script resubmits itself,
     rank 0's checkpoint is written, and the next job resumes from it ("resumed from rank 0's checkpoint at epoch
     E") until one completes the epochs asked for, with as many optimizer steps as an uninterrupted run.
