@@ -209,14 +209,14 @@ def time_limit_stop(can_save: bool):
             super().__init__()
             self.stopped_at: int | None = None
             self._told = False
-            self._epoch = 0.0   # how long the latest epoch took (the first also traces the model: slower)
+            self._times: list[float] = []  # this run's epoch times (its first also traces the model: slower)
             self._began = 0.0
 
         def on_epoch_begin(self, epoch, logs=None):
             self._began = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
-            self._epoch = time.perf_counter() - self._began
+            self._times.append(time.perf_counter() - self._began)
             warned = hvd_tf.allreduce(tf.constant(len(_warned), tf.int32), op=hvd_tf.Sum, name="time_limit_warning")
             if int(warned.numpy()) == 0 or epoch + 1 >= self.params.get("epochs", 0):
                 return  # no warning, or this was the last epoch anyway
@@ -229,10 +229,11 @@ def time_limit_stop(can_save: bool):
             if hvd_tf.rank() == 0:
                 job = os.environ.get("SLURM_JOB_ID")
                 left = slurm.seconds_left(job) if job else None
+                epoch_time = min(self._times[1:] or self._times)
                 # another epoch, then saving and leaving, must fit; unknown time left: stop now
-                stop = left is None or left < 1.5 * self._epoch + 10
+                stop = left is None or left < 1.3 * epoch_time + 8
                 if not stop and not self._told:
-                    print(f"time-limit warning: {left:.0f} s left, an epoch takes {self._epoch:.0f} s: "
+                    print(f"time-limit warning: {left:.0f} s left, an epoch takes {epoch_time:.0f} s: "
                           f"training goes on while another epoch fits", flush=True)
                 self._told = True
             if hvd_tf.broadcast_object(stop, root_rank=0, name="time_limit_stop"):

@@ -197,8 +197,8 @@ def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same
 
     The first job either stops when another epoch no longer fits (exit 75, said in its .out and its status) or,
     if an epoch outlasts what was left, is killed at its limit: TIMEOUT, explained in its status, and `DUE TO
-    TIME LIMIT` in its .err (seed 004). Slurm checks limits every 30 s, so how far each job gets varies: the
-    test follows the resubmissions (usually one) to the end.
+    TIME LIMIT` in its .err (seed 004). Slurm checks limits every 30 s and this node is shared, so how far each
+    job gets varies: the test follows the resubmissions (one on an idle node, more under load) to the end.
     """
     import json
     import time
@@ -222,7 +222,7 @@ def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same
                 assert f"resumed from rank 0's checkpoint at epoch {epoch}" in out, out
             if final.state == "COMPLETED":
                 break
-            assert len(chain) < 4, f"still not done after {chain}"
+            assert len(chain) < 6, f"still not done after {chain}"
             _, saved = training.latest_checkpoint(tmp_path / "ckpt")  # rank 0's, at the end of an epoch
             assert epoch < saved < EPOCHS, f"checkpoint of epoch {saved} after epoch {epoch}: {out}"
             if final.state == "TIMEOUT":
