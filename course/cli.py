@@ -209,7 +209,8 @@ def cmd_job(args: argparse.Namespace) -> int:
                            time=args.time, partition=args.partition, account=args.account, qos=args.qos,
                            constraint=args.constraint, exclusive=args.exclusive, sbatch=args.sbatch, job_name=args.job_name,
                            output_dir=args.output_dir, launcher=args.launcher, python=args.python or sys.executable,
-                           timeline=args.timeline, oversubscribe=args.oversubscribe)
+                           timeline=args.timeline, oversubscribe=args.oversubscribe,
+                           resubmit_on_timeout=args.resubmit_on_timeout)
     line = jobs.command_line(args.argv) if getattr(args, "argv", None) else None
     text = jobs.script(request, line)
     if args.submit:
@@ -246,6 +247,9 @@ def add_job(commands) -> None:
     parser.add_argument("--timeline", default=None, metavar="FILE", help="record a Horovod timeline to FILE")
     parser.add_argument("--oversubscribe", action="store_true",
                         help="let mpiexec start more ranks than Slurm's slots (off: Open MPI refuses, catching a mistake)")
+    parser.add_argument("--resubmit-on-timeout", type=int, default=None, metavar="SECONDS",
+                        help="warn the program (USR1) this long before --time runs out and submit the script again "
+                             "to resume (horovod: with -- --checkpoint-dir DIR)")
     parser.add_argument("--wait-timeout", type=float, default=None, help="job wait: give up after these seconds")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--print", action="store_true", help="show the batch script (the default)")

@@ -13,6 +13,13 @@ the same seed in turn, in one launch (the start-up of TensorFlow and Horovod is 
 SUMMARY per configuration.
 With --results FILE rank 0 appends one row to the class results (course.results: strategy horovod, workers =
 ranks); a bad results file is refused before training starts.
+
+Time limits: SIGUSR1 is Slurm's warning before a job's limit (`#SBATCH --signal=USR1@N` to the tasks, or
+`--signal=B:USR1@N` to the batch shell, whose trap passes it on; mpiexec forwards it to every rank). After it,
+the ranks go on while another epoch fits in the time Slurm leaves the job; then, at the end of an epoch (rank 0's
+checkpoint of it is written as after every epoch), the program exits with status 75 (EX_TEMPFAIL: try again)
+saying at which epoch it stopped; the same command with the same --checkpoint-dir, in the next job, continues
+from there. The warning must leave more time than one epoch takes.
 """
 
 from __future__ import annotations
@@ -20,9 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
+
+STOPPED = 75  # exit status after the time-limit warning: sysexits' EX_TEMPFAIL, "temporary failure, try again"
+_warned: list[float] = []  # when SIGUSR1 arrived (the handler only records it; the training loop acts on it)
+
+
+def _on_warning(signum, frame) -> None:
+    """SIGUSR1: Slurm's time-limit warning. Remember it; the epoch in progress finishes first."""
+    _warned.append(time.time())
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -78,6 +94,7 @@ def configurations(text: str) -> list[tuple[str, str | None]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGUSR1, _on_warning)  # before the slow imports: the default action would kill the rank
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from course import training
 
@@ -109,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, shard: tuple, samples: int,
           validation, test: tuple, dataset: str) -> int:
     """Train one configuration on this rank's shard: a fresh model from the seed, or rank 0's checkpoint; rank 0 reports."""
+    import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
@@ -131,6 +149,7 @@ def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, 
         training.root_print(f"already trained for {initial_epoch} epochs (asked for {args.epochs}): nothing to do")
         return 0
 
+    warning = time_limit_stop(paths["checkpoint_dir"] is not None)
     timer = perf.timing_callback(steps * args.batch * size)
     rates = training.learning_rate_log()                                    # what the optimizer really used
     callbacks = training.horovod_callbacks(checkpoint_dir=paths["checkpoint_dir"], log_dir=paths["log_dir"],
@@ -138,9 +157,17 @@ def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, 
     train_set = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat()
     started = time.perf_counter()
     history = model.fit(train_set.batch(args.batch), steps_per_epoch=steps, epochs=args.epochs,
-                        initial_epoch=initial_epoch, validation_data=validation, callbacks=callbacks + [timer, rates],
+                        initial_epoch=initial_epoch, validation_data=validation,
+                        callbacks=callbacks + [timer, rates, warning],
                         verbose=2 if rank == 0 else 0)
     elapsed = time.perf_counter() - started
+    if warning.stopped_at is not None:                  # the job's time is nearly up: no evaluation, no summary
+        training.root_print(f"stopped at epoch {warning.stopped_at} of {args.epochs} by the time-limit warning; "
+                            f"rank 0's checkpoint is in {paths['checkpoint_dir']}; resubmit to continue")
+        # every rank leaves together: mpiexec ends the others as soon as one exits non-zero, which could cut rank 0
+        # short before it has said the above
+        hvd_tf.broadcast_object(None, root_rank=0, name="stopped_by_warning")
+        return STOPPED
     loss, accuracy = model.evaluate(*test, verbose=0)
     summary = timer.summary()
     if rank == 0:                                                             # 8. only rank 0 saves and reports
@@ -162,6 +189,59 @@ def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, 
         if paths["results"]:
             return append_result(paths["results"], args, dataset, size, hvd.cross_size(), result, elapsed)
     return 0
+
+
+def time_limit_stop(can_save: bool):
+    """A Keras callback acting on the time-limit warning at the end of each epoch.
+
+    The ranks agree (one all-reduce) whether any of them was warned. Then rank 0 decides for all (a broadcast,
+    so that every rank stops at the same epoch and none is left waiting in a collective): go on while another
+    epoch still fits in the time Slurm leaves the job (course.slurm.seconds_left), with a margin, else stop
+    after this epoch, whose checkpoint rank 0's ModelCheckpoint writes. Without a checkpoint folder there is
+    nothing to save: training goes on, and says so once.
+    """
+    import horovod.tensorflow as hvd_tf
+    import tensorflow as tf
+
+    from course import slurm
+
+    class TimeLimitStop(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.stopped_at: int | None = None
+            self._told = False
+            self._times: list[float] = []  # this run's epoch times (its first also traces the model: slower)
+            self._began = 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._began = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._times.append(time.perf_counter() - self._began)
+            warned = hvd_tf.allreduce(tf.constant(len(_warned), tf.int32), op=hvd_tf.Sum, name="time_limit_warning")
+            if int(warned.numpy()) == 0 or epoch + 1 >= self.params.get("epochs", 0):
+                return  # no warning, or this was the last epoch anyway
+            if not can_save:
+                if not self._told and hvd_tf.rank() == 0:
+                    print("time-limit warning, but no --checkpoint-dir to save to: training goes on", flush=True)
+                self._told = True
+                return
+            stop = None
+            if hvd_tf.rank() == 0:
+                job = os.environ.get("SLURM_JOB_ID")
+                left = slurm.seconds_left(job) if job else None
+                epoch_time = min(self._times[1:] or self._times)
+                # another epoch, then saving and leaving, must fit; unknown time left: stop now
+                stop = left is None or left < 1.3 * epoch_time + 8
+                if not stop and not self._told:
+                    print(f"time-limit warning: {left:.0f} s left, an epoch takes {epoch_time:.0f} s: "
+                          f"training goes on while another epoch fits", flush=True)
+                self._told = True
+            if hvd_tf.broadcast_object(stop, root_rank=0, name="time_limit_stop"):
+                self.stopped_at = epoch + 1
+                self.model.stop_training = True
+
+    return TimeLimitStop()
 
 
 def results_file_ok(path: str, rank: int) -> bool:

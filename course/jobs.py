@@ -2,6 +2,7 @@
 
     python -m course job horovod --nodes 1 --gpus-per-node 4 --time 00:30:00 --print -- --epochs 5
     python -m course job mirrored --gpus-per-node 2 --submit
+    python -m course job horovod --time 04:00:00 --resubmit-on-timeout 600 -- --epochs 90 --checkpoint-dir ckpt
     python -m course job status|wait|output|cancel JOBID
 
 The scripts carry the options of the University of Queensland workshop's job script (job name, output/error
@@ -11,6 +12,13 @@ partition, account) plus a site's own (--qos, --constraint, --exclusive, any oth
 process per GPU started by `mpiexec` (flags and Open MPI settings from `course.mpi`) or `srun`;
 MirroredStrategy and `course train` run in one process that uses all the node's GPUs. Inconsistent requests,
 and requests no node of the partition could run, are refused with one line before anything is submitted.
+
+With --resubmit-on-timeout SECONDS the job asks Slurm for a warning (USR1 to the batch shell, `--signal=B:USR1@S`)
+that many seconds before its limit; the script's trap then submits the same script again, to start once this job
+has ended (`--dependency=afterany`), and passes the warning on to the program, which checkpoints and stops
+(course.horovod_mnist with --checkpoint-dir; the next job resumes from rank 0's checkpoint); if the program
+finishes in time after all, the script cancels the job it submitted. At most
+MAX_RESUBMITS jobs follow the first, so a job that can never finish does not queue forever.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course import UserError, mpi, slurm
+from course.horovod_mnist import STOPPED  # its exit status after checkpointing on the time-limit warning
 
 WORKLOADS = {
     "train": ("python -m course train", ["-m", "course", "train"],
@@ -37,6 +46,7 @@ WORKLOADS = {
 LAUNCHERS = ("mpiexec", "srun")
 OVERSUBSCRIBE = "OMPI_MCA_rmaps_base_oversubscribe"  # course.mpi sets it for runs here; job scripts only on request
 ACTIONS = ("status", "wait", "output", "cancel")
+MAX_RESUBMITS = 10  # --resubmit-on-timeout: jobs that may follow the first one
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -88,6 +98,7 @@ class Request:
     python: str = sys.executable
     timeline: str | None = None
     oversubscribe: bool = False  # let mpiexec start more ranks than Slurm's slots (else Open MPI refuses: a mistake)
+    resubmit_on_timeout: int | None = None  # seconds before the limit: warn the program, submit the script again
 
     @property
     def kind(self) -> str:
@@ -184,12 +195,66 @@ def _default_cpus(r: Request) -> int:
 
 
 def _check_extras(r: Request) -> None:
-    """--oversubscribe and --timeline only where they mean something."""
+    """--oversubscribe, --timeline and --resubmit-on-timeout only where they mean something."""
     if r.oversubscribe and (r.launcher != "mpiexec" or r.total_tasks < 2):
         raise UserError("--oversubscribe lets mpiexec start more ranks than the slots Slurm gave: it needs several "
                         "tasks and --launcher mpiexec (srun starts exactly the tasks allocated)")
     if r.timeline is not None and r.total_tasks < 2 and r.kind != "horovod":
         raise UserError("--timeline records a Horovod timeline: it needs the horovod workload or several tasks")
+    if r.resubmit_on_timeout is not None:
+        _check_resubmit(r)
+
+
+def _check_resubmit(r: Request) -> None:
+    """--resubmit-on-timeout: a warning before the limit, for a program that checkpoints when warned."""
+    warning = r.resubmit_on_timeout
+    if not isinstance(warning, int) or isinstance(warning, bool) or warning < 1:
+        raise UserError(f"--resubmit-on-timeout must be a whole number of seconds >= 1, not {warning!r}")
+    if warning >= parse_time(r.time):
+        raise UserError(f"--resubmit-on-timeout {warning} s is not before the end of --time {r.time}: warn earlier "
+                        f"than the limit, e.g. a few minutes before it (more than one epoch takes)")
+    if r.kind in ("mirrored", "train"):
+        raise UserError(f"--resubmit-on-timeout needs a program that checkpoints on the warning (SIGUSR1): the "
+                        f"{r.kind} workload does not; use horovod with --checkpoint-dir, or your own script")
+    if r.kind == "horovod" and not any(a == "--checkpoint-dir" or a.startswith("--checkpoint-dir=") for a in r.args):
+        raise UserError("--resubmit-on-timeout: the horovod workload resumes only from a checkpoint: add "
+                        "-- --checkpoint-dir DIR (the same folder for every job)")
+
+
+def _resubmitting(launch: str, warning: int) -> list[str]:
+    """The script's end with --resubmit-on-timeout: the program in the background, a trap for the warning."""
+    return ["# Time-limit warning (--resubmit-on-timeout): Slurm sends USR1 to this shell (#SBATCH --signal=B:USR1@"
+            f"{warning}).",
+            "# The trap submits this script again, to start when this job has ended, and passes the warning on: the",
+            "# program trains while another epoch fits, checkpoints and stops, and the next job resumes from the",
+            "# checkpoint (cancelled if the program finishes). bash runs a trap only between commands, so the",
+            "# program runs in the background and the shell waits for it.",
+            "on_warning() {",
+            '    echo "time-limit warning: $(date -Iseconds)"',
+            f'    if [ "${{COURSE_RESUBMIT:-0}}" -lt {MAX_RESUBMITS} ]; then',
+            '        if next=$(sbatch --parsable --dependency=afterany:${SLURM_JOB_ID} '
+            '--export=ALL,COURSE_RESUBMIT=$((${COURSE_RESUBMIT:-0} + 1)) "$0"); then',
+            '            echo "resubmitted as job ${next}: it resumes when this one has ended"',
+            "        else",
+            '            echo "resubmission failed: submit this script again yourself to continue"',
+            "        fi",
+            "    else",
+            f'        echo "not resubmitted: already {MAX_RESUBMITS} resubmissions"',
+            "    fi",
+            '    kill -USR1 "$child"',
+            "}",
+            "trap on_warning USR1",
+            f"{launch} &",
+            "child=$!",
+            "status=0",
+            'wait "$child" || status=$?',
+            'while [ "$status" -gt 128 ] && kill -0 "$child" 2>/dev/null; do  # the trap interrupted wait: wait again',
+            '    status=0; wait "$child" || status=$?',
+            "done",
+            'if [ "$status" -eq 0 ] && [ -n "${next:-}" ]; then  # it finished in time after all: nothing to resume',
+            '    scancel "$next" && echo "finished: job ${next} is not needed and was cancelled"',
+            "fi",
+            'exit "$status"']
 
 
 def _program(r: Request) -> list[str]:
@@ -233,6 +298,8 @@ def script(request: Request, command_line: str | None = None) -> str:
                  cpus_per_task=r.cpus_per_task, gpus_per_node=gpus or None, mem=r.mem, time=r.time,
                  partition=r.partition, account=r.account, qos=r.qos, constraint=r.constraint, exclusive=r.exclusive,
                  extra=r.sbatch))]
+    if r.resubmit_on_timeout is not None:
+        lines.append(f"#SBATCH --signal=B:USR1@{r.resubmit_on_timeout}")
     lines += ["",
               "set -eo pipefail",
               "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
@@ -257,7 +324,11 @@ def script(request: Request, command_line: str | None = None) -> str:
         lines += ["# Horovod timeline, written by rank 0 (open it in chrome://tracing or course.perf)",
                   f"export HOROVOD_TIMELINE={shlex.quote(str(Path(r.timeline).resolve()))}",
                   "export HOROVOD_TIMELINE_MARK_CYCLES=0"]
-    lines += ["", " ".join(_quote(w) for w in launch), ""]
+    command = " ".join(_quote(w) for w in launch)
+    if r.resubmit_on_timeout is None:
+        lines += ["", command, ""]
+    else:
+        lines += ["", *_resubmitting(command, r.resubmit_on_timeout), ""]
     return "\n".join(lines)
 
 
@@ -297,6 +368,8 @@ class Status(slurm.Job):
         reason = f", reason {self.reason}" if self.reason and self.reason != "None" else ""
         times = f", elapsed {self.elapsed} of {self.time_limit}" if self.elapsed else ""
         code = f", exit code {self.exit_code}" if self.ended and self.exit_code else ""
+        if self.state == "FAILED" and self.exit_code.split(":")[0] == str(STOPPED):
+            extra = " (the program checkpointed and stopped at the time-limit warning: resubmit it to continue)"
         return f"job {self.job_id}: {self.state}{extra}{reason}{times}{code}"
 
 

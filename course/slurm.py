@@ -229,6 +229,22 @@ def job(job_id: int | str) -> Job | None:
     return None
 
 
+def seconds_left(job_id: int | str) -> float | None:
+    """Seconds until a running job's EndTime (its start + --time; Slurm kills it at its next check after that),
+    or None where Slurm does not say (no Slurm, unknown job, no end time)."""
+    import datetime
+
+    try:
+        done = run([tool("scontrol"), "show", "job", "-o", str(int(job_id))], timeout=30)
+    except (UserError, OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"\bEndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", done.stdout)
+    if done.returncode != 0 or not found:
+        return None
+    end = datetime.datetime.fromisoformat(found.group(1))  # slurmctld's local time, as this node's
+    return (end - datetime.datetime.now()).total_seconds()
+
+
 def cancel(job_id: int | str, wait: float = 60) -> Job | None:
     """scancel the job and wait (up to `wait` s) until Slurm reports it ended or forgets it; its last state."""
     done = run([tool("scancel"), str(job_id)], timeout=30)

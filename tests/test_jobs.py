@@ -48,6 +48,9 @@ REFUSED = [
     ([str(PROGRAMS / "hvd_allreduce.py"), "--gpus-per-node", "1", "--tasks-per-node", "2"], "its own GPU"),
     (["horovod", "--sbatch", "reservation=ws"], "not an sbatch option"),
     (["horovod", "--constraint", "a100 v100"], "--constraint"),
+    (["horovod", "--resubmit-on-timeout", "600", "--", "--epochs", "90"], "--checkpoint-dir"),
+    (["horovod", "--time", "00:05:00", "--resubmit-on-timeout", "300", "--", "--checkpoint-dir", "c"], "not before"),
+    (["mirrored", "--resubmit-on-timeout", "60"], "does not"),
 ]
 
 
@@ -177,18 +180,70 @@ def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records
     assert (tmp_path / f"course-hvd_allreduce_{job_id}.out").is_file()
 
 
+EPOCHS = 16  # total epochs asked of the jobs below: more than fit in one minute's job on this node
+
+
+def _resubmitted(out: str) -> int | None:
+    found = re.search(r"resubmitted as job (\d+)", out)
+    return int(found.group(1)) if found else None
+
+
 @pytest.mark.slow
-def test_job_over_its_time_limit_is_reported_as_timeout(slurm, tmp_path, records):  # noqa: F811
-    """A job sleeping past --time is killed by Slurm; status says TIMEOUT and the .err file says why (seed 004)."""
-    sleepy = tmp_path / "sleepy.py"
-    sleepy.write_text("import time\nprint('started', flush=True)\ntime.sleep(900)\n")
-    job_id = jobs.submit(jobs.Request(str(sleepy), time="00:00:10", output_dir=str(tmp_path), workdir=str(tmp_path)))
-    final = jobs.wait(job_id, timeout=600)
-    assert final.state == "TIMEOUT", final
-    assert "time limit" in str(final)
-    out, err = jobs.output(job_id)
-    assert "started" in out
-    assert "DUE TO TIME LIMIT" in err, err
+def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(
+        slurm, tmp_path, records):  # noqa: F811
+    """A one-minute Horovod job (2 ranks) warned 45 s before its limit (issue 15): its script resubmits itself,
+    rank 0's checkpoint is written, and the next job resumes from it ("resumed from rank 0's checkpoint at epoch
+    E") until one completes the epochs asked for, with as many optimizer steps as an uninterrupted run.
+
+    The first job either stops when another epoch no longer fits (exit 75, said in its .out and its status) or,
+    if an epoch outlasts what was left, is killed at its limit: TIMEOUT, explained in its status, and `DUE TO
+    TIME LIMIT` in its .err (seed 004). Slurm checks limits every 30 s and this node is shared, so how far each
+    job gets varies: the test follows the resubmissions (one on an idle node, more under load) to the end.
+    """
+    import json
+    import time
+
+    from course import slurm as course_slurm
+    from course import training
+
+    # 374 steps of batch 2 per rank per epoch (the 1797 digits on 2 ranks): a few seconds an epoch on this node
+    args = ["--epochs", str(EPOCHS), "--batch", "2", "--threads", "1", "--checkpoint-dir", "ckpt"]
+    request = jobs.Request("horovod", args, tasks_per_node=2, time="00:01:00", resubmit_on_timeout=45,
+                           output_dir=str(tmp_path), workdir=str(tmp_path))
+    assert "#SBATCH --signal=B:USR1@45\n" in jobs.script(request)
+    started, chain, job_id, epoch = time.monotonic(), [], jobs.submit(request), 0
+    try:
+        while True:
+            final = jobs.wait(job_id, timeout=600)
+            out, err = jobs.output(job_id)
+            chain.append(f"{final} in {time.monotonic() - started:.0f} s")
+            assert final.time_limit == "00:01:00", final
+            if epoch:
+                assert f"resumed from rank 0's checkpoint at epoch {epoch}" in out, out
+            if final.state == "COMPLETED":
+                break
+            assert len(chain) < 6, f"still not done after {chain}"
+            _, saved = training.latest_checkpoint(tmp_path / "ckpt")  # rank 0's, at the end of an epoch
+            assert epoch < saved < EPOCHS, f"checkpoint of epoch {saved} after epoch {epoch}: {out}"
+            if final.state == "TIMEOUT":
+                assert "time limit" in str(final) and "DUE TO TIME LIMIT" in err, f"{final}\n{err}"
+            else:
+                assert final.state == "FAILED" and final.exit_code.startswith("75:"), f"{final}\n{out}\n{err}"
+                assert f"stopped at epoch {saved} of {EPOCHS} by the time-limit warning" in out, out
+                assert "stopped at the time-limit warning" in str(final), str(final)
+            assert "time-limit warning" in out and _resubmitted(out), f"{final}\n{out}\n{err}"
+            job_id, epoch = _resubmitted(out), saved
+    finally:
+        print("\n".join(chain))
+        last = _resubmitted(jobs.output(job_id)[0])
+        if last and course_slurm.job(last) and not course_slurm.job(last).ended:  # never leave a job queued
+            course_slurm.cancel(last)
+    assert len(chain) >= 2, f"the first job was not stopped by its time limit: {chain}"
+    summary = json.loads(re.search(r"^SUMMARY (.*)$", out, re.M).group(1))
+    assert summary["epochs_run"] == list(range(epoch + 1, EPOCHS + 1)), summary["epochs_run"]
+    assert summary["optimizer_steps"] == EPOCHS * summary["steps_per_epoch"], summary
+    if _resubmitted(out):  # warned, but it finished: the job it had submitted is cancelled
+        assert "is not needed and was cancelled" in out, out
 
 
 @pytest.mark.slow
