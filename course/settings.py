@@ -43,6 +43,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("COURSE_DEVICE", "set per engine", "the device an engine was given (a GPU, or CPU threads)", internal=True),
     Setting("COURSE_LOCAL_RANK", "set per engine", "an engine's rank on its node (it picks the engine's GPU)",
             internal=True),
+    Setting("COURSE_RESUBMIT", "set by the job script", "how many times a `--resubmit-on-timeout` job has "
+            "resubmitted itself (it stops at the limit)", internal=True),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
