@@ -180,7 +180,7 @@ def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records
     assert (tmp_path / f"course-hvd_allreduce_{job_id}.out").is_file()
 
 
-EPOCHS = 16  # total epochs asked of the jobs below: more than fit in one minute's job on this node
+EPOCHS = 40  # total epochs asked of the jobs below: more than fit in one minute's job even on a fast node (16 once did)
 
 
 def _resubmitted(out: str) -> int | None:
