@@ -950,41 +950,16 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
     re-attaches; no in scripts). cluster_id: default one per notebook (see `default_cluster_id`).
     """
     global _current
-    kind = str(engines).strip().lower()
-    if kind not in KINDS:
-        raise ClusterError(f"unknown engines {engines!r}; use one of: {', '.join(KINDS)}")
-    n = _check_n(n, kind)
-    if threads is None or isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ClusterError(f"threads must be a positive whole number, not {threads!r}")
-    engines_kind = KIND[kind]
-    timeout = engines_kind.default_timeout if timeout is None else float(timeout)
-    slurm_options = {k: v for k, v in dict(
+    settings = _checked_settings(n, engines, threads, timeout, controller_ip, dict(
         partition=partition, time_limit=time_limit, account=account, gpus_per_node=gpus_per_node,
-        tasks_per_node=tasks_per_node, qos=qos, constraint=constraint, exclusive=exclusive or None,
-        sbatch=[slurm.check_extra(line) for line in sbatch] if sbatch else None).items() if v is not None}
-    if slurm_options and not engines_kind.batch_options:
-        raise ClusterError(f"{', '.join(slurm_options)} only apply to engines='slurm'")
-    engines_kind.check_tools()
-    engines_kind.check_request(n, slurm_options)
-    if gpus_per_node and tasks_per_node and tasks_per_node > gpus_per_node:
-        raise ClusterError(f"more engines than GPUs: tasks_per_node={tasks_per_node} but gpus_per_node={gpus_per_node}; "
-                           f"use one engine per GPU")
+        tasks_per_node=tasks_per_node, qos=qos, constraint=constraint, exclusive=exclusive or None, sbatch=sbatch))
     cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
-    settings = _Settings(kind, n, threads, timeout, controller_ip or engines_kind.controller_ip, slurm_options)
     persist = _in_kernel() if persist is None else bool(persist)
-
-    if _current is not None and not _current.stopped and _current.cluster_id == cid:
-        existing = _current
-    else:
-        existing = _attach(cid)
+    existing = _running(cid, settings)
     if existing is not None:
-        if (existing.kind, existing.n) != (kind, n):
-            raise ClusterError(f"cluster {cid} is already running with {existing.n} {existing.kind} engine(s); stop it "
-                               f"first (cluster.stop() or python -m course cluster stop --id {cid}) or pass another cluster_id")
-        if existing is not _current:
-            existing._join()
         if not quiet:
-            print(f"Re-attached to running cluster {cid}: {existing.status().alive} of {n} {kind} engines.")
+            print(f"Re-attached to running cluster {cid}: {existing.status().alive} of {existing.n} "
+                  f"{existing.kind} engines.")
         _current = existing
         return existing
 
@@ -993,9 +968,52 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
         atexit.register(cluster.stop)
     _current = cluster
     if not quiet:
-        print(f"Started cluster {cid}: {n} {kind} engine(s), ids {cluster.ids}; "
+        print(f"Started cluster {cid}: {settings.n} {settings.kind} engine(s), ids {cluster.ids}; "
               f"devices: {', '.join(sorted({e['device'] for e in cluster.engines}))}.")
     return cluster
+
+
+def _checked_settings(n: int | None, engines: str, threads: int, timeout: float | None, controller_ip: str | None,
+                      batch: dict) -> _Settings:
+    """What `start` was asked for, checked (kind, engine count, threads, the batch options' kind and values) before
+    anything starts: a wrong argument is one ClusterError line."""
+    kind = str(engines).strip().lower()
+    if kind not in KINDS:
+        raise ClusterError(f"unknown engines {engines!r}; use one of: {', '.join(KINDS)}")
+    n = _check_n(n, kind)
+    if threads is None or isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ClusterError(f"threads must be a positive whole number, not {threads!r}")
+    engines_kind = KIND[kind]
+    if batch.get("sbatch"):
+        batch["sbatch"] = [slurm.check_extra(line) for line in batch["sbatch"]]
+    batch = {k: v for k, v in batch.items() if v is not None}
+    if batch and not engines_kind.batch_options:
+        raise ClusterError(f"{', '.join(batch)} only apply to engines='slurm'")
+    engines_kind.check_tools()
+    engines_kind.check_request(n, batch)
+    gpus, tasks = batch.get("gpus_per_node"), batch.get("tasks_per_node")
+    if gpus and tasks and tasks > gpus:
+        raise ClusterError(f"more engines than GPUs: tasks_per_node={tasks} but gpus_per_node={gpus}; "
+                           f"use one engine per GPU")
+    timeout = engines_kind.default_timeout if timeout is None else float(timeout)
+    return _Settings(kind, n, threads, timeout, controller_ip or engines_kind.controller_ip, batch)
+
+
+def _running(cid: str, settings: _Settings) -> "Cluster | None":
+    """The running cluster `cid` (this process's own, or one to re-attach to), or None; refused if it runs another
+    kind or number of engines than asked for."""
+    if _current is not None and not _current.stopped and _current.cluster_id == cid:
+        existing = _current
+    else:
+        existing = _attach(cid)
+    if existing is None:
+        return None
+    if (existing.kind, existing.n) != (settings.kind, settings.n):
+        raise ClusterError(f"cluster {cid} is already running with {existing.n} {existing.kind} engine(s); stop it "
+                           f"first (cluster.stop() or python -m course cluster stop --id {cid}) or pass another cluster_id")
+    if existing is not _current:
+        existing._join()
+    return existing
 
 
 def _launch_new(cid: str, settings: _Settings, persist: bool, attempts: int = 2) -> "Cluster":
