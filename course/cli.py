@@ -181,29 +181,62 @@ def add_results(commands) -> None:
     plot.set_defaults(func=cmd_results)
 
 
+def cmd_job_status(args: argparse.Namespace) -> int:
+    from course import jobs
+
+    print(jobs.status(args.job_id))
+    return 0
+
+
+def cmd_job_wait(args: argparse.Namespace) -> int:
+    from course import jobs
+
+    final = jobs.wait(args.job_id, timeout=args.timeout)
+    print(final)
+    return 0 if final.state == "COMPLETED" else 1
+
+
+def cmd_job_output(args: argparse.Namespace) -> int:
+    from course import jobs
+
+    out, err = jobs.output(args.job_id)
+    current = jobs.status(args.job_id)
+    print(f"==> {current.stdout or 'stdout'} <==\n{out}", end="" if out.endswith("\n") else "\n")
+    print(f"==> {current.stderr or 'stderr'} <==\n{err}", end="" if err.endswith("\n") or not err else "\n")
+    return 0
+
+
+def cmd_job_cancel(args: argparse.Namespace) -> int:
+    from course import jobs
+
+    print(jobs.cancel(args.job_id))
+    return 0
+
+
+JOB_ACTIONS = {"status": (cmd_job_status, "the job's state, times and exit code, with what they mean"),
+               "wait": (cmd_job_wait, "wait until the job ends; exit status 0 only if it completed"),
+               "output": (cmd_job_output, "the job's .out and .err files"),
+               "cancel": (cmd_job_cancel, "cancel a queued or running job")}
+
+
+def job_action_parser() -> Parser:
+    """`python -m course job status|wait|output|cancel JOBID`: one subcommand per action on a submitted job."""
+    parser = Parser(prog="python -m course job", description="follow a submitted job")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(JOB_ACTIONS) + "}")
+    for name, (func, about) in JOB_ACTIONS.items():
+        action = actions.add_parser(name, help=about, description=about)
+        action.add_argument("job_id", metavar="JOBID", help="the id sbatch printed")
+        if name == "wait":
+            action.add_argument("--timeout", "--wait-timeout", type=float, default=None,
+                                help="give up after these seconds (default: wait as long as it takes)")
+        action.set_defaults(func=func)
+    return parser
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     from course import jobs
 
     extra = list(getattr(args, "workload_args", None) or []) + list(args.args)
-    if args.workload in jobs.ACTIONS:
-        if len(extra) != 1:
-            raise UserError(f"job {args.workload} takes one job id, e.g.: python -m course job {args.workload} 1234")
-        job_id = extra[0]
-        if args.workload == "status":
-            print(jobs.status(job_id))
-            return 0
-        if args.workload == "wait":
-            final = jobs.wait(job_id, timeout=args.wait_timeout)
-            print(final)
-            return 0 if final.state == "COMPLETED" else 1
-        if args.workload == "output":
-            out, err = jobs.output(job_id)
-            current = jobs.status(job_id)
-            print(f"==> {current.stdout or 'stdout'} <==\n{out}", end="" if out.endswith("\n") else "\n")
-            print(f"==> {current.stderr or 'stderr'} <==\n{err}", end="" if err.endswith("\n") or not err else "\n")
-            return 0
-        print(jobs.cancel(job_id))
-        return 0
     request = jobs.Request(args.workload, extra, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                            tasks_per_node=args.tasks_per_node, cpus_per_task=args.cpus_per_task, mem=args.mem,
                            time=args.time, partition=args.partition, account=args.account, qos=args.qos,
@@ -226,10 +259,10 @@ def add_job(commands) -> None:
         "job", help="Slurm batch scripts for the course workloads: print, submit, follow",
         description="python -m course job WORKLOAD [options] [--print|--submit] [-- WORKLOAD ARGS]  "
                     "(WORKLOAD: train, horovod, mirrored or a .py script);  "
-                    "python -m course job status|wait|output|cancel JOBID")
+                    "python -m course job status|wait|output|cancel JOBID (see python -m course job status --help)")
     parser.add_argument("workload", metavar="WORKLOAD", help="train, horovod, mirrored, path/to/script.py; "
-                        "or status, wait, output, cancel")
-    parser.add_argument("args", nargs="*", metavar="JOBID", help="the job id for status/wait/output/cancel")
+                        "or status, wait, output, cancel JOBID")
+    parser.add_argument("args", nargs="*", metavar="ARG", help="the workload's own arguments (or put them after --)")
     parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     parser.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node, as --gres=gpu:N (default 0)")
     parser.add_argument("--tasks-per-node", type=int, default=None, help="processes per node (Horovod: = GPUs)")
@@ -250,7 +283,6 @@ def add_job(commands) -> None:
     parser.add_argument("--resubmit-on-timeout", type=int, default=None, metavar="SECONDS",
                         help="warn the program (USR1) this long before --time runs out and submit the script again "
                              "to resume (horovod: with -- --checkpoint-dir DIR)")
-    parser.add_argument("--wait-timeout", type=float, default=None, help="job wait: give up after these seconds")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--print", action="store_true", help="show the batch script (the default)")
     what.add_argument("--submit", action="store_true", help="submit it with sbatch and print the job id")
@@ -341,7 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["job"] and "--" in argv:  # `job WORKLOAD [options] -- WORKLOAD ARGS`: the tail is the workload's
         cut = argv.index("--")
         argv, tail = argv[:cut], argv[cut + 1:]
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["job"] and argv[1:2] and argv[1] in JOB_ACTIONS:  # an action on a job, not a workload
+        args = job_action_parser().parse_args(argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     if argv[:1] == ["job"]:
         args.workload_args, args.argv = tail, argv + (["--", *tail] if tail else [])
     try:

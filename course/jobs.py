@@ -45,7 +45,6 @@ WORKLOADS = {
 }
 LAUNCHERS = ("mpiexec", "srun")
 OVERSUBSCRIBE = "OMPI_MCA_rmaps_base_oversubscribe"  # course.mpi sets it for runs here; job scripts only on request
-ACTIONS = ("status", "wait", "output", "cancel")
 MAX_RESUBMITS = 10  # --resubmit-on-timeout: jobs that may follow the first one
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$")

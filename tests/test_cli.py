@@ -5,7 +5,8 @@ import pytest
 from tests.conftest import run_course
 
 
-@pytest.mark.parametrize("args", [["frobnicate"], ["doctor", "--colour"], ["data"], ["data", "fetch", "mnist"], []])
+@pytest.mark.parametrize("args", [["frobnicate"], ["doctor", "--colour"], ["data"], ["data", "fetch", "mnist"], [],
+                                  ["job", "status"], ["job", "cancel", "1", "2"], ["job", "wait", "1", "--colour"]])
 def test_usage_errors_are_one_line_with_status_2(args):
     result = run_course(*args)
     assert result.returncode == 2
@@ -50,3 +51,20 @@ def test_one_vocabulary_and_the_older_names_still_work(argv, dest, value):
     from course.cli import build_parser
 
     assert getattr(build_parser().parse_args(argv), dest) == value
+
+
+@pytest.mark.parametrize("argv, action, job_id", [
+    (["job", "status", "12"], "status", "12"), (["job", "output", "12"], "output", "12"),
+    (["job", "cancel", "12"], "cancel", "12"), (["job", "wait", "12", "--timeout", "5"], "wait", "12")])
+def test_job_actions_are_subcommands_with_their_own_options(argv, action, job_id, capsys):
+    """`job status|wait|output|cancel JOBID` are subcommands (`job wait --help` shows only wait's options), while
+    `job WORKLOAD` still takes a workload's name."""
+    from course import cli
+
+    with pytest.raises(SystemExit):
+        cli.main([*argv[:2], "--help"])
+    shown = capsys.readouterr().out
+    assert f"python -m course job {action}" in shown and "JOBID" in shown
+    assert ("--timeout" in shown) == (action == "wait") and "--nodes" not in shown, shown
+    workload = cli.build_parser().parse_args(["job", "horovod", "--nodes", "2"])
+    assert (workload.workload, workload.nodes) == ("horovod", 2)
