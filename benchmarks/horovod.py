@@ -10,7 +10,7 @@
 Runs A B A B ... (`--pairs` pairs per comparison), so both sides see the same machine load, and reports the
 median of the per-pair ratios (the machine is shared and noisy: never one absolute time).
 
-    .venv/bin/python benchmarks/horovod.py [--pairs 3] [--epochs 5] [--batch 100] [--yield] [--skip mirrored]
+    .venv/bin/python benchmarks/horovod.py [--pairs 3] [--epochs 5] [--batch 100] [--no-yield] [--skip mirrored]
         [--env HOROVOD_CYCLE_TIME=1 ...]   (extra environment for the Horovod runs, to try a setting)
 """
 
@@ -37,7 +37,8 @@ GOAL = 0.9  # x the ceiling
 
 
 # Open MPI busy-polls while a rank waits in a collective; on cores shared with other work that steals the
-# other rank's CPU. --yield makes waiting ranks yield (OMPI_MCA_mpi_yield_when_idle=1).
+# other rank's CPU. course.mpi makes waiting ranks yield (OMPI_MCA_mpi_yield_when_idle=1); --no-yield measures
+# without it.
 EXTRA_ENV: dict[str, str] = {}
 
 
@@ -68,14 +69,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="Horovod batch per rank; MirroredStrategy global batch")
     parser.add_argument("--steps", type=int, default=20, help="MirroredStrategy steps per epoch")
     parser.add_argument("--skip", choices=("horovod", "mirrored"), default=None)
-    parser.add_argument("--yield", dest="yield_", action="store_true",
-                        help="waiting MPI ranks yield their core (OMPI_MCA_mpi_yield_when_idle=1)")
+    parser.add_argument("--no-yield", dest="no_yield", action="store_true",
+                        help="waiting MPI ranks busy-poll (OMPI_MCA_mpi_yield_when_idle=0; course.mpi's default is 1)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment for the Horovod runs (e.g. HOROVOD_FUSION_THRESHOLD=0)")
     args = parser.parse_args()
     EXTRA_ENV.update(item.split("=", 1) for item in args.env)
-    if args.yield_:
-        EXTRA_ENV["OMPI_MCA_mpi_yield_when_idle"] = "1"
+    if args.no_yield:
+        EXTRA_ENV[mpi.YIELD] = "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start", flush=True)
 

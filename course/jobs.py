@@ -314,9 +314,9 @@ def script(request: Request, command_line: str | None = None) -> str:
         lines += ["export NCCL_DEBUG=WARN", 'echo "GPUs visible: ${CUDA_VISIBLE_DEVICES:-none}"']
     if r.total_tasks > 1 and r.launcher == "mpiexec":
         lines.append("# Open MPI settings (course.mpi)")
-        lines += [f"export {k}={v}" for k, v in mpi.SETTINGS.items() if k != OVERSUBSCRIBE]
+        lines += [f"export {k}={v}" for k, v in mpi.SETTINGS.items() if k not in (OVERSUBSCRIBE, mpi.YIELD)]
         if r.oversubscribe:  # only when asked: on a cluster more ranks than slots is usually a wrong -n or layout
-            lines.append(f"export {OVERSUBSCRIBE}=1")
+            lines += [f"export {OVERSUBSCRIBE}=1", f"export {mpi.YIELD}=1  # ranks share cores: waiting ones yield"]
         root = " ".join(f"{k}={v}" for k, v in mpi.ROOT_SETTINGS.items())
         lines.append(f'if [ "$(id -u)" -eq 0 ]; then export {root}; fi')
     if r.timeline:

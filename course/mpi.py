@@ -19,10 +19,16 @@ INSTALL_HINT = (
 
 
 ROOT_SETTINGS = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# Ranks on this machine share its few cores with their own helper threads (Horovod's background thread beside
+# TensorFlow's), and a rank waiting in a collective busy-polls the core they need: waiting ranks yield it instead
+# (benchmarks/horovod.py, 2 ranks on 2 cores: weak-scaling efficiency 0.51 -> 0.76). Batch jobs give each rank
+# cores of its own, so job scripts leave it out unless asked to oversubscribe (course.jobs).
+YIELD = "OMPI_MCA_mpi_yield_when_idle"
 SETTINGS = {
     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     # Allow more ranks than cores (a class on a small node) without every user passing --oversubscribe.
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    YIELD: "1",
 }
 # Placement: ranks share the node's cores freely (as the University of Queensland workshop's job script does).
 BIND_FLAGS = ("--bind-to", "none")

@@ -142,16 +142,18 @@ def test_mpi_launch_uses_course_mpi_settings():
     text = jobs.script(jobs.Request("horovod", tasks_per_node=2))
     assert "mpiexec -n ${SLURM_NTASKS} " + " ".join(mpi.JOB_FLAGS) in text
     for key, value in mpi.SETTINGS.items():
-        if key != jobs.OVERSUBSCRIBE:
+        if key not in (jobs.OVERSUBSCRIBE, mpi.YIELD):  # both only with --oversubscribe (next test)
             assert f"export {key}={value}" in text
     assert "mpiexec" not in jobs.script(jobs.Request("mirrored", gpus_per_node=2))
 
 
 def test_job_scripts_oversubscribe_only_when_asked():
     """More ranks than Slurm's slots is a mistake on a cluster: Open MPI must be left to refuse it, unless asked."""
-    assert "OMPI_MCA_rmaps_base_oversubscribe" not in jobs.script(jobs.Request("horovod", tasks_per_node=2))
+    plain = jobs.script(jobs.Request("horovod", tasks_per_node=2))
+    assert "OMPI_MCA_rmaps_base_oversubscribe" not in plain and "yield_when_idle" not in plain, plain
     asked = jobs.script(jobs.Request("horovod", tasks_per_node=2, oversubscribe=True))
     assert "export OMPI_MCA_rmaps_base_oversubscribe=1" in asked
+    assert "export OMPI_MCA_mpi_yield_when_idle=1" in asked, asked  # ranks sharing cores yield while they wait
     for request, why in ((jobs.Request("horovod", tasks_per_node=2, launcher="srun", oversubscribe=True), "srun"),
                          (jobs.Request("mirrored", oversubscribe=True), "several tasks")):
         with pytest.raises(UserError, match=why):
