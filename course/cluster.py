@@ -809,10 +809,13 @@ class Cluster:
             _update_record(self.cluster_id, state="stopping")
         if self.client is not None:
             self.client.close()
-        try:
-            self._ipp.stop_cluster_sync()
-        except Exception as exc:  # a launcher that already ended: the pid checks below still clean up
-            print(f"course.cluster: while stopping {self.cluster_id}: {exc}", file=sys.stderr)
+        # One at a time: ipyparallel's stop_cluster gives up on the controller when stopping the engines fails (a
+        # Slurm job that sbatch refused has no id to scancel), and the controller would be left running.
+        for part, stop in (("engines", self._ipp.stop_engines_sync), ("controller", self._ipp.stop_controller_sync)):
+            try:
+                stop()
+            except Exception as exc:  # a launcher that already ended: the pid checks below still clean up
+                print(f"course.cluster: while stopping the {part} of {self.cluster_id}: {exc}", file=sys.stderr)
         # An engine's nanny (it relays signals, such as a %%px interrupt) outlives its engine by 3 s, trying to tell
         # the controller, stopped above, that the engine exited. Nothing is left to tell: end it now.
         kill([p for p in procs if _is_nanny(p)], timeout=0)
