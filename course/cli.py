@@ -243,7 +243,7 @@ def cmd_job(args: argparse.Namespace) -> int:
                            constraint=args.constraint, exclusive=args.exclusive, sbatch=args.sbatch, job_name=args.job_name,
                            output_dir=args.output_dir, launcher=args.launcher, python=args.python or sys.executable,
                            timeline=args.timeline, oversubscribe=args.oversubscribe,
-                           resubmit_on_timeout=args.resubmit_on_timeout)
+                           resubmit_on_timeout=args.resubmit_on_timeout, array=args.array)
     line = jobs.command_line(args.argv) if getattr(args, "argv", None) else None
     text = jobs.script(request, line)
     if args.submit:
@@ -252,6 +252,17 @@ def cmd_job(args: argparse.Namespace) -> int:
         return 0
     print(text, end="")
     return 0
+
+
+def worker_counts(text: str) -> list[int]:
+    """`1,2,4` -> [1, 2, 4] (argparse reports anything else as a usage error)."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"worker counts such as 1,2,4 (whole numbers >= 1), not {text!r}")
+    return counts
 
 
 def add_job(commands) -> None:
@@ -280,6 +291,9 @@ def add_job(commands) -> None:
     parser.add_argument("--timeline", default=None, metavar="FILE", help="record a Horovod timeline to FILE")
     parser.add_argument("--oversubscribe", action="store_true",
                         help="let mpiexec start more ranks than Slurm's slots (off: Open MPI refuses, catching a mistake)")
+    parser.add_argument("--array", type=worker_counts, default=None, metavar="N,N,...",
+                        help="a scaling sweep as one job array: one task per worker count, e.g. 1,2,4 "
+                             "(train: --workers N; horovod: mpiexec -n N within the tasks asked for)")
     parser.add_argument("--resubmit-on-timeout", type=int, default=None, metavar="SECONDS",
                         help="warn the program (USR1) this long before --time runs out and submit the script again "
                              "to resume (horovod: with -- --checkpoint-dir DIR)")

@@ -204,29 +204,43 @@ class Job:
     time_limit: str = ""
     stdout: str = ""
     stderr: str = ""
+    tasks: list["Job"] = field(default_factory=list)  # an array job's tasks, by index (empty for other jobs)
 
     @property
     def ended(self) -> bool:
         return self.state in ENDED
 
 
+def _array(job_id: int, tasks: list[Job]) -> Job:
+    """One job standing for an array's tasks: still going while any task is, COMPLETED only if every task
+    completed, else the state of the first task that did not; the longest elapsed time."""
+    going = [t for t in tasks if not t.ended]
+    failed = [t for t in tasks if t.ended and t.state != "COMPLETED"]
+    first = (going or failed or tasks)[0]
+    return Job(job_id, first.state, first.reason, first.exit_code, max((t.elapsed for t in tasks), key=lambda e: (len(e), e)),
+               first.time_limit, tasks[0].stdout, tasks[0].stderr, tasks)
+
+
 def job(job_id: int | str) -> Job | None:
     """The job from `scontrol show job` (Slurm keeps ended jobs for MinJobAge), else `sacct`; None if unknown."""
     jid = int(job_id)
     done = run([tool("scontrol"), "show", "job", "-o", str(jid)], timeout=30)
-    if done.returncode == 0 and done.stdout.strip():
-        fields = dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", done.stdout))
-        return Job(jid, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""), fields.get("ExitCode", ""),
-                   fields.get("RunTime", ""), fields.get("TimeLimit", ""), fields.get("StdOut", ""),
-                   fields.get("StdErr", ""))
+    found = []
+    if done.returncode == 0:  # one line per job, or per task of an array
+        for line in done.stdout.strip().splitlines():
+            fields = dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", line))
+            found.append(Job(jid, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
+                             fields.get("ExitCode", ""), fields.get("RunTime", ""), fields.get("TimeLimit", ""),
+                             fields.get("StdOut", ""), fields.get("StdErr", "")))
     sacct = shutil.which("sacct")
-    if sacct:
+    if not found and sacct:
         acct = run([sacct, "-n", "-X", "-P", "-j", str(jid), "-o", "State,ExitCode,Elapsed,Timelimit"], timeout=30)
-        line = acct.stdout.strip().splitlines()[0] if acct.returncode == 0 and acct.stdout.strip() else ""
-        if line:
+        for line in acct.stdout.strip().splitlines() if acct.returncode == 0 else []:
             state, code, elapsed, limit = (line.split("|") + ["", "", "", ""])[:4]
-            return Job(jid, state.split()[0], "", code, elapsed, limit)
-    return None
+            found.append(Job(jid, state.split()[0] if state else "UNKNOWN", "", code, elapsed, limit))
+    if len(found) > 1:
+        return _array(jid, found)
+    return found[0] if found else None
 
 
 def seconds_left(job_id: int | str) -> float | None:

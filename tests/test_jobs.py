@@ -51,6 +51,8 @@ REFUSED = [
     (["horovod", "--resubmit-on-timeout", "600", "--", "--epochs", "90"], "--checkpoint-dir"),
     (["horovod", "--time", "00:05:00", "--resubmit-on-timeout", "300", "--", "--checkpoint-dir", "c"], "not before"),
     (["mirrored", "--resubmit-on-timeout", "60"], "does not"),
+    (["mirrored", "--array", "1,2"], "--array sweeps the worker count"),
+    (["horovod", "--array", "1,4", "--tasks-per-node", "2"], "up to 4 Horovod ranks"),
 ]
 
 
@@ -180,6 +182,34 @@ def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records
     for rank in (0, 1):
         assert f"RANK {rank} SIZE 2 SUM [3.0, 20.0]" in shown.stdout, shown.stdout
     assert (tmp_path / f"course-hvd_allreduce_{job_id}.out").is_file()
+
+
+@pytest.mark.slow
+def test_a_sweep_as_a_job_array_appends_one_row_per_worker_count(slurm, tmp_path, records, monkeypatch):  # noqa: F811
+    """`job train --array 1,2` (issue 15): one array task per worker count, each with its own %A_%a files, both
+    running at once on the test Slurm (a CPU each); every task's `course train` appends its row to the one
+    class-results CSV, and no row is lost to the other task writing at the same time."""
+    import csv
+
+    monkeypatch.setenv("COURSE_OFFLINE", "1")  # the job inherits it: the digits stand in for MNIST
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / ".keras"))
+    table = tmp_path / "class.csv"
+    request = jobs.Request("train", ["--epochs", "1", "--limit", "120", "--batch-size", "20", "-n", "1",
+                                     "--results", str(table)],
+                           cpus_per_task=1, array=[1, 2], time="00:10:00", output_dir=str(tmp_path),
+                           workdir=str(tmp_path))
+    assert "#SBATCH --array=0-1\n" in jobs.script(request)
+    job_id = jobs.submit(request)
+    final = jobs.wait(job_id, timeout=600)
+    out, err = jobs.output(job_id)
+    assert final.state == "COMPLETED" and [t.state for t in final.tasks] == ["COMPLETED"] * 2, f"{final}\n{out}\n{err}"
+    assert "array tasks: 0 COMPLETED, 1 COMPLETED" in str(final), str(final)
+    for task, workers in enumerate((1, 2)):
+        assert f"array task {task} of job {job_id}: {workers} worker(s)" in out, out
+        assert (tmp_path / f"course-train_{job_id}_{task}.out").is_file()
+    with open(table, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(int(row["workers"]) for row in rows) == [1, 2], rows
 
 
 EPOCHS = 40  # total epochs asked of the jobs below: more than fit in one minute's job even on a fast node (16 once did)
