@@ -404,6 +404,50 @@ def _program_args(args: list[str], number: int, want: Exercise) -> list[str]:
 
 # ------------------------------------------------------------------------------- sbatch --test-only
 
+def split_srun(words: list[str]) -> tuple[list[str], list[str]]:
+    """`srun OPTIONS PROGRAM ARGS` as words: (srun's option words, the program's words), cut where the options end
+    (the first word that is neither an option nor an option's value)."""
+    i = 1
+    while i < len(words) and words[i].startswith("-"):
+        word = words[i]
+        i += 1
+        if word.startswith("--"):
+            written, has_value, _ = word[2:].partition("=")
+            i += 1 if _long_name(written) in WITH_VALUE and not has_value else 0
+        elif len(word) == 2 and SHORT.get(word[1]):  # -n 1 (a value in the next word), not -n1
+            i += 1
+    return words[1:i], words[i:]
+
+
+def srun_problems(words: list[str], ntasks: int, cpus_per_task: int, time: str, program: list[str]) -> list[str]:
+    """What is wrong in an `srun` command (a list of words) that should run `program` as `ntasks` task(s) of
+    `cpus_per_task` CPUs each within `time`, one sentence each ([] when it is right). Options read as sbatch's."""
+    words = [str(w) for w in words] if isinstance(words, (list, tuple)) else []
+    if not words or words[0] != "srun":
+        return ["give the command as a list of words starting with 'srun', e.g. ['srun', '--ntasks=...', ...]"]
+    options, rest = split_srun(words)
+    header = Header()
+    _read_line(" ".join(shlex.quote(o) for o in options), 1, header)
+    found = [slip.replace("line 1: ", "").replace("sbatch", "srun") for slip in header.slips]
+    for name, short, want in (("ntasks", "-n", ntasks), ("cpus-per-task", "-c", cpus_per_task)):
+        got = header.get(name)
+        if got is None:
+            found.append(f"no --{name} ({short}): ask for {want}")
+        elif got != str(want):
+            found.append(f"--{name} is {got}, the exercise asks for {want}")
+    limit = header.get("time")
+    if limit is None:
+        found.append("no --time (-t): without one the step gets the partition's default limit")
+    elif seconds(limit) != seconds(time):
+        found.append(f"--time {limit} is {_minutes(seconds(limit)) if seconds(limit) else 'not a time limit'}, "
+                     f"the exercise asks for {_minutes(seconds(time))}")
+    if rest != [str(w) for w in program]:
+        found.append(f"after srun's options comes the program, {' '.join(map(str, program[-4:]))} run by this "
+                     f"notebook's Python (sys.executable, so the compute node uses the same environment); got "
+                     f"{' '.join(rest) or 'nothing'}")
+    return found
+
+
 @dataclass
 class Verdict:
     """What `sbatch --test-only` said about a script (adapted to this machine's partition: `changes`)."""

@@ -181,3 +181,30 @@ def test_sbatch_test_only_on_the_real_slurm(slurm, submit_dir):
     script.write_text(RIGHT)
     said = sbatch_check.check(script, WANT)
     assert said.startswith("Every #SBATCH line and the launch line are right. Slurm accepts it"), said
+
+
+PROGRAM = ["/opt/env/bin/python", "-m", "course", "doctor", "--json"]
+
+
+@pytest.mark.parametrize("options", [["--ntasks=1", "--cpus-per-task=1", "--time=00:05:00"],
+                                     ["-n", "1", "-c", "1", "-t", "5"], ["-n1", "-c1", "-t5:00"],
+                                     ["--ntasks", "1", "--cpus-per-t", "1", "--time", "0:05:00"]])
+def test_an_srun_command_is_read_as_srun_reads_it(options):
+    """Short and long forms, values after '=' or in the next word, unique prefixes: all mean the same to srun."""
+    assert sbatch_check.srun_problems(["srun", *options, *PROGRAM], 1, 1, "00:05:00", PROGRAM) == []
+
+
+@pytest.mark.parametrize("words, named", [
+    (["srun", "-N", "1", "-c", "1", "-t", "5", *PROGRAM], "no --ntasks (-n)"),
+    (["srun", "-n", "2", "-c", "1", "-t", "5", *PROGRAM], "--ntasks is 2"),
+    (["srun", "-n", "1", "-t", "5", *PROGRAM], "no --cpus-per-task (-c)"),
+    (["srun", "-n", "1", "-c", "1", "-t", "50", *PROGRAM], "--time 50 is 50 min"),
+    (["srun", "-n", "1", "-c", "1", *PROGRAM], "no --time (-t)"),
+    (["srun", "-n", "1", "-c", "1", "-t", "5", "python", "-m", "course", "doctor", "--json"], "sys.executable"),
+    (["srun", "--tasks=1", "-c", "1", "-t", "5", *PROGRAM], "--tasks is not an option srun knows"),
+    (["mpirun", "-n", "1", *PROGRAM], "starting with 'srun'"),
+    ("srun -n 1 -c 1 -t 5", "a list of words"),
+])
+def test_each_mistake_in_an_srun_command_is_named(words, named):
+    found = sbatch_check.srun_problems(words, 1, 1, "00:05:00", PROGRAM)
+    assert any(named in problem for problem in found), found
