@@ -87,7 +87,7 @@ if comm.rank == 0:
 IPP_PROBE = r"""
 import json, time, ipyparallel as ipp
 t0 = time.perf_counter()
-cluster = ipp.Cluster(n=1, log_level=40)
+cluster = ipp.Cluster(n=1, log_level=40, controller_args=HEARTBEAT)  # the course's clusters' heartbeat
 client = cluster.start_and_connect_sync()
 client.wait_for_engines(1, timeout=60)
 assert client[:].apply_sync(lambda: 42) == [42]
@@ -193,7 +193,9 @@ def check_mpi() -> Check:
 
 
 def check_ipyparallel() -> Check:
-    facts = _probe([sys.executable, "-c", IPP_PROBE], timeout=120)
+    from course.cluster import HEARTBEAT
+
+    facts = _probe([sys.executable, "-c", IPP_PROBE.replace("HEARTBEAT", repr(HEARTBEAT), 1)], timeout=120)
     if "error" in facts:
         return Check("ipyparallel", False, facts["error"], "reinstall the stack: make setup")
     return Check("ipyparallel", True, f"{facts['version']}; a 1-engine local cluster started in {facts['start_s']:.1f} s "
