@@ -5,7 +5,7 @@ PY := .venv/bin/python
 TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test clean student
+.PHONY: setup lab test clean student format
 
 setup:
 	@bash scripts/setup-system.sh
@@ -17,6 +17,11 @@ lab: setup
 test: setup
 	@bash scripts/setup-system.sh $(TEST_APT)
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+# One layout for the code (tests/test_lint.py checks it): run before committing
+format:
+	@$(PY) -m ruff format .
+	@$(PY) -m ruff check .
 
 # The course as learners get it (no solutions/ or hidden tests), for a `student` branch: make student OUT=DIR
 student:

@@ -45,8 +45,16 @@ def main() -> int:
             for strategy in STRATEGIES:
                 for workers in (1, 2):
                     tasks.reset()
-                    result = averaging.fit(strategy, network, x, y, workers=workers, epochs=args.epochs,
-                                           batch_size=args.batch_size, weights=weights)
+                    result = averaging.fit(
+                        strategy,
+                        network,
+                        x,
+                        y,
+                        workers=workers,
+                        epochs=args.epochs,
+                        batch_size=args.batch_size,
+                        weights=weights,
+                    )
                     times.setdefault((strategy, workers), []).append(result.elapsed)
             print(f"round {r + 1}: " + ", ".join(f"{s}/{w}w {t[-1]:.2f}s" for (s, w), t in times.items()))
         print(f"\n{len(x)} images, {args.epochs} epochs, batch {args.batch_size}, 2 engines, {args.rounds} rounds")

@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # not benchmarks/: its scripts would shadow packages
 
-FIXTURE = ROOT / "tests" / "fixtures" / "cluster_course"   # 98_cluster.ipynb: one check run on 2 engines
-WRONG = "    return x + x"                                     # a plausible wrong answer for square(x)
+FIXTURE = ROOT / "tests" / "fixtures" / "cluster_course"  # 98_cluster.ipynb: one check run on 2 engines
+WRONG = "    return x + x"  # a plausible wrong answer for square(x)
 
 WORKER = """
 import json, os, sys
@@ -67,8 +67,11 @@ def leftovers(ipython_dir: str) -> list[str]:
     found = []
     for proc in psutil.process_iter(["pid", "name"]):
         try:
-            if proc.pid != os.getpid() and proc.environ().get("IPYTHONDIR") == ipython_dir and \
-                    proc.status() != psutil.STATUS_ZOMBIE:
+            if (
+                proc.pid != os.getpid()
+                and proc.environ().get("IPYTHONDIR") == ipython_dir
+                and proc.status() != psutil.STATUS_ZOMBIE
+            ):
                 found.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
         except psutil.Error:
             pass
@@ -83,18 +86,47 @@ def run(cycles: int, processes: int = 4, home: Path | None = None) -> dict:
     env.update(IPYTHONDIR=ipython_dir, PYTHONPATH=str(ROOT))
     expected = make_class(home / "class")
     started = time.monotonic()
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(k), str(cycles)], cwd=ROOT, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for k in range(processes)]
-    grading = subprocess.Popen([sys.executable, "-m", "course", "grade", str(home / "class"), "--out", str(home / "out"),
-                                "--solutions", str(FIXTURE), "--workers", "1", "--timeout", "300"],
-                               cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(k), str(cycles)],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for k in range(processes)
+    ]
+    grading = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "course",
+            "grade",
+            str(home / "class"),
+            "--out",
+            str(home / "out"),
+            "--solutions",
+            str(FIXTURE),
+            "--workers",
+            "1",
+            "--timeout",
+            "300",
+        ],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     polls: list[str] = []
     done = threading.Event()
 
     def poll() -> None:  # an instructor's terminal: `course cluster status` every second
         while not done.is_set():
-            out = subprocess.run([sys.executable, "-m", "course", "cluster", "status"], cwd=ROOT, env=env,
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-m", "course", "cluster", "status"], cwd=ROOT, env=env, capture_output=True, text=True
+            )
             polls.append(out.stderr if "Traceback" in out.stderr else "")
             done.wait(1)
 
@@ -108,14 +140,18 @@ def run(cycles: int, processes: int = 4, home: Path | None = None) -> dict:
     for k, (worker, (out, err)) in enumerate(zip(workers, outputs)):
         cycles_seen = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         if worker.returncode != 0 or len(cycles_seen) != cycles:
-            problems.append(f"process {k} ended with {worker.returncode} after {len(cycles_seen)} cycle(s): {err[-500:]}")
+            problems.append(
+                f"process {k} ended with {worker.returncode} after {len(cycles_seen)} cycle(s): {err[-500:]}"
+            )
         problems += [f"process {k} cycle {c['cycle']}: {c['problem']}" for c in cycles_seen if c["problem"]]
     if grading.returncode != 0:
         problems.append(f"course grade failed ({grading.returncode}): {graded[1][-500:]}")
     else:
         with open(home / "out" / "grades.csv", newline="") as handle:
             rows = {r["student"]: (r["status"], r["points"]) for r in csv.DictReader(handle) if r["cell"]}
-        problems += [f"grade of {s}: {rows.get(s)} instead of {want}" for s, want in expected.items() if rows.get(s) != want]
+        problems += [
+            f"grade of {s}: {rows.get(s)} instead of {want}" for s, want in expected.items() if rows.get(s) != want
+        ]
     problems += [f"`cluster status` failed: {p[-300:]}" for p in polls if p]
     from course import cluster
 
@@ -137,12 +173,17 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=4, help="processes with a cluster each (default 4)")
     args = parser.parse_args()
     report = run(args.cycles, args.processes)
-    print(f"{args.processes} processes x {args.cycles} cycles beside `course grade` and {report['polls']} "
-          f"`cluster status` polls in {report['seconds']:.0f} s")
+    print(
+        f"{args.processes} processes x {args.cycles} cycles beside `course grade` and {report['polls']} "
+        f"`cluster status` polls in {report['seconds']:.0f} s"
+    )
     for problem in report["problems"]:
         print(f"PROBLEM {problem}")
-    print("ok: nothing stopped that was not asked to, every grade right, nothing left behind"
-          if not report["problems"] else f"{len(report['problems'])} problem(s)")
+    print(
+        "ok: nothing stopped that was not asked to, every grade right, nothing left behind"
+        if not report["problems"]
+        else f"{len(report['problems'])} problem(s)"
+    )
     return 0 if not report["problems"] else 1
 
 

@@ -44,14 +44,23 @@ def bare_start(kind: str, i: int) -> tuple[float, object]:
     import ipyparallel as ipp
 
     started = time.perf_counter()
-    bare = ipp.Cluster(engines=kind, n=2, cluster_id=f"bare-{kind}-{i}", profile_dir=str(cluster.profile_dir()),
-                       log_level=40, shutdown_atexit=True)
+    bare = ipp.Cluster(
+        engines=kind,
+        n=2,
+        cluster_id=f"bare-{kind}-{i}",
+        profile_dir=str(cluster.profile_dir()),
+        log_level=40,
+        shutdown_atexit=True,
+    )
     bare.start_controller_sync()
     kwargs: dict = {}
     if kind == "mpi":
         command = mpi.command(2)
-        kwargs = {"mpi_cmd": [command[0]], "mpi_args": command[3:],
-                  "environment": {k: v for k, v in mpi.env().items() if os.environ.get(k) != v}}
+        kwargs = {
+            "mpi_cmd": [command[0]],
+            "mpi_args": command[3:],
+            "environment": {k: v for k, v in mpi.env().items() if os.environ.get(k) != v},
+        }
     elif kind == "slurm":
         kwargs = {"batch_file_name": str(cluster.profile_dir() / "log" / f"bare-{i}.sbatch")}
     bare.start_engines_sync(2, **kwargs)
@@ -106,8 +115,10 @@ def main() -> int:
     kinds = [k for k in args.kinds.split(",") if k != "slurm" or slurm_available()]
     if "slurm" in args.kinds and "slurm" not in kinds:
         print("slurm: skipped (no Slurm answers here; start one with scripts/single-node-slurm.sh start)")
-    print(f"{'kind':<6} {'course start':>13} {'bare start':>11} {'ratio':>6} {'no-op apply (2 engines)':>24} "
-          f"{'course stop':>12} {'bare stop':>10}")
+    print(
+        f"{'kind':<6} {'course start':>13} {'bare start':>11} {'ratio':>6} {'no-op apply (2 engines)':>24} "
+        f"{'course stop':>12} {'bare stop':>10}"
+    )
     for kind in kinds:
         ours, bares, ratios, rtts, stops = [], [], [], [], []
         for i in range(args.pairs):
@@ -120,11 +131,16 @@ def main() -> int:
             bares.append(t_bare)
             ratios.append(t_ours / t_bare)
         bare_stop = "" if kind == "slurm" else f"{statistics.median(s[1] for s in stops):>8.2f} s"  # not our children
-        print(f"{kind:<6} {statistics.median(ours):>11.2f} s {statistics.median(bares):>9.2f} s "
-              f"{statistics.median(ratios):>6.2f} {statistics.median(rtts) * 1000:>21.2f} ms "
-              f"{statistics.median(s[0] for s in stops):>10.2f} s {bare_stop}", flush=True)
-    print(f"(median of {args.pairs} interleaved pairs each; ratio = median of course/bare per pair; goal <= 1.1; "
-          f"stop: until every process has ended)")
+        print(
+            f"{kind:<6} {statistics.median(ours):>11.2f} s {statistics.median(bares):>9.2f} s "
+            f"{statistics.median(ratios):>6.2f} {statistics.median(rtts) * 1000:>21.2f} ms "
+            f"{statistics.median(s[0] for s in stops):>10.2f} s {bare_stop}",
+            flush=True,
+        )
+    print(
+        f"(median of {args.pairs} interleaved pairs each; ratio = median of course/bare per pair; goal <= 1.1; "
+        f"stop: until every process has ended)"
+    )
     return 0
 
 

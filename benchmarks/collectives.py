@@ -34,9 +34,12 @@ def measure() -> None:
             mpi_times.append(ref)
             ratios.append(ring / ref)
         if world.rank == 0:
-            print(f"{world.size:>5} {nbytes / 2**20:>10.3f} {np.median(ring_times) * 1e3:>10.3f} "
-                  f"{np.median(mpi_times) * 1e3:>10.3f} {np.median(ratios):>7.2f}   "
-                  f"{'' if nbytes < 2**20 else 'met' if np.median(ratios) <= GOAL else 'NOT met'}", flush=True)
+            print(
+                f"{world.size:>5} {nbytes / 2**20:>10.3f} {np.median(ring_times) * 1e3:>10.3f} "
+                f"{np.median(mpi_times) * 1e3:>10.3f} {np.median(ratios):>7.2f}   "
+                f"{'' if nbytes < 2**20 else 'met' if np.median(ratios) <= GOAL else 'NOT met'}",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -50,13 +53,18 @@ def main() -> None:
 
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help; no options
     ceilings = [machine.pair()]
-    print(f"{'ranks':>5} {'MB':>10} {'ring ms':>10} {'MPI ms':>10} {'ratio':>7}   goal <= {GOAL} from 1 MB "
-          f"(ceiling: MPI = 1.00; medians of {PAIRS} interleaved pairs)", flush=True)
+    print(
+        f"{'ranks':>5} {'MB':>10} {'ring ms':>10} {'MPI ms':>10} {'ratio':>7}   goal <= {GOAL} from 1 MB "
+        f"(ceiling: MPI = 1.00; medians of {PAIRS} interleaved pairs)",
+        flush=True,
+    )
     for ranks in (2, 4):
         subprocess.run(mpi.command(ranks, sys.executable, __file__, "--rank"), env=mpi.env(), check=True)
         ceilings.append(machine.pair())
-    print(f"machine ceiling (2 single-thread BLAS processes against 1, benchmarks/machine.py), measured between "
-          f"the runs: median {statistics.median(ceilings):.2f} of {[round(c, 2) for c in ceilings]}")
+    print(
+        f"machine ceiling (2 single-thread BLAS processes against 1, benchmarks/machine.py), measured between "
+        f"the runs: median {statistics.median(ceilings):.2f} of {[round(c, 2) for c in ceilings]}"
+    )
 
 
 if __name__ == "__main__":

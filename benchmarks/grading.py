@@ -66,20 +66,30 @@ def main() -> int:
             run = {}
             for workers in (1, args.workers):
                 started = time.perf_counter()
-                summary = grade(tmp / "class", tmp / f"out{workers}", solutions=args.notebook.parent,
-                                workers=workers, regrade=True, progress=False)
+                summary = grade(
+                    tmp / "class",
+                    tmp / f"out{workers}",
+                    solutions=args.notebook.parent,
+                    workers=workers,
+                    regrade=True,
+                    progress=False,
+                )
                 run[workers] = time.perf_counter() - started
                 times[workers].append(run[workers])
-                print(f"pair {pair + 1}: {workers} worker(s): {run[workers]:6.1f} s  ({summary.split(';')[0]})",
-                      flush=True)
+                print(
+                    f"pair {pair + 1}: {workers} worker(s): {run[workers]:6.1f} s  ({summary.split(';')[0]})",
+                    flush=True,
+                )
             ratios.append(run[1] / run[args.workers])
         same = (tmp / "out1" / "grades.csv").read_text() == (tmp / f"out{args.workers}" / "grades.csv").read_text()
     seq, par = statistics.median(times[1]), statistics.median(times[args.workers])
     speedup = statistics.median(ratios)
-    print(f"{args.submissions} submissions of {args.notebook.name}: sequential {seq:.1f} s, "
-          f"{args.workers} workers {par:.1f} s (medians of {args.pairs}); speed-up median {speedup:.2f}x "
-          f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)}); goal >= 1.7x: {'met' if speedup >= 1.7 else 'NOT met'}; "
-          f"identical grades.csv: {same}")
+    print(
+        f"{args.submissions} submissions of {args.notebook.name}: sequential {seq:.1f} s, "
+        f"{args.workers} workers {par:.1f} s (medians of {args.pairs}); speed-up median {speedup:.2f}x "
+        f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)}); goal >= 1.7x: {'met' if speedup >= 1.7 else 'NOT met'}; "
+        f"identical grades.csv: {same}"
+    )
     return 0
 
 

@@ -45,8 +45,18 @@ EXTRA_ENV: dict[str, str] = {}
 def horovod_throughput(ranks: int, epochs: int, batch: int) -> float:
     """images/s of `mpiexec -n ranks python -m course.horovod_mnist`, each rank 1 thread (first epoch excluded)."""
     env = dict(mpi.env(), **devices.thread_env(1), TF_CPP_MIN_LOG_LEVEL="2", **EXTRA_ENV)
-    command = mpi.command(ranks, sys.executable, "-m", "course.horovod_mnist", "--epochs", str(epochs),
-                          "--batch", str(batch), "--threads", "1")
+    command = mpi.command(
+        ranks,
+        sys.executable,
+        "-m",
+        "course.horovod_mnist",
+        "--epochs",
+        str(epochs),
+        "--batch",
+        str(batch),
+        "--threads",
+        "1",
+    )
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800, cwd=sys.path[0])
     found = re.findall(r"SUMMARY (\{.*\})", done.stdout)
     if done.returncode != 0 or not found:
@@ -56,9 +66,17 @@ def horovod_throughput(ranks: int, epochs: int, batch: int) -> float:
 
 def mirrored_epoch_time(replicas: int, global_batch: int, epochs: int, steps: int) -> float:
     """Median epoch time (first excluded) of the MNIST CNN with MirroredStrategy on `replicas` logical CPUs."""
-    result = training.in_fresh_process(training.mirrored_run, replicas, model="mnist_cnn", dataset="mnist",
-                                       per_replica_batch=global_batch // replicas, input_size=28, epochs=epochs,
-                                       steps=steps, base_lr=0.05 / replicas)  # the same learning rate for both
+    result = training.in_fresh_process(
+        training.mirrored_run,
+        replicas,
+        model="mnist_cnn",
+        dataset="mnist",
+        per_replica_batch=global_batch // replicas,
+        input_size=28,
+        epochs=epochs,
+        steps=steps,
+        base_lr=0.05 / replicas,
+    )  # the same learning rate for both
     return result.epoch_time
 
 
@@ -69,10 +87,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="Horovod batch per rank; MirroredStrategy global batch")
     parser.add_argument("--steps", type=int, default=20, help="MirroredStrategy steps per epoch")
     parser.add_argument("--skip", choices=("horovod", "mirrored"), default=None)
-    parser.add_argument("--no-yield", dest="no_yield", action="store_true",
-                        help="waiting MPI ranks busy-poll (OMPI_MCA_mpi_yield_when_idle=0; course.mpi's default is 1)")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                        help="extra environment for the Horovod runs (e.g. HOROVOD_FUSION_THRESHOLD=0)")
+    parser.add_argument(
+        "--no-yield",
+        dest="no_yield",
+        action="store_true",
+        help="waiting MPI ranks busy-poll (OMPI_MCA_mpi_yield_when_idle=0; course.mpi's default is 1)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the Horovod runs (e.g. HOROVOD_FUSION_THRESHOLD=0)",
+    )
     args = parser.parse_args()
     EXTRA_ENV.update(item.split("=", 1) for item in args.env)
     if args.no_yield:
@@ -87,15 +114,20 @@ def main() -> None:
             two = horovod_throughput(2, args.epochs, args.batch)
             ceilings.append(machine.pair() / 2)
             pairs.append((two, one))
-            print(f"horovod pair {i + 1}: 1 rank {one:.0f} images/s, 2 ranks {two:.0f} images/s, "
-                  f"efficiency {perf.weak_scaling_efficiency(two, one, 2):.2f}; ceiling {ceilings[-1]:.2f}", flush=True)
+            print(
+                f"horovod pair {i + 1}: 1 rank {one:.0f} images/s, 2 ranks {two:.0f} images/s, "
+                f"efficiency {perf.weak_scaling_efficiency(two, one, 2):.2f}; ceiling {ceilings[-1]:.2f}",
+                flush=True,
+            )
         efficiency, ceiling = perf.median_ratio(pairs) / 2, statistics.median(ceilings)
-        print(f"HOROVOD weak-scaling efficiency, 2 ranks x 1 thread over 1 rank x 1 thread (median of {args.pairs}"
-              f"{', with ' + ' '.join(args.env) if args.env else ''}): {efficiency:.2f}, {efficiency / ceiling:.2f} of the "
-              f"machine's ceiling {ceiling:.2f} (goal >= {GOAL} x ceiling = {GOAL * ceiling:.2f}: "
-              f"{'met' if efficiency >= GOAL * ceiling else 'NOT met'}); throughput medians 1 rank "
-              f"{statistics.median(p[1] for p in pairs):.0f}, 2 ranks {statistics.median(p[0] for p in pairs):.0f} images/s",
-              flush=True)
+        print(
+            f"HOROVOD weak-scaling efficiency, 2 ranks x 1 thread over 1 rank x 1 thread (median of {args.pairs}"
+            f"{', with ' + ' '.join(args.env) if args.env else ''}): {efficiency:.2f}, {efficiency / ceiling:.2f} of the "
+            f"machine's ceiling {ceiling:.2f} (goal >= {GOAL} x ceiling = {GOAL * ceiling:.2f}: "
+            f"{'met' if efficiency >= GOAL * ceiling else 'NOT met'}); throughput medians 1 rank "
+            f"{statistics.median(p[1] for p in pairs):.0f}, 2 ranks {statistics.median(p[0] for p in pairs):.0f} images/s",
+            flush=True,
+        )
 
     if args.skip != "mirrored":
         pairs = []
@@ -103,10 +135,16 @@ def main() -> None:
             one = mirrored_epoch_time(1, args.batch, args.epochs, args.steps)
             two = mirrored_epoch_time(2, args.batch, args.epochs, args.steps)
             pairs.append((one, two))
-            print(f"mirrored pair {i + 1}: 1 device {one:.3f} s/epoch, 2 logical devices {two:.3f} s/epoch, "
-                  f"speedup {one / two:.2f}", flush=True)
-        print(f"MIRRORED epoch time 1 device / 2 logical CPU devices at global batch {args.batch} (median of "
-              f"{args.pairs}): speedup {perf.median_ratio(pairs):.2f}", flush=True)
+            print(
+                f"mirrored pair {i + 1}: 1 device {one:.3f} s/epoch, 2 logical devices {two:.3f} s/epoch, "
+                f"speedup {one / two:.2f}",
+                flush=True,
+            )
+        print(
+            f"MIRRORED epoch time 1 device / 2 logical CPU devices at global batch {args.batch} (median of "
+            f"{args.pairs}): speedup {perf.median_ratio(pairs):.2f}",
+            flush=True,
+        )
     print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
 
 

@@ -19,7 +19,7 @@ import time
 
 WORK = {
     "numpy matmul": "import numpy as np\nx = np.random.default_rng(0).random((512, 512))\n"
-                    "for _ in range({n}):\n    x @ x\n",
+    "for _ in range({n}):\n    x @ x\n",
     "python loop": "s = 0\nfor i in range({n} * 400_000):\n    s += i * i\n",
 }
 UNITS = 64  # matrix products (or loop chunks) in all; 2 processes do half each

@@ -51,6 +51,7 @@ def empty_task():
 @task(returns=1)
 def block(n: int, seed: int):
     import numpy as np
+
     return np.random.default_rng(seed).random((n, n))
 
 
@@ -62,6 +63,7 @@ def multiply(a, b, c):
 @task(returns=1)
 def zeros(n: int):
     import numpy as np
+
     return np.zeros((n, n))
 
 
@@ -123,18 +125,30 @@ def script_wall() -> tuple[float, float, float, float]:
     """One run of a short program as a script: (total, cluster start, program, end) in seconds."""
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "program.py").write_text(SCRIPT)
-        env = dict(os.environ, IPYTHONDIR=str(Path(folder) / "ipython"), COURSE_CLUSTER_ID="bench-tasks-script",
-                   PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        env = dict(
+            os.environ,
+            IPYTHONDIR=str(Path(folder) / "ipython"),
+            COURSE_CLUSTER_ID="bench-tasks-script",
+            PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        )
         began = time.time()
-        done = subprocess.run([sys.executable, "program.py"], cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, "program.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+        )
         ended = time.time()
     if done.returncode != 0:
         raise SystemExit(f"the benchmark script failed: {done.stderr.strip().splitlines()[-1:]}")
-    marks = {line.split()[0]: float(line.split()[1]) for line in done.stdout.splitlines()
-             if line.split() and line.split()[0] in ("import", "started", "main-done")}
-    return ended - began, marks["started"] - marks["import"], marks["main-done"] - marks["started"], \
-        ended - marks["main-done"]
+    marks = {
+        line.split()[0]: float(line.split()[1])
+        for line in done.stdout.splitlines()
+        if line.split() and line.split()[0] in ("import", "started", "main-done")
+    }
+    return (
+        ended - began,
+        marks["started"] - marks["import"],
+        marks["main-done"] - marks["started"],
+        ended - marks["main-done"],
+    )
 
 
 def main() -> int:
@@ -149,10 +163,13 @@ def main() -> int:
     runs = [script_wall() for _ in range(args.scripts)]
     if runs:
         total, start, program, end = (statistics.median(r[i] for r in runs) for i in range(4))
-        print(f"short program as a script: {total:.2f} s wall (median of {len(runs)}): importing course and the "
-              f"cluster's start {start:.2f} s, "
-              f"program {program:.2f} s, end {end:.2f} s (goal <= 1.5: {'met' if end <= 1.5 else 'NOT met'}); "
-              f"the rest ({total - start - program - end:.2f} s) is the interpreter starting", flush=True)
+        print(
+            f"short program as a script: {total:.2f} s wall (median of {len(runs)}): importing course and the "
+            f"cluster's start {start:.2f} s, "
+            f"program {program:.2f} s, end {end:.2f} s (goal <= 1.5: {'met' if end <= 1.5 else 'NOT met'}); "
+            f"the rest ({total - start - program - end:.2f} s) is the interpreter starting",
+            flush=True,
+        )
 
     c = cluster.start(2, cluster_id="bench-tasks", threads=1, quiet=True)
     try:
@@ -167,19 +184,26 @@ def main() -> int:
             ceiling.append(machine.pair())
             overhead.append((t_tasks, t_bare))
             speedup.append((t1, t2))
-            print(f"pair {pair + 1}: empty task {t_tasks * 1e3:.2f} ms vs bare apply {t_bare * 1e3:.2f} ms "
-                  f"(x{t_tasks / t_bare:.2f}); matmul 1 engine {t1:.2f} s, 2 engines {t2:.2f} s (x{t1 / t2:.2f}); "
-                  f"ceiling x{ceiling[-1]:.2f}", flush=True)
+            print(
+                f"pair {pair + 1}: empty task {t_tasks * 1e3:.2f} ms vs bare apply {t_bare * 1e3:.2f} ms "
+                f"(x{t_tasks / t_bare:.2f}); matmul 1 engine {t1:.2f} s, 2 engines {t2:.2f} s (x{t1 / t2:.2f}); "
+                f"ceiling x{ceiling[-1]:.2f}",
+                flush=True,
+            )
         ratio = statistics.median(a / b for a, b in overhead)
         gain = statistics.median(a / b for a, b in speedup)
         top = statistics.median(ceiling)
-        print(f"\nper-task overhead: course.tasks {statistics.median(a for a, _ in overhead) * 1e3:.2f} ms, bare "
-              f"LoadBalancedView.apply {statistics.median(b for _, b in overhead) * 1e3:.2f} ms (medians); "
-              f"median ratio {ratio:.2f} (goal <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
-        print(f"blocked matmul {args.msize}x{args.msize} blocks of {args.bsize}x{args.bsize}: 1 engine "
-              f"{statistics.median(a for a, _ in speedup):.2f} s, 2 engines {statistics.median(b for _, b in speedup):.2f} s "
-              f"(medians); median speedup {gain:.2f}, {gain / top:.2f} of the machine's ceiling {top:.2f} measured "
-              f"in the same pairs (goal >= 0.9 x ceiling = {0.9 * top:.2f}: {'met' if gain >= 0.9 * top else 'NOT met'})")
+        print(
+            f"\nper-task overhead: course.tasks {statistics.median(a for a, _ in overhead) * 1e3:.2f} ms, bare "
+            f"LoadBalancedView.apply {statistics.median(b for _, b in overhead) * 1e3:.2f} ms (medians); "
+            f"median ratio {ratio:.2f} (goal <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})"
+        )
+        print(
+            f"blocked matmul {args.msize}x{args.msize} blocks of {args.bsize}x{args.bsize}: 1 engine "
+            f"{statistics.median(a for a, _ in speedup):.2f} s, 2 engines {statistics.median(b for _, b in speedup):.2f} s "
+            f"(medians); median speedup {gain:.2f}, {gain / top:.2f} of the machine's ceiling {top:.2f} measured "
+            f"in the same pairs (goal >= 0.9 x ceiling = {0.9 * top:.2f}: {'met' if gain >= 0.9 * top else 'NOT met'})"
+        )
     finally:
         tasks.reset()
         c.stop()

@@ -85,8 +85,9 @@ def worker_model(network: Network):
 
 
 @task(weights=INOUT, returns=1)
-def worker_train(weights: Weights, x: np.ndarray, y: np.ndarray, network: Network, epochs: int,
-                 batch_size: int) -> dict:
+def worker_train(
+    weights: Weights, x: np.ndarray, y: np.ndarray, network: Network, epochs: int, batch_size: int
+) -> dict:
     """Worker: train from `weights` on this worker's shard for `epochs`, in order (no shuffling), and write the
     trained weights back into `weights` (INOUT). Returns a few numbers about the run."""
     model = worker_model(network)
@@ -95,8 +96,13 @@ def worker_train(weights: Weights, x: np.ndarray, y: np.ndarray, network: Networ
     history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
     seconds = time.perf_counter() - start
     weights[:] = model.get_weights()
-    return {"loss": float(history.history["loss"][-1]), "accuracy": float(history.history["accuracy"][-1]),
-            "samples": int(len(x)) * epochs, "seconds": seconds, "pid": os.getpid()}
+    return {
+        "loss": float(history.history["loss"][-1]),
+        "accuracy": float(history.history["accuracy"][-1]),
+        "samples": int(len(x)) * epochs,
+        "seconds": seconds,
+        "pid": os.getpid(),
+    }
 
 
 @task(global_weights=COMMUTATIVE, returns=1)
@@ -156,7 +162,9 @@ def _prepare(network: Network, x, y, workers, epochs, batch_size, weights, shard
         raise UserError(f"{len(shards)} shards for {workers} workers: give one shard per worker")
     if weights is None:
         weights = network.build().get_weights()
-    return [np.array(w, copy=True) for w in weights], [(np.ascontiguousarray(a), np.ascontiguousarray(b)) for a, b in shards]
+    return [np.array(w, copy=True) for w in weights], [
+        (np.ascontiguousarray(a), np.ascontiguousarray(b)) for a, b in shards
+    ]
 
 
 class _Clock:
@@ -181,9 +189,18 @@ class _Clock:
         return time.perf_counter() - self.start
 
 
-def fit_sync(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, workers: int, epochs: int,
-             batch_size: int = 32, weights: Weights | None = None, shards: list | None = None,
-             progress: Callable[[int, int], None] | None = None) -> FitResult:
+def fit_sync(
+    network: Network,
+    x: np.ndarray | None,
+    y: np.ndarray | None,
+    *,
+    workers: int,
+    epochs: int,
+    batch_size: int = 32,
+    weights: Weights | None = None,
+    shards: list | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FitResult:
     """Master: synchronous parameter averaging. Each epoch: one training task per worker on its shard (weights
     INOUT), wait for all of them (the global barrier), average. `shards` overrides the split of x, y."""
     weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
@@ -199,13 +216,32 @@ def fit_sync(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, wo
         _forget(local)
         clock.epoch_range(epoch, epoch)
     _forget(shards)
-    return FitResult("sync", workers, epochs, batch_size, weights, clock.elapsed(), clock.ranges,
-                     aggregations=epochs, train_tasks=workers * epochs, worker_stats=stats)
+    return FitResult(
+        "sync",
+        workers,
+        epochs,
+        batch_size,
+        weights,
+        clock.elapsed(),
+        clock.ranges,
+        aggregations=epochs,
+        train_tasks=workers * epochs,
+        worker_stats=stats,
+    )
 
 
-def fit_async(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, workers: int, epochs: int,
-              batch_size: int = 32, weights: Weights | None = None, shards: list | None = None,
-              progress: Callable[[int, int], None] | None = None) -> FitResult:
+def fit_async(
+    network: Network,
+    x: np.ndarray | None,
+    y: np.ndarray | None,
+    *,
+    workers: int,
+    epochs: int,
+    batch_size: int = 32,
+    weights: Weights | None = None,
+    shards: list | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FitResult:
     """Master: relaxed synchronisation. Each worker trains an epoch, then a COMMUTATIVE task folds its weights
     into the global ones (factor 1/workers) and hands the result back for its next epoch; the master submits
     everything at once and waits only at the end."""
@@ -229,20 +265,41 @@ def fit_async(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, w
     final = compss_wait_on(global_weights)
     _forget([global_weights, *local])
     _forget(shards)
-    return FitResult("async", workers, epochs, batch_size, list(final), clock.elapsed(), clock.ranges,
-                     aggregations=workers * epochs, train_tasks=workers * epochs, worker_stats=stats)
+    return FitResult(
+        "async",
+        workers,
+        epochs,
+        batch_size,
+        list(final),
+        clock.elapsed(),
+        clock.ranges,
+        aggregations=workers * epochs,
+        train_tasks=workers * epochs,
+        worker_stats=stats,
+    )
 
 
-def fit_full_async(network: Network, x: np.ndarray | None, y: np.ndarray | None, *, workers: int, epochs: int,
-                   batch_size: int = 32, weights: Weights | None = None, shards: list | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> FitResult:
+def fit_full_async(
+    network: Network,
+    x: np.ndarray | None,
+    y: np.ndarray | None,
+    *,
+    workers: int,
+    epochs: int,
+    batch_size: int = 32,
+    weights: Weights | None = None,
+    shards: list | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FitResult:
     """Master: removed synchronisation. Each worker trains on its own shard for all epochs (a chain of INOUT
     tasks that stays on one engine); the master waits once, at the end, and averages once."""
     weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
     clock = _Clock(progress, workers * epochs)
     local = [[w for w in weights] for _ in range(workers)]
-    futures = [[worker_train(local[j], sx, sy, network, 1, batch_size) for j, (sx, sy) in enumerate(shards)]
-               for _ in range(epochs)]
+    futures = [
+        [worker_train(local[j], sx, sy, network, 1, batch_size) for j, (sx, sy) in enumerate(shards)]
+        for _ in range(epochs)
+    ]
     stats = []
     for epoch, row in enumerate(futures, start=1):
         for future in row:
@@ -252,11 +309,21 @@ def fit_full_async(network: Network, x: np.ndarray | None, y: np.ndarray | None,
     weights = master_average(compss_wait_on(local))
     _forget(local)
     _forget(shards)
-    return FitResult("full-async", workers, epochs, batch_size, weights, clock.elapsed(), clock.ranges,
-                     aggregations=1, train_tasks=workers * epochs, worker_stats=stats)
+    return FitResult(
+        "full-async",
+        workers,
+        epochs,
+        batch_size,
+        weights,
+        clock.elapsed(),
+        clock.ranges,
+        aggregations=1,
+        train_tasks=workers * epochs,
+        worker_stats=stats,
+    )
 
 
-FITS = dict(zip(STRATEGIES, (fit_sync, fit_async, fit_full_async)))   # in course.sync_types' order
+FITS = dict(zip(STRATEGIES, (fit_sync, fit_async, fit_full_async)))  # in course.sync_types' order
 
 
 def fit(sync: str | int, network: Network, x, y, **options: Any) -> FitResult:
@@ -273,7 +340,9 @@ def _forget(objects: list) -> None:
         pass
 
 
-def master_evaluate(model, weights: Weights, x: np.ndarray, y: np.ndarray, batch_size: int = 256) -> tuple[float, float]:
+def master_evaluate(
+    model, weights: Weights, x: np.ndarray, y: np.ndarray, batch_size: int = 256
+) -> tuple[float, float]:
     """Master: test loss and accuracy of `weights` in `model`."""
     model.set_weights(weights)
     loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
@@ -284,10 +353,23 @@ def master_evaluate(model, weights: Weights, x: np.ndarray, y: np.ndarray, batch
 DATASETS = ("mnist", "cifar10")
 
 
-def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int = 1, workers: int = 1,
-          sync: str | int = "sync", runs: int = 1, batch_size: int = 32, results: str | os.PathLike | None = None,
-          limit: int | None = None, learning_rate: float | None = None, engines: int | None = None,
-          cluster_id: str | None = None, out: Callable[..., None] = print, bar: bool = True) -> list[dict]:
+def train(
+    dataset: str = "mnist",
+    network: str = "simple-mnist",
+    *,
+    epochs: int = 1,
+    workers: int = 1,
+    sync: str | int = "sync",
+    runs: int = 1,
+    batch_size: int = 32,
+    results: str | os.PathLike | None = None,
+    limit: int | None = None,
+    learning_rate: float | None = None,
+    engines: int | None = None,
+    cluster_id: str | None = None,
+    out: Callable[..., None] = print,
+    bar: bool = True,
+) -> list[dict]:
     """The DeepHealth lab's run script: train `runs` times with one strategy, print as it goes, append each run to `results`.
 
     Bad input fails before anything starts (names, numbers, the results file). Uses the cluster `cluster_id`
@@ -304,8 +386,11 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
     model.summary(print_fn=lambda line, **_: out(line))
 
     owned = cluster_id is None
-    handle = (cluster_module.start(engines, cluster_id=f"course-train-{os.getpid()}", threads=1, quiet=True,
-                                   persist=False) if owned else cluster_module.attach(cluster_id))
+    handle = (
+        cluster_module.start(engines, cluster_id=f"course-train-{os.getpid()}", threads=1, quiet=True, persist=False)
+        if owned
+        else cluster_module.attach(cluster_id)
+    )
     rows = []
     try:
         from course import tasks
@@ -317,8 +402,10 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
         out("Building done!")
         out("MODEL TRAINING...")
         out(f"Dataset: {dataset_used} ({len(x)} training, {len(x_test)} test images); network: {key}")
-        out(f"Num workers: {workers} on {n_engines} engines; sync type: {strategy}; "
-            f"number of epochs: {epochs}; batch size: {batch_size}")
+        out(
+            f"Num workers: {workers} on {n_engines} engines; sync type: {strategy}; "
+            f"number of epochs: {epochs}; batch size: {batch_size}"
+        )
         for run in range(1, runs + 1):
             if runs > 1:
                 out(f"Run {run} of {runs}")
@@ -336,8 +423,17 @@ def train(dataset: str = "mnist", network: str = "simple-mnist", *, epochs: int 
     return rows
 
 
-def _check_train(dataset: str, network: str, sync: str | int, workers: int, epochs: int, runs: int,
-                 batch_size: int, limit: int | None, results: str | os.PathLike | None) -> tuple[str, str, str]:
+def _check_train(
+    dataset: str,
+    network: str,
+    sync: str | int,
+    workers: int,
+    epochs: int,
+    runs: int,
+    batch_size: int,
+    limit: int | None,
+    results: str | os.PathLike | None,
+) -> tuple[str, str, str]:
     """Refuse bad names, numbers and results files before anything starts: (strategy, dataset, network key)."""
     from course import models
     from course import results as results_module
@@ -371,20 +467,39 @@ def _load_train(dataset: str, limit: int | None, workers: int) -> tuple[tuple, t
     return (x, y), (x_test, y_test), dataset_used
 
 
-def _fit_run(strategy: str, net: Network, x: np.ndarray, y: np.ndarray, weights: Weights, workers: int, epochs: int,
-             batch_size: int, label: str | None) -> FitResult:
+def _fit_run(
+    strategy: str,
+    net: Network,
+    x: np.ndarray,
+    y: np.ndarray,
+    weights: Weights,
+    workers: int,
+    epochs: int,
+    batch_size: int,
+    label: str | None,
+) -> FitResult:
     """One training run from `weights`, with a progress bar on stderr named `label` (none if None)."""
     progress = _bar(workers * epochs, label) if label is not None else None
     try:
-        return fit(strategy, net, x, y, workers=workers, epochs=epochs, batch_size=batch_size, weights=weights,
-                   progress=progress)
+        return fit(
+            strategy,
+            net,
+            x,
+            y,
+            workers=workers,
+            epochs=epochs,
+            batch_size=batch_size,
+            weights=weights,
+            progress=progress,
+        )
     finally:
         if progress is not None:
             progress.close()
 
 
-def _report_run(result: FitResult, model: Any, x_test: np.ndarray, y_test: np.ndarray,
-                out: Callable[..., None]) -> float:
+def _report_run(
+    result: FitResult, model: Any, x_test: np.ndarray, y_test: np.ndarray, out: Callable[..., None]
+) -> float:
     """Print a run's times and its test loss and accuracy; returns the accuracy."""
     for first, last, seconds in result.epoch_ranges:
         out(f"Elapsed time for epoch range ({first}-{last}): {seconds:.2f} seconds")
@@ -398,11 +513,21 @@ def _report_run(result: FitResult, model: Any, x_test: np.ndarray, y_test: np.nd
 def _run_row(result: FitResult, accuracy: float, dataset: str, key: str, engines: int, run: int) -> dict:
     """The results row of one run (the median epoch time leaves the first epoch out when there are more)."""
     later = [s for _, _, s in result.epoch_ranges[1:]] or [s for _, _, s in result.epoch_ranges]
-    return {"strategy": result.strategy, "dataset": dataset, "network": key, "workers": result.workers,
-            "epochs": result.epochs, "batch_size": result.batch_size, "elapsed_s": round(result.elapsed, 4),
-            "accuracy": round(accuracy, 6), "epoch_time_s": round(float(np.median(later)), 4),
-            "images_per_s": round(result.images_per_s(), 2), "engines": engines, "hardware": hardware(),
-            "run": run}
+    return {
+        "strategy": result.strategy,
+        "dataset": dataset,
+        "network": key,
+        "workers": result.workers,
+        "epochs": result.epochs,
+        "batch_size": result.batch_size,
+        "elapsed_s": round(result.elapsed, 4),
+        "accuracy": round(accuracy, 6),
+        "epoch_time_s": round(float(np.median(later)), 4),
+        "images_per_s": round(result.images_per_s(), 2),
+        "engines": engines,
+        "hardware": hardware(),
+        "run": run,
+    }
 
 
 class _bar:

@@ -53,19 +53,45 @@ def add_site_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--qos", default=None, help="Slurm quality of service (a site's queue class)")
     parser.add_argument("--constraint", default=None, help="Slurm node features, e.g. a100 or 'v100|a100'")
     parser.add_argument("--exclusive", action="store_true", help="Slurm: whole nodes, shared with no other job")
-    parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
-                        help="any other #SBATCH option, as sbatch takes it (repeatable), e.g. --sbatch=--reservation=ws")
+    parser.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="any other #SBATCH option, as sbatch takes it (repeatable), e.g. --sbatch=--reservation=ws",
+    )
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     from course import cluster
 
     if args.cluster_command == "start":
-        options = {k: getattr(args, k) for k in ("partition", "time_limit", "account", "gpus_per_node", "tasks_per_node",
-                                                 "qos", "constraint", "exclusive", "sbatch") if getattr(args, k)}
-        handle = cluster.start(args.n, engines=args.engines, cluster_id=args.id, threads=args.threads,
-                               timeout=args.timeout, controller_ip=args.controller_ip, persist=True, quiet=True,
-                               **options)
+        options = {
+            k: getattr(args, k)
+            for k in (
+                "partition",
+                "time_limit",
+                "account",
+                "gpus_per_node",
+                "tasks_per_node",
+                "qos",
+                "constraint",
+                "exclusive",
+                "sbatch",
+            )
+            if getattr(args, k)
+        }
+        handle = cluster.start(
+            args.n,
+            engines=args.engines,
+            cluster_id=args.id,
+            threads=args.threads,
+            timeout=args.timeout,
+            controller_ip=args.controller_ip,
+            persist=True,
+            quiet=True,
+            **options,
+        )
         print(handle.status())
         print(f"It keeps running; stop it with: python -m course cluster stop --id {handle.cluster_id}")
         return 0
@@ -79,7 +105,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             status = cluster.inspect(cid)  # read only: never stops a cluster, even one still starting
             if status.state == "ended":  # nothing of it runs (what is left, stop --all removes)
                 if args.id:
-                    raise UserError(f"no cluster {cid} is running (running: {', '.join(cluster.running_ids()) or 'none'})")
+                    raise UserError(
+                        f"no cluster {cid} is running (running: {', '.join(cluster.running_ids()) or 'none'})"
+                    )
                 continue
             print(status)
             failed += not status.ok
@@ -94,15 +122,20 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         raise UserError("--force goes with --all (stop --id ID always stops that cluster)")
     cid = cluster.normalise_id(args.id) if args.id else cluster.default_cluster_id()
     if not cluster.stop(cid):
-        raise UserError(f"no cluster {cid} is running (running: {', '.join(cluster.running_ids()) or 'none'}; "
-                        f"stop every course cluster with: python -m course cluster stop --all)")
+        raise UserError(
+            f"no cluster {cid} is running (running: {', '.join(cluster.running_ids()) or 'none'}; "
+            f"stop every course cluster with: python -m course cluster stop --all)"
+        )
     print(f"stopped {cid}")
     return 0
 
 
 def add_cluster(commands) -> None:
     from course.cluster import KINDS
-    parser = commands.add_parser("cluster", help="start, inspect or stop an engine cluster (local, MPI or Slurm engines)")
+
+    parser = commands.add_parser(
+        "cluster", help="start, inspect or stop an engine cluster (local, MPI or Slurm engines)"
+    )
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="{start,status,stop}")
     start = sub.add_parser("start", help="start a cluster that keeps running until stopped")
     start.add_argument("--engines", choices=KINDS, default="local", help="how engines run (default local)")
@@ -110,7 +143,9 @@ def add_cluster(commands) -> None:
     start.add_argument("--id", default=None, help="cluster id (default course-default, or COURSE_CLUSTER_ID)")
     start.add_argument("--threads", type=int, default=1, help="intra-op threads per engine without GPUs (default 1)")
     start.add_argument("--timeout", type=float, default=None, help="seconds to wait for the engines")
-    start.add_argument("--controller-ip", default=None, help="where the controller listens (default 127.0.0.1; '*' for Slurm)")
+    start.add_argument(
+        "--controller-ip", default=None, help="where the controller listens (default 127.0.0.1; '*' for Slurm)"
+    )
     start.add_argument("--partition", default=None, help="Slurm partition")
     start.add_argument("--time", dest="time_limit", default=None, help="Slurm time limit HH:MM:SS, as in course job")
     start.add_argument("--time-limit", dest="time_limit", help=argparse.SUPPRESS)  # its older name
@@ -122,19 +157,29 @@ def add_cluster(commands) -> None:
     status.add_argument("--id", default=None, help="only this cluster")
     stop = sub.add_parser("stop", help="stop a cluster; --all ends every course cluster of this user")
     stop.add_argument("--id", default=None, help="cluster id (default course-default, or COURSE_CLUSTER_ID)")
-    stop.add_argument("--all", action="store_true", help="engines, controllers, mpiexec and Slurm jobs of every course "
-                      "cluster whose process has ended (a notebook or script still running keeps its cluster)")
+    stop.add_argument(
+        "--all",
+        action="store_true",
+        help="engines, controllers, mpiexec and Slurm jobs of every course "
+        "cluster whose process has ended (a notebook or script still running keeps its cluster)",
+    )
     stop.add_argument("--force", action="store_true", help="with --all: stop clusters still in use too")
     for p in (start, status, stop):
         p.set_defaults(func=cmd_cluster)
 
 
 def add_data(commands) -> None:
-    data_parser = commands.add_parser("data", help="datasets: fetch for a site data directory, or show where they load from")
+    data_parser = commands.add_parser(
+        "data", help="datasets: fetch for a site data directory, or show where they load from"
+    )
     data_commands = data_parser.add_subparsers(dest="data_command", required=True, metavar="{fetch,where}")
-    fetch = data_commands.add_parser("fetch", help="save a real dataset as DIR/NAME.npz (needs internet or the Keras cache)")
+    fetch = data_commands.add_parser(
+        "fetch", help="save a real dataset as DIR/NAME.npz (needs internet or the Keras cache)"
+    )
     fetch.add_argument("name", help="mnist, fashion_mnist or cifar10")
-    fetch.add_argument("--to", required=True, metavar="DIR", help="the site data directory (then set COURSE_DATA_DIR=DIR)")
+    fetch.add_argument(
+        "--to", required=True, metavar="DIR", help="the site data directory (then set COURSE_DATA_DIR=DIR)"
+    )
     fetch.set_defaults(func=cmd_data_fetch)
     where = data_commands.add_parser("where", help="where each dataset would be loaded from")
     where.add_argument("names", nargs="*", help="dataset names (default: all)")
@@ -150,8 +195,10 @@ def cmd_results(args: argparse.Namespace) -> int:
             print(f"skipped {problem}", file=sys.stderr)
         if args.out:
             table.write(args.out)
-            print(f"merged {len(table.rows)} row(s) from {len(table.files)} file(s) into {args.out}"
-                  + (f"; {len(table.problems)} problem(s) reported above" if table.problems else ""))
+            print(
+                f"merged {len(table.rows)} row(s) from {len(table.files)} file(s) into {args.out}"
+                + (f"; {len(table.problems)} problem(s) reported above" if table.problems else "")
+            )
             print(table.show())
         else:
             sys.stdout.write(table.to_csv())
@@ -173,10 +220,18 @@ def add_results(commands) -> None:
     collect.add_argument("dir", metavar="DIR", help="folder of result CSVs (searched recursively), or one CSV")
     collect.add_argument("--out", default=None, metavar="FILE", help="write the merged CSV here (default: stdout)")
     collect.set_defaults(func=cmd_results)
-    plot = sub.add_parser("plot", help="speed-up, efficiency, accuracy and elapsed time against workers, per workload "
-                          "(dataset, network, hardware, strategy)")
-    plot.add_argument("file", nargs="?", default="results.csv", metavar="FILE",
-                      help="a results CSV or a folder of them (default results.csv)")
+    plot = sub.add_parser(
+        "plot",
+        help="speed-up, efficiency, accuracy and elapsed time against workers, per workload "
+        "(dataset, network, hardware, strategy)",
+    )
+    plot.add_argument(
+        "file",
+        nargs="?",
+        default="results.csv",
+        metavar="FILE",
+        help="a results CSV or a folder of them (default results.csv)",
+    )
     plot.add_argument("--out", default="results.png", metavar="PNG", help="image file (default results.png)")
     plot.set_defaults(func=cmd_results)
 
@@ -213,10 +268,12 @@ def cmd_job_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-JOB_ACTIONS = {"status": (cmd_job_status, "the job's state, times and exit code, with what they mean"),
-               "wait": (cmd_job_wait, "wait until the job ends; exit status 0 only if it completed"),
-               "output": (cmd_job_output, "the job's .out and .err files"),
-               "cancel": (cmd_job_cancel, "cancel a queued or running job")}
+JOB_ACTIONS = {
+    "status": (cmd_job_status, "the job's state, times and exit code, with what they mean"),
+    "wait": (cmd_job_wait, "wait until the job ends; exit status 0 only if it completed"),
+    "output": (cmd_job_output, "the job's .out and .err files"),
+    "cancel": (cmd_job_cancel, "cancel a queued or running job"),
+}
 
 
 def job_action_parser() -> Parser:
@@ -227,8 +284,13 @@ def job_action_parser() -> Parser:
         action = actions.add_parser(name, help=about, description=about)
         action.add_argument("job_id", metavar="JOBID", help="the id sbatch printed")
         if name == "wait":
-            action.add_argument("--timeout", "--wait-timeout", type=float, default=None,
-                                help="give up after these seconds (default: wait as long as it takes)")
+            action.add_argument(
+                "--timeout",
+                "--wait-timeout",
+                type=float,
+                default=None,
+                help="give up after these seconds (default: wait as long as it takes)",
+            )
         action.set_defaults(func=func)
     return parser
 
@@ -237,13 +299,30 @@ def cmd_job(args: argparse.Namespace) -> int:
     from course import jobs
 
     extra = list(getattr(args, "workload_args", None) or []) + list(args.args)
-    request = jobs.Request(args.workload, extra, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                           tasks_per_node=args.tasks_per_node, cpus_per_task=args.cpus_per_task, mem=args.mem,
-                           time=args.time, partition=args.partition, account=args.account, qos=args.qos,
-                           constraint=args.constraint, exclusive=args.exclusive, sbatch=args.sbatch, job_name=args.job_name,
-                           output_dir=args.output_dir, launcher=args.launcher, python=args.python or sys.executable,
-                           timeline=args.timeline, oversubscribe=args.oversubscribe,
-                           resubmit_on_timeout=args.resubmit_on_timeout, array=args.array)
+    request = jobs.Request(
+        args.workload,
+        extra,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        tasks_per_node=args.tasks_per_node,
+        cpus_per_task=args.cpus_per_task,
+        mem=args.mem,
+        time=args.time,
+        partition=args.partition,
+        account=args.account,
+        qos=args.qos,
+        constraint=args.constraint,
+        exclusive=args.exclusive,
+        sbatch=args.sbatch,
+        job_name=args.job_name,
+        output_dir=args.output_dir,
+        launcher=args.launcher,
+        python=args.python or sys.executable,
+        timeline=args.timeline,
+        oversubscribe=args.oversubscribe,
+        resubmit_on_timeout=args.resubmit_on_timeout,
+        array=args.array,
+    )
     line = jobs.command_line(args.argv) if getattr(args, "argv", None) else None
     text = jobs.script(request, line)
     if args.submit:
@@ -267,12 +346,17 @@ def worker_counts(text: str) -> list[int]:
 
 def add_job(commands) -> None:
     parser = commands.add_parser(
-        "job", help="Slurm batch scripts for the course workloads: print, submit, follow",
+        "job",
+        help="Slurm batch scripts for the course workloads: print, submit, follow",
         description="python -m course job WORKLOAD [options] [--print|--submit] [-- WORKLOAD ARGS]  "
-                    "(WORKLOAD: train, horovod, mirrored or a .py script);  "
-                    "python -m course job status|wait|output|cancel JOBID (see python -m course job status --help)")
-    parser.add_argument("workload", metavar="WORKLOAD", help="train, horovod, mirrored, path/to/script.py; "
-                        "or status, wait, output, cancel JOBID")
+        "(WORKLOAD: train, horovod, mirrored or a .py script);  "
+        "python -m course job status|wait|output|cancel JOBID (see python -m course job status --help)",
+    )
+    parser.add_argument(
+        "workload",
+        metavar="WORKLOAD",
+        help="train, horovod, mirrored, path/to/script.py; or status, wait, output, cancel JOBID",
+    )
     parser.add_argument("args", nargs="*", metavar="ARG", help="the workload's own arguments (or put them after --)")
     parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     parser.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node, as --gres=gpu:N (default 0)")
@@ -285,18 +369,35 @@ def add_job(commands) -> None:
     add_site_options(parser)
     parser.add_argument("--job-name", default=None, help="job name (default course-WORKLOAD)")
     parser.add_argument("--output-dir", default=".", help="folder for NAME_JOBID.out/.err (default: here)")
-    parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",
-                        help="how several processes start (default mpiexec, as the UQ Deep Learning on HPC workshop)")
+    parser.add_argument(
+        "--launcher",
+        choices=("mpiexec", "srun"),
+        default="mpiexec",
+        help="how several processes start (default mpiexec, as the UQ Deep Learning on HPC workshop)",
+    )
     parser.add_argument("--python", default=None, help="the Python the job runs (default: this one)")
     parser.add_argument("--timeline", default=None, metavar="FILE", help="record a Horovod timeline to FILE")
-    parser.add_argument("--oversubscribe", action="store_true",
-                        help="let mpiexec start more ranks than Slurm's slots (off: Open MPI refuses, catching a mistake)")
-    parser.add_argument("--array", type=worker_counts, default=None, metavar="N,N,...",
-                        help="a scaling sweep as one job array: one task per worker count, e.g. 1,2,4 "
-                             "(train: --workers N; horovod: mpiexec -n N within the tasks asked for)")
-    parser.add_argument("--resubmit-on-timeout", type=int, default=None, metavar="SECONDS",
-                        help="warn the program (USR1) this long before --time runs out and submit the script again "
-                             "to resume (horovod: with -- --checkpoint-dir DIR)")
+    parser.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="let mpiexec start more ranks than Slurm's slots (off: Open MPI refuses, catching a mistake)",
+    )
+    parser.add_argument(
+        "--array",
+        type=worker_counts,
+        default=None,
+        metavar="N,N,...",
+        help="a scaling sweep as one job array: one task per worker count, e.g. 1,2,4 "
+        "(train: --workers N; horovod: mpiexec -n N within the tasks asked for)",
+    )
+    parser.add_argument(
+        "--resubmit-on-timeout",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="warn the program (USR1) this long before --time runs out and submit the script again "
+        "to resume (horovod: with -- --checkpoint-dir DIR)",
+    )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--print", action="store_true", help="show the batch script (the default)")
     what.add_argument("--submit", action="store_true", help="submit it with sbatch and print the job id")
@@ -320,9 +421,20 @@ def add_run(commands) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from course import averaging
 
-    averaging.train(args.dataset, args.network, epochs=args.epochs, workers=args.workers, sync=args.sync,
-                    runs=args.runs, batch_size=args.batch_size, results=args.results, limit=args.limit,
-                    learning_rate=args.learning_rate, engines=args.engines, cluster_id=args.cluster_id)
+    averaging.train(
+        args.dataset,
+        args.network,
+        epochs=args.epochs,
+        workers=args.workers,
+        sync=args.sync,
+        runs=args.runs,
+        batch_size=args.batch_size,
+        results=args.results,
+        limit=args.limit,
+        learning_rate=args.learning_rate,
+        engines=args.engines,
+        cluster_id=args.cluster_id,
+    )
     return 0
 
 
@@ -331,25 +443,40 @@ def add_train(commands) -> None:
 
     sync, relaxed, removed = (f"{name}, {number}" for number, name in LAB_NUMBERS.items())
     train = commands.add_parser(
-        "train", help=f"parameter averaging on engines (the DeepHealth HPC lab's run script): {', '.join(STRATEGIES)}",
+        "train",
+        help=f"parameter averaging on engines (the DeepHealth HPC lab's run script): {', '.join(STRATEGIES)}",
         description=f"Train with synchronous ({sync}), relaxed ({relaxed}) or removed ({removed}) parameter "
-                    "averaging over task-runtime workers; prints epoch-range and total times and test accuracy, "
-                    "and appends one row per run to --results.")
+        "averaging over task-runtime workers; prints epoch-range and total times and test accuracy, "
+        "and appends one row per run to --results.",
+    )
     train.add_argument("--dataset", default="mnist", help="mnist or cifar10 (default mnist)")
     train.add_argument("--network", default="simple-mnist", help="simple-mnist, lenet or vgg16 (default simple-mnist)")
     train.add_argument("--epochs", type=int, default=1, help="epochs (default 1)")
-    train.add_argument("--workers", type=int, default=1, help="workers, e.g. 1, 2, 4, 8, 16; more than engines queue (default 1)")
+    train.add_argument(
+        "--workers", type=int, default=1, help="workers, e.g. 1, 2, 4, 8, 16; more than engines queue (default 1)"
+    )
     train.add_argument("--sync", default=STRATEGIES[0], help=f"{VALID} (default {STRATEGIES[0]})")
     train.add_argument("--runs", type=int, default=1, help="repetitions of the run (default 1)")
     train.add_argument("--batch-size", type=int, default=32, help="batch size per worker (default 32)")
-    train.add_argument("--results", default=None, metavar="FILE", help="append one row per run to this CSV (class results)")
-    train.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N training and test images")
+    train.add_argument(
+        "--results", default=None, metavar="FILE", help="append one row per run to this CSV (class results)"
+    )
+    train.add_argument(
+        "--limit", type=int, default=None, metavar="N", help="use only the first N training and test images"
+    )
     train.add_argument("--learning-rate", type=float, default=None, help="SGD learning rate (default: the network's)")
-    train.add_argument("-n", dest="engines", type=int, default=None,
-                       help="engines of the private cluster, as in cluster start (default: cores, at least 2)")
+    train.add_argument(
+        "-n",
+        dest="engines",
+        type=int,
+        default=None,
+        help="engines of the private cluster, as in cluster start (default: cores, at least 2)",
+    )
     train.add_argument("--engines", dest="engines", type=int, help=argparse.SUPPRESS)  # its older name: a count here,
     # where cluster start's --engines is a kind
-    train.add_argument("--cluster-id", default=None, help="use this running cluster (python -m course cluster start) instead")
+    train.add_argument(
+        "--cluster-id", default=None, help="use this running cluster (python -m course cluster start) instead"
+    )
     train.set_defaults(func=cmd_train)
 
 
@@ -386,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     tail: list[str] = []
     if argv[:1] == ["job"] and "--" in argv:  # `job WORKLOAD [options] -- WORKLOAD ARGS`: the tail is the workload's
         cut = argv.index("--")
-        argv, tail = argv[:cut], argv[cut + 1:]
+        argv, tail = argv[:cut], argv[cut + 1 :]
     if argv[:1] == ["job"] and argv[1:2] and argv[1] in JOB_ACTIONS:  # an action on a job, not a workload
         args = job_action_parser().parse_args(argv[1:])
     else:

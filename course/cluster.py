@@ -40,8 +40,11 @@ from course.devices import thread_env, visible_gpus
 
 PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
 FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
-SLURM_HINT = ("install Slurm's client commands (Debian/Ubuntu: apt-get install slurm-wlm munge; on a cluster: "
-              "module load slurm), or use engines='local' or 'mpi'")
+SLURM_HINT = (
+    "install Slurm's client commands (Debian/Ubuntu: apt-get install slurm-wlm munge; on a cluster: "
+    "module load slurm), or use engines='local' or 'mpi'"
+)
+
 
 class ClusterError(UserError):
     """A cluster could not start, lost engines, or was asked for something the machine does not have."""
@@ -65,14 +68,15 @@ class ClusterDown(ClusterError):
 # between engines as local processes, in one mpiexec, or in one Slurm job. KIND is the table that start(), the
 # records and the command line choose from; the name is also the ipyparallel launcher's.
 
+
 class LocalEngines:
     """Engines as processes on this machine, one per GPU or a few CPU threads each."""
 
     name = "local"
-    default_timeout = 120.0      # seconds for all engines to connect
+    default_timeout = 120.0  # seconds for all engines to connect
     controller_ip = "127.0.0.1"  # engines on this machine reach the controller on localhost
-    controller_here = True       # the controller is a process of this host, which status() can check
-    batch_options = False        # takes a batch system's options (partition, time limit, ...)
+    controller_here = True  # the controller is a process of this host, which status() can check
+    batch_options = False  # takes a batch system's options (partition, time limit, ...)
 
     def check_tools(self) -> None:
         """Raise ClusterError naming what to install when engines of this kind cannot start here."""
@@ -85,8 +89,10 @@ class LocalEngines:
         """Refuse `n` engines this kind cannot run, before anything starts."""
         gpus = self.host_gpus()
         if gpus and n > len(gpus):
-            raise ClusterError(f"more engines than GPUs: asked for {n} engines, this machine has {len(gpus)} GPU(s) "
-                               f"({', '.join(gpus)}); start at most {len(gpus)} (one per GPU)")
+            raise ClusterError(
+                f"more engines than GPUs: asked for {n} engines, this machine has {len(gpus)} GPU(s) "
+                f"({', '.join(gpus)}); start at most {len(gpus)} (one per GPU)"
+            )
 
     def engine_options(self, cluster: "Cluster") -> dict[str, Any]:
         """Keyword arguments for ipyparallel's start_engines (the launcher's own settings)."""
@@ -151,7 +157,7 @@ class SlurmEngines(LocalEngines):
 
     name = "slurm"
     default_timeout = 300.0  # the job may wait in the queue
-    controller_ip = "*"      # all interfaces: engines on other nodes connect to this host's name (controller_location)
+    controller_ip = "*"  # all interfaces: engines on other nodes connect to this host's name (controller_location)
     controller_here = False
     batch_options = True
 
@@ -167,8 +173,13 @@ class SlurmEngines(LocalEngines):
         per_node = slurm_options.get("tasks_per_node")
         nodes = -(-n // per_node) if per_node else 1
         try:
-            slurm.check_fits(nodes, per_node or 1, gpus_per_node=slurm_options.get("gpus_per_node") or 0,
-                             partition=slurm_options.get("partition"), ntasks=n)
+            slurm.check_fits(
+                nodes,
+                per_node or 1,
+                gpus_per_node=slurm_options.get("gpus_per_node") or 0,
+                partition=slurm_options.get("partition"),
+                ntasks=n,
+            )
         except UserError as refused:
             raise ClusterError(str(refused)) from None
 
@@ -176,8 +187,10 @@ class SlurmEngines(LocalEngines):
         s = cluster.settings
         script = slurm_script(cluster.cluster_id, s.n, srun_mpi=slurm.srun_mpi_plugin(), **s.slurm)
         # an absolute name keeps the script out of the notebook's folder (ipyparallel joins it to work_dir)
-        return dict(batch_template=script,
-                    batch_file_name=str(profile_dir() / "log" / f"slurm-engines-{cluster.cluster_id}.sbatch"))
+        return dict(
+            batch_template=script,
+            batch_file_name=str(profile_dir() / "log" / f"slurm-engines-{cluster.cluster_id}.sbatch"),
+        )
 
     def environment(self, settings: "_Settings") -> dict[str, str]:
         return {} if settings.slurm.get("gpus_per_node") else thread_env(settings.threads)
@@ -186,7 +199,9 @@ class SlurmEngines(LocalEngines):
         state, _ = slurm_job_state(engine_set.job_id)
         if state is None or state in slurm.ENDED:
             output = _tail(_read(engine_set.output_file))
-            return f"Slurm job {engine_set.job_id} {'ended' if state is None else state}" + (f": {output}" if output else "")
+            return f"Slurm job {engine_set.job_id} {'ended' if state is None else state}" + (
+                f": {output}" if output else ""
+            )
         return ""
 
     def launchers(self, engine_set) -> list:
@@ -204,6 +219,7 @@ _current: "Cluster | None" = None
 
 
 # --------------------------------------------------------------------------------------------- pure logic
+
 
 def local_ranks(engines: list[dict]) -> dict[int, int]:
     """Local rank of each engine id: the launcher's (MPI/Slurm) where known, else its place among its host's engines."""
@@ -238,27 +254,56 @@ def plan_devices(engines: list[dict], threads: int = 1) -> dict[int, dict[str, s
             if per_host[host] > len(gpus) or rank >= len(gpus):
                 raise ClusterError(
                     f"more engines than GPUs: {per_host[host]} engine(s) on {host}, which has {len(gpus)} GPU(s) "
-                    f"({', '.join(gpus)}); start at most {len(gpus)} engine(s) per node (one per GPU)")
-            env.update(CUDA_VISIBLE_DEVICES=gpus[rank], TF_FORCE_GPU_ALLOW_GROWTH="true",
-                       COURSE_DEVICE=f"GPU {gpus[rank]}")
+                    f"({', '.join(gpus)}); start at most {len(gpus)} engine(s) per node (one per GPU)"
+                )
+            env.update(
+                CUDA_VISIBLE_DEVICES=gpus[rank], TF_FORCE_GPU_ALLOW_GROWTH="true", COURSE_DEVICE=f"GPU {gpus[rank]}"
+            )
         else:
             env.update(thread_env(threads), COURSE_DEVICE=f"CPU ({threads} thread{'s' if threads > 1 else ''})")
         plan[engine["id"]] = env
     return plan
 
 
-def slurm_script(cluster_id: str, n: int, *, partition: str | None = None, time_limit: str | None = None,
-                 account: str | None = None, gpus_per_node: int | None = None, tasks_per_node: int | None = None,
-                 qos: str | None = None, constraint: str | None = None, exclusive: bool = False,
-                 sbatch: list[str] | None = None, srun_mpi: str | None = None) -> str:
+def slurm_script(
+    cluster_id: str,
+    n: int,
+    *,
+    partition: str | None = None,
+    time_limit: str | None = None,
+    account: str | None = None,
+    gpus_per_node: int | None = None,
+    tasks_per_node: int | None = None,
+    qos: str | None = None,
+    constraint: str | None = None,
+    exclusive: bool = False,
+    sbatch: list[str] | None = None,
+    srun_mpi: str | None = None,
+) -> str:
     """The batch template for ipyparallel's SlurmEngineSetLauncher ({program_and_args}, {output_file} are its own).
 
     srun_mpi: srun's --mpi plugin, so that mpi4py/Horovod in the engines see one MPI world (e.g. "pmix").
     """
-    lines = ["#!/bin/sh", *slurm.sbatch_lines(slurm.Options(
-        export_all=True, job_name=f"ipengine-{cluster_id}", ntasks=n, output="{output_file}", partition=partition,
-        account=account, time=time_limit, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, qos=qos,
-        constraint=constraint, exclusive=exclusive, extra=list(sbatch or [])))]
+    lines = [
+        "#!/bin/sh",
+        *slurm.sbatch_lines(
+            slurm.Options(
+                export_all=True,
+                job_name=f"ipengine-{cluster_id}",
+                ntasks=n,
+                output="{output_file}",
+                partition=partition,
+                account=account,
+                time=time_limit,
+                tasks_per_node=tasks_per_node,
+                gpus_per_node=gpus_per_node,
+                qos=qos,
+                constraint=constraint,
+                exclusive=exclusive,
+                extra=list(sbatch or []),
+            )
+        ),
+    ]
     lines.append(f"srun{' --mpi=' + srun_mpi if srun_mpi else ''} {{program_and_args}}")
     return "\n".join(lines) + "\n"
 
@@ -348,14 +393,18 @@ def _recorded_alive(cluster_id: str, record: dict | None) -> bool:
         entries.append(data.get("controller", {}).get("state", {}).get("pid", -1))
         for engine_set in data.get("engines", {}).get("sets", {}).values():  # ipyparallel's launchers' state
             entries.append(engine_set.get("pid", -1))
-            entries += [launcher.get("pid", -1) for launcher in engine_set.get("engines", {}).values()
-                        if isinstance(launcher, dict)]
+            entries += [
+                launcher.get("pid", -1)
+                for launcher in engine_set.get("engines", {}).values()
+                if isinstance(launcher, dict)
+            ]
     except (OSError, ValueError, AttributeError):
         pass
     return any(_alive(e) for e in entries if e not in (None, -1))
 
 
 # ------------------------------------------------------------------------------------- engine-side code
+
 
 def _engine_facts() -> dict:
     """Runs on an engine: where it runs and what it may use."""
@@ -367,10 +416,21 @@ def _engine_facts() -> dict:
     from course.cluster import visible_gpus
 
     env = os.environ
-    local_rank = next((int(env[v]) for v in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
-                       if env.get(v, "").isdigit()), None)
-    return {"host": socket.gethostname(), "pid": os.getpid(), "create_time": psutil.Process().create_time(),
-            "local_rank": local_rank, "gpus": visible_gpus()}
+    local_rank = next(
+        (
+            int(env[v])
+            for v in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+            if env.get(v, "").isdigit()
+        ),
+        None,
+    )
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "create_time": psutil.Process().create_time(),
+        "local_rank": local_rank,
+        "gpus": visible_gpus(),
+    }
 
 
 def _engine_configure(env: dict) -> str:
@@ -393,6 +453,7 @@ def configure_tensorflow() -> str:
 
 
 # ----------------------------------------------------------------------------------------- the client
+
 
 def _client_class():
     import ipyparallel as ipp
@@ -450,8 +511,13 @@ def _client_class():
             """Answer every waiting call with a ClusterDown error (runs in the client's IO thread), the way
             ipyparallel answers calls that were on an engine that died."""
             for msg_id in list(self.outstanding):
-                content = {"status": "error", "ename": "ClusterDown", "evalue": why,
-                           "traceback": [f"ClusterDown: {why}"], "engine_info": {}}
+                content = {
+                    "status": "error",
+                    "ename": "ClusterDown",
+                    "evalue": why,
+                    "traceback": [f"ClusterDown: {why}"],
+                    "engine_info": {},
+                }
                 msg = self.session.msg("apply_reply", content=content)
                 msg["parent_header"]["msg_id"] = msg_id
                 self._handle_apply_reply(msg)
@@ -461,11 +527,18 @@ def _client_class():
                 return super()._build_targets(targets)
             except (KeyError, IndexError) as exc:
                 live = self.ids
-                wanted = [targets] if isinstance(targets, int) else list(targets) if isinstance(targets, (list, tuple, range)) else []
+                wanted = (
+                    [targets]
+                    if isinstance(targets, int)
+                    else list(targets)
+                    if isinstance(targets, (list, tuple, range))
+                    else []
+                )
                 gone = [t for t in wanted if t not in live] or [exc.args[0] if exc.args else "?"]
                 raise EngineLost(
                     f"engine(s) {', '.join(map(str, gone))} no longer running (killed or crashed); live engines: "
-                    f"{live or 'none'}. See cluster.status(); restart the engines with cluster.restart()") from None
+                    f"{live or 'none'}. See cluster.status(); restart the engines with cluster.restart()"
+                ) from None
 
     return Client
 
@@ -493,7 +566,7 @@ class Status:
     slurm_job: str = ""
     slurm_state: str = ""
     stopped: bool = False
-    state: str = ""    # "starting", "ended" or why it cannot be asked, as another process sees it (`inspect`)
+    state: str = ""  # "starting", "ended" or why it cannot be asked, as another process sees it (`inspect`)
     holders: str = ""  # processes that started or use it and are still running
 
     @property
@@ -512,23 +585,33 @@ class Status:
         if self.stopped:
             return f"cluster {self.cluster_id} ({self.kind}): stopped"
         if self.state == "starting":
-            return (f"cluster {self.cluster_id} ({self.kind}): starting {self.expected} engine(s)"
-                    + (f" (process {self.holders})" if self.holders else ""))
+            return f"cluster {self.cluster_id} ({self.kind}): starting {self.expected} engine(s)" + (
+                f" (process {self.holders})" if self.holders else ""
+            )
         if self.state == "stopping":
             return f"cluster {self.cluster_id} ({self.kind}): being stopped"
         if self.state == "ended":
             return f"cluster {self.cluster_id} ({self.kind}): ended (none of its processes is running)"
         if self.state:
             return f"cluster {self.cluster_id} ({self.kind}): {self.state}"
-        head = (f"cluster {self.cluster_id} ({self.kind}): controller {'running' if self.controller_alive else 'DOWN'}, "
-                f"{self.alive} of {self.expected} engines running")
+        head = (
+            f"cluster {self.cluster_id} ({self.kind}): controller {'running' if self.controller_alive else 'DOWN'}, "
+            f"{self.alive} of {self.expected} engines running"
+        )
         if self.slurm_job:
             head += f"; Slurm job {self.slurm_job} {self.slurm_state or 'gone'}"
-        rows = [f"  engine {e.id:>3}  {'running' if e.alive else 'DEAD   '}  {e.host}:{e.pid}  {e.device}" for e in self.engines]
-        tail = [f"  engine(s) {', '.join(map(str, self.dead))} died: restart with cluster.restart()"] if self.dead else []
+        rows = [
+            f"  engine {e.id:>3}  {'running' if e.alive else 'DEAD   '}  {e.host}:{e.pid}  {e.device}"
+            for e in self.engines
+        ]
+        tail = (
+            [f"  engine(s) {', '.join(map(str, self.dead))} died: restart with cluster.restart()"] if self.dead else []
+        )
         if not self.controller_alive and self.holders:
-            tail.append(f"  its controller is gone while process {self.holders} uses it; stop it with: "
-                        f"python -m course cluster stop --id {self.cluster_id}")
+            tail.append(
+                f"  its controller is gone while process {self.holders} uses it; stop it with: "
+                f"python -m course cluster stop --id {self.cluster_id}"
+            )
         return "\n".join([head, *rows, *tail])
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -603,8 +686,9 @@ class Cluster:
         self._save_record("starting")  # the engines' launcher (mpiexec, Slurm job) is on record from now on
         if self.client is None:
             # ipyparallel's Client (our subclass words errors about dead engines and a cluster gone), from its files
-            self.client = _client_class()(profile_dir=self._ipp.profile_dir, cluster_id=self.cluster_id,
-                                          cluster=self._ipp)
+            self.client = _client_class()(
+                profile_dir=self._ipp.profile_dir, cluster_id=self.cluster_id, cluster=self._ipp
+            )
             self._watch()
         self._wait_for_engines(before)
         self._configure(exclude=before)
@@ -637,10 +721,14 @@ class Cluster:
         if self.stopped or _alive(self._controller):
             return ""
         record = _read_record(self.cluster_id)
-        how = "died" if record and record.get("state") != "stopping" else "was stopped from outside (course cluster stop)"
-        return (f"cluster {self.cluster_id} {how}: its controller (process {self._controller[0]}) is gone, so no work "
-                f"can run on it; start a new one with course.cluster.start() "
-                f"(in a terminal: python -m course cluster start --id {self.cluster_id})")
+        how = (
+            "died" if record and record.get("state") != "stopping" else "was stopped from outside (course cluster stop)"
+        )
+        return (
+            f"cluster {self.cluster_id} {how}: its controller (process {self._controller[0]}) is gone, so no work "
+            f"can run on it; start a new one with course.cluster.start() "
+            f"(in a terminal: python -m course cluster start --id {self.cluster_id})"
+        )
 
     def _engine_set(self):
         """ipyparallel's (first) engine set launcher of this cluster."""
@@ -673,14 +761,17 @@ class Cluster:
                 if job:
                     state, reason = slurm_job_state(job)
                     why = f"; Slurm job {job} is {state} ({reason})" if state else ""
-                raise ClusterDown(f"only {have} of {n} engines connected within {timeout:.0f} s{why}; "
-                                  f"pass timeout=... to wait longer")
+                raise ClusterDown(
+                    f"only {have} of {n} engines connected within {timeout:.0f} s{why}; pass timeout=... to wait longer"
+                )
             try:
                 self.client.wait_for_engines(n + len(before), timeout=0.5, interactive=False)
             except TimeoutError:
                 pass
             except EngineError as exc:  # ipyparallel saw the engine launcher stop
-                raise ClusterDown(f"engines did not start: {self._launch_problem() or explain_engine_error(exc)}") from None
+                raise ClusterDown(
+                    f"engines did not start: {self._launch_problem() or explain_engine_error(exc)}"
+                ) from None
 
     def _configure(self, exclude: set[int] = frozenset()) -> None:
         """Ask every engine where it runs, pin its device, record it for status() and stop_all()."""
@@ -691,8 +782,10 @@ class Cluster:
             # picks free ports, then binds them in other processes) registers engines but never delivers work.
             facts = view.apply_async(_engine_facts).get(timeout=min(self.settings.timeout, FIRST_CALL_TIMEOUT))
         except TimeoutError:
-            raise ControllerBroken(f"cluster {self.cluster_id}: the engines registered but did not answer a first call "
-                                   f"within {FIRST_CALL_TIMEOUT:.0f} s (the controller cannot reach them)") from None
+            raise ControllerBroken(
+                f"cluster {self.cluster_id}: the engines registered but did not answer a first call "
+                f"within {FIRST_CALL_TIMEOUT:.0f} s (the controller cannot reach them)"
+            ) from None
         engines = [dict(f, id=i) for i, f in zip(ids, facts)]
         plan = plan_devices(engines, self.settings.threads)
         for engine in engines:
@@ -705,6 +798,7 @@ class Cluster:
 
     def _join(self) -> None:
         """Put this process on record as a user of the cluster (so `stop --all` spares it) and enable %px."""
+
         def add_me(record: dict) -> None:
             record["users"] = [u for u in record.get("users", []) if _alive(u)] + [_me()]
 
@@ -725,11 +819,19 @@ class Cluster:
         controller = self._ipp.controller
         engine_set = self._engine_set()
         _update_record(
-            self.cluster_id, cluster_id=self.cluster_id, state=state, settings=asdict(self.settings),
-            persist=self.persist, engines=self.engines, controller_pid=getattr(controller, "pid", -1),
+            self.cluster_id,
+            cluster_id=self.cluster_id,
+            state=state,
+            settings=asdict(self.settings),
+            persist=self.persist,
+            engines=self.engines,
+            controller_pid=getattr(controller, "pid", -1),
             launcher_pid=self._engines.launcher_pid(engine_set) if engine_set is not None else -1,
             slurm_job=self._engines.job(engine_set) if engine_set is not None else "",
-            started_by_pid=self._owner[0], owner=self._owner, host=socket.gethostname())
+            started_by_pid=self._owner[0],
+            owner=self._owner,
+            host=socket.gethostname(),
+        )
 
     # ---- inspection
     def status(self) -> Status:
@@ -743,8 +845,11 @@ class Cluster:
                 alive = _pid_matches(e["pid"], e.get("create_time"))
             states.append(EngineState(e["id"], e["host"], e["pid"], alive, e.get("device", "")))
         controller = self._ipp.controller
-        controller_alive = (not self.stopped and controller is not None and
-                            (not self._engines.controller_here or _process_alive(getattr(controller, "process", None))))
+        controller_alive = (
+            not self.stopped
+            and controller is not None
+            and (not self._engines.controller_here or _process_alive(getattr(controller, "process", None)))
+        )
         job = self._engines.job(self._engine_set()) if self._engine_set() is not None else ""
         state = ""
         if job:
@@ -830,6 +935,7 @@ class Cluster:
 
 
 # ------------------------------------------------------------------------------------------- helpers
+
 
 def explain_engine_error(exc: Exception) -> str:
     """ipyparallel's EngineError in words, on one line."""
@@ -943,13 +1049,26 @@ def _in_kernel() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
-
-def start(n: int | None = None, engines: str = "local", *, cluster_id: str | None = None, threads: int = 1,
-          timeout: float | None = None, controller_ip: str | None = None, persist: bool | None = None,
-          partition: str | None = None, time_limit: str | None = None, account: str | None = None,
-          gpus_per_node: int | None = None, tasks_per_node: int | None = None, qos: str | None = None,
-          constraint: str | None = None, exclusive: bool | None = None, sbatch: list[str] | None = None,
-          quiet: bool = False) -> Cluster:
+def start(
+    n: int | None = None,
+    engines: str = "local",
+    *,
+    cluster_id: str | None = None,
+    threads: int = 1,
+    timeout: float | None = None,
+    controller_ip: str | None = None,
+    persist: bool | None = None,
+    partition: str | None = None,
+    time_limit: str | None = None,
+    account: str | None = None,
+    gpus_per_node: int | None = None,
+    tasks_per_node: int | None = None,
+    qos: str | None = None,
+    constraint: str | None = None,
+    exclusive: bool | None = None,
+    sbatch: list[str] | None = None,
+    quiet: bool = False,
+) -> Cluster:
     """Start (or re-attach to) a cluster of `n` engines and return its handle.
 
     n: default one engine per GPU on a GPU machine, otherwise the cores (at least 2).
@@ -964,16 +1083,33 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
     re-attaches; no in scripts). cluster_id: default one per notebook (see `default_cluster_id`).
     """
     global _current
-    settings = _checked_settings(n, engines, threads, timeout, controller_ip, dict(
-        partition=partition, time_limit=time_limit, account=account, gpus_per_node=gpus_per_node,
-        tasks_per_node=tasks_per_node, qos=qos, constraint=constraint, exclusive=exclusive or None, sbatch=sbatch))
+    settings = _checked_settings(
+        n,
+        engines,
+        threads,
+        timeout,
+        controller_ip,
+        dict(
+            partition=partition,
+            time_limit=time_limit,
+            account=account,
+            gpus_per_node=gpus_per_node,
+            tasks_per_node=tasks_per_node,
+            qos=qos,
+            constraint=constraint,
+            exclusive=exclusive or None,
+            sbatch=sbatch,
+        ),
+    )
     cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
     persist = _in_kernel() if persist is None else bool(persist)
     existing = _running(cid, settings)
     if existing is not None:
         if not quiet:
-            print(f"Re-attached to running cluster {cid}: {existing.status().alive} of {existing.n} "
-                  f"{existing.kind} engines.")
+            print(
+                f"Re-attached to running cluster {cid}: {existing.status().alive} of {existing.n} "
+                f"{existing.kind} engines."
+            )
         _current = existing
         return existing
 
@@ -982,13 +1118,16 @@ def start(n: int | None = None, engines: str = "local", *, cluster_id: str | Non
         atexit.register(cluster.stop)
     _current = cluster
     if not quiet:
-        print(f"Started cluster {cid}: {settings.n} {settings.kind} engine(s), ids {cluster.ids}; "
-              f"devices: {', '.join(sorted({e['device'] for e in cluster.engines}))}.")
+        print(
+            f"Started cluster {cid}: {settings.n} {settings.kind} engine(s), ids {cluster.ids}; "
+            f"devices: {', '.join(sorted({e['device'] for e in cluster.engines}))}."
+        )
     return cluster
 
 
-def _checked_settings(n: int | None, engines: str, threads: int, timeout: float | None, controller_ip: str | None,
-                      batch: dict) -> _Settings:
+def _checked_settings(
+    n: int | None, engines: str, threads: int, timeout: float | None, controller_ip: str | None, batch: dict
+) -> _Settings:
     """What `start` was asked for, checked (kind, engine count, threads, the batch options' kind and values) before
     anything starts: a wrong argument is one ClusterError line."""
     kind = str(engines).strip().lower()
@@ -1007,8 +1146,9 @@ def _checked_settings(n: int | None, engines: str, threads: int, timeout: float 
     engines_kind.check_request(n, batch)
     gpus, tasks = batch.get("gpus_per_node"), batch.get("tasks_per_node")
     if gpus and tasks and tasks > gpus:
-        raise ClusterError(f"more engines than GPUs: tasks_per_node={tasks} but gpus_per_node={gpus}; "
-                           f"use one engine per GPU")
+        raise ClusterError(
+            f"more engines than GPUs: tasks_per_node={tasks} but gpus_per_node={gpus}; use one engine per GPU"
+        )
     timeout = engines_kind.default_timeout if timeout is None else float(timeout)
     return _Settings(kind, n, threads, timeout, controller_ip or engines_kind.controller_ip, batch)
 
@@ -1023,8 +1163,10 @@ def _running(cid: str, settings: _Settings) -> "Cluster | None":
     if existing is None:
         return None
     if (existing.kind, existing.n) != (settings.kind, settings.n):
-        raise ClusterError(f"cluster {cid} is already running with {existing.n} {existing.kind} engine(s); stop it "
-                           f"first (cluster.stop() or python -m course cluster stop --id {cid}) or pass another cluster_id")
+        raise ClusterError(
+            f"cluster {cid} is already running with {existing.n} {existing.kind} engine(s); stop it "
+            f"first (cluster.stop() or python -m course cluster stop --id {cid}) or pass another cluster_id"
+        )
     if existing is not _current:
         existing._join()
     return existing
@@ -1059,10 +1201,18 @@ def _new_ipp_cluster(cluster_id: str, settings: _Settings):
     host = os.environ.get("COURSE_CONTROLLER_HOST") or socket.gethostname()
     location = {"controller_location": host} if settings.controller_ip in ("*", "0.0.0.0") else {}
     return ipp.Cluster(
-        engines=settings.kind, n=settings.n, cluster_id=cluster_id, profile_dir=str(profile_dir()),
-        controller_ip=settings.controller_ip, shutdown_atexit=False, log_level=40, engine_timeout=int(settings.timeout),
+        engines=settings.kind,
+        n=settings.n,
+        cluster_id=cluster_id,
+        profile_dir=str(profile_dir()),
+        controller_ip=settings.controller_ip,
+        shutdown_atexit=False,
+        log_level=40,
+        engine_timeout=int(settings.timeout),
         delay=0,  # start_engines already waits for the controller's connection info: no fixed pause needed
-        controller_args=HEARTBEAT, **location)
+        controller_args=HEARTBEAT,
+        **location,
+    )
 
 
 def _attach(cluster_id: str) -> Cluster | None:
@@ -1079,19 +1229,24 @@ def _attach(cluster_id: str) -> Cluster | None:
     holders = _holders(record or {})
     state = record.get("state", "running") if record else "starting"
     if state == "stopping":
-        raise ClusterError(f"cluster {cluster_id} is being stopped; start it again when that has finished, "
-                           f"or pass another cluster_id")
+        raise ClusterError(
+            f"cluster {cluster_id} is being stopped; start it again when that has finished, or pass another cluster_id"
+        )
     if state != "running":
         if holders or record is None:
-            raise ClusterError(f"cluster {cluster_id} is still starting (process "
-                               f"{_pids(holders) or 'unknown'}); wait for it, or pass another cluster_id")
+            raise ClusterError(
+                f"cluster {cluster_id} is still starting (process "
+                f"{_pids(holders) or 'unknown'}); wait for it, or pass another cluster_id"
+            )
         _stop_from_files(cluster_id)  # half-started by a process that has ended: no one can be using it
         return None
     cluster = _connect(cluster_id, record)
     if cluster is None:
         if holders:
-            raise ClusterError(f"cluster {cluster_id} has lost its controller, and process {_pids(holders)} still "
-                               f"uses it; stop it with: python -m course cluster stop --id {cluster_id}")
+            raise ClusterError(
+                f"cluster {cluster_id} has lost its controller, and process {_pids(holders)} still "
+                f"uses it; stop it with: python -m course cluster stop --id {cluster_id}"
+            )
         _stop_from_files(cluster_id)  # no controller and no one using it: nothing to re-attach to
     return cluster
 
@@ -1116,11 +1271,14 @@ def _connect(cluster_id: str, record: dict) -> Cluster | None:
     if ipp_cluster.controller is None or not _process_alive(getattr(ipp_cluster.controller, "process", None)):
         return None
     try:
-        cluster.client = _client_class()(profile_dir=ipp_cluster.profile_dir, cluster_id=cluster_id,
-                                         cluster=ipp_cluster, timeout=30)
+        cluster.client = _client_class()(
+            profile_dir=ipp_cluster.profile_dir, cluster_id=cluster_id, cluster=ipp_cluster, timeout=30
+        )
     except Exception as exc:  # the controller runs but did not answer (a busy machine): leave it alone
-        raise ClusterError(f"cluster {cluster_id}'s controller is running but did not answer within 30 s "
-                           f"({type(exc).__name__}); try again in a moment") from None
+        raise ClusterError(
+            f"cluster {cluster_id}'s controller is running but did not answer within 30 s "
+            f"({type(exc).__name__}); try again in a moment"
+        ) from None
     cluster._watch()
     cluster.view = cluster.client.direct_view(cluster.ids)
     cluster.view.block = True
@@ -1143,8 +1301,16 @@ def inspect(cluster_id: str) -> Status:
         return Status(cluster_id, kind, True, [], n, state=f"not answering: {exc}")
     if cluster is None:  # controller gone, something else still running: say so, touch nothing
         here = socket.gethostname()
-        engines = [EngineState(e["id"], e["host"], e["pid"], e["host"] == here and _pid_matches(e["pid"], e.get("create_time")),
-                               e.get("device", "")) for e in record.get("engines", [])]
+        engines = [
+            EngineState(
+                e["id"],
+                e["host"],
+                e["pid"],
+                e["host"] == here and _pid_matches(e["pid"], e.get("create_time")),
+                e.get("device", ""),
+            )
+            for e in record.get("engines", [])
+        ]
         return Status(cluster_id, kind, False, engines, n, holders=_pids(_holders(record)))
     try:
         return cluster.status()
@@ -1158,8 +1324,10 @@ def attach(cluster_id: str | None = None) -> Cluster:
     cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
     cluster = _attach(cid)
     if cluster is None:
-        raise ClusterError(f"no running cluster {cid}; start one with course.cluster.start() "
-                           f"(running: {', '.join(running_ids()) or 'none'})")
+        raise ClusterError(
+            f"no running cluster {cid}; start one with course.cluster.start() "
+            f"(running: {', '.join(running_ids()) or 'none'})"
+        )
     cluster._join()
     _current = cluster
     return cluster
@@ -1182,8 +1350,8 @@ def ensure(n: int | None = None) -> Cluster:
 def running_ids() -> list[str]:
     """Ids of the course clusters this user has on record (running, or left by a process that died)."""
     security = profile_dir() / "security"
-    ids = {p.name[len("course-record-"):-len(".json")] for p in security.glob("course-record-*.json")}
-    ids |= {p.name[len("cluster-"):-len(".json")] for p in security.glob(f"cluster-{PREFIX}*.json")}
+    ids = {p.name[len("course-record-") : -len(".json")] for p in security.glob("course-record-*.json")}
+    ids |= {p.name[len("cluster-") : -len(".json")] for p in security.glob(f"cluster-{PREFIX}*.json")}
     return sorted(ids)
 
 
@@ -1249,7 +1417,10 @@ def _stop_from_files(cluster_id: str) -> bool:
     cluster_file.unlink(missing_ok=True)
     record_file.unlink(missing_ok=True)
     record_file.with_suffix(".lock").unlink(missing_ok=True)
-    for leftover in [*security.glob(f"ipcontroller-{cluster_id}-*.json"), profile_dir() / "log" / f"engines{cluster_id}.json"]:
+    for leftover in [
+        *security.glob(f"ipcontroller-{cluster_id}-*.json"),
+        profile_dir() / "log" / f"engines{cluster_id}.json",
+    ]:
         leftover.unlink(missing_ok=True)
     return found
 

@@ -32,11 +32,12 @@ def _chunks(flat: np.ndarray, parts: int) -> list[np.ndarray]:
     does (the first len % parts pieces one longer) but by plain slicing, which costs far less per call."""
     size, extra = divmod(len(flat), parts)
     bounds = [i * size + min(i, extra) for i in range(parts + 1)]
-    return [flat[bounds[i]:bounds[i + 1]] for i in range(parts)]
+    return [flat[bounds[i] : bounds[i + 1]] for i in range(parts)]
 
 
-def ring_reduce_scatter(comm, array: np.ndarray, op: str = "sum", out: np.ndarray | None = None
-                        ) -> tuple[np.ndarray, int]:
+def ring_reduce_scatter(
+    comm, array: np.ndarray, op: str = "sum", out: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
     """Phase 1 of ring all-reduce: after p-1 steps rank r holds the reduced chunk (r+1) % p.
 
     Works straight in `out` (a new flat array unless given; `array` is only read): each step receives a
@@ -207,9 +208,28 @@ def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int
 
 # --- counting a learner's messages ------------------------------------------------------------------------------
 
-COLLECTIVE_CALLS = frozenset({
-    "Allreduce", "allreduce", "Iallreduce", "Reduce", "reduce", "Ireduce", "Bcast", "bcast", "Allgather", "allgather",
-    "Gather", "gather", "Scatter", "scatter", "Alltoall", "alltoall", "Reduce_scatter", "Reduce_scatter_block"})
+COLLECTIVE_CALLS = frozenset(
+    {
+        "Allreduce",
+        "allreduce",
+        "Iallreduce",
+        "Reduce",
+        "reduce",
+        "Ireduce",
+        "Bcast",
+        "bcast",
+        "Allgather",
+        "allgather",
+        "Gather",
+        "gather",
+        "Scatter",
+        "scatter",
+        "Alltoall",
+        "alltoall",
+        "Reduce_scatter",
+        "Reduce_scatter_block",
+    }
+)
 
 
 class CountingComm:
@@ -270,16 +290,19 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = 120) -> lis
         job, out = Path(tmp) / "job.pkl", Path(tmp) / "result"
         job.write_bytes(cloudpickle.dumps((function, args)))
         command = mpi.command(ranks, sys.executable, "-c", _RANK_PROGRAM, root, str(job), str(out))
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env=mpi.env(), start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=mpi.env(), start_new_session=True
+        )
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-            raise AssertionError(f"{getattr(function, '__name__', 'the function')} did not finish within "
-                                 f"{timeout:.0f} s on {ranks} ranks: does every send have a matching receive "
-                                 "on the neighbour?") from None
+            raise AssertionError(
+                f"{getattr(function, '__name__', 'the function')} did not finish within "
+                f"{timeout:.0f} s on {ranks} ranks: does every send have a matching receive "
+                "on the neighbour?"
+            ) from None
         results = []
         for rank in range(ranks):
             path = Path(f"{out}.{rank}")

@@ -159,7 +159,9 @@ def _explicit_file(name: str, path: str | os.PathLike) -> Path:
     if candidate.is_dir():
         candidate = candidate / f"{info(name).name}.npz"
     if not candidate.is_file():
-        raise UserError(f"no dataset file at {candidate}; prepare one with: python -m course data fetch {name} --to DIR")
+        raise UserError(
+            f"no dataset file at {candidate}; prepare one with: python -m course data fetch {name} --to DIR"
+        )
     return candidate
 
 

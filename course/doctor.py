@@ -108,7 +108,7 @@ def _probe(args: list[str], timeout: float, env: dict | None = None) -> dict:
         return {"error": str(exc)}
     for line in out.stdout.splitlines():
         if line.startswith("DOCTOR "):
-            return json.loads(line[len("DOCTOR "):])
+            return json.loads(line[len("DOCTOR ") :])
     tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [f"exit status {out.returncode}"]
     return {"error": tail[0]}
 
@@ -128,16 +128,29 @@ def check_tensorflow_and_horovod() -> list[Check]:
     gpus = facts["gpus"]
     devices = f"{len(gpus)} GPU(s): {', '.join(gpus)}" if gpus else "no GPU (CPU only)"
     build = f"CUDA build (CUDA {facts['cuda']}, cuDNN {facts['cudnn']})" if facts["cuda_build"] else "CPU build"
-    tf = Check("tensorflow", True, f"{facts['version']} {build}, {devices}",
-               facts={k: facts[k] for k in ("version", "cpus", "gpus", "cuda_build", "cuda", "cudnn")})
+    tf = Check(
+        "tensorflow",
+        True,
+        f"{facts['version']} {build}, {devices}",
+        facts={k: facts[k] for k in ("version", "cpus", "gpus", "cuda_build", "cuda", "cudnn")},
+    )
     hvd = facts["horovod"]
     if "error" in hvd:
-        return [tf, Check("horovod", False, hvd["error"], "rebuild Horovod against this TensorFlow: make setup"),
-                check_gpus(facts)]
+        return [
+            tf,
+            Check("horovod", False, hvd["error"], "rebuild Horovod against this TensorFlow: make setup"),
+            check_gpus(facts),
+        ]
     missing = [c for c in ("MPI", "Gloo") if c not in hvd["controllers"]]
-    detail = (f"{hvd['version']}: frameworks {', '.join(hvd['frameworks'])}; controllers {', '.join(hvd['controllers']) or 'none'}; "
-              f"tensor operations {', '.join(hvd['tensor_operations']) or 'none'}")
-    fix = f"Horovod was built without {' and '.join(missing)}: install Open MPI, then rebuild with make setup" if missing else ""
+    detail = (
+        f"{hvd['version']}: frameworks {', '.join(hvd['frameworks'])}; controllers {', '.join(hvd['controllers']) or 'none'}; "
+        f"tensor operations {', '.join(hvd['tensor_operations']) or 'none'}"
+    )
+    fix = (
+        f"Horovod was built without {' and '.join(missing)}: install Open MPI, then rebuild with make setup"
+        if missing
+        else ""
+    )
     return [tf, Check("horovod", not missing, detail, fix, facts=hvd), check_gpus(facts)]
 
 
@@ -156,24 +169,57 @@ def check_gpus(facts: dict | None) -> Check:
     """The GPUs TensorFlow sees, CUDA/cuDNN/NCCL versions and whether Horovod all-reduces with NCCL."""
     driver = _driver_gpus()
     if facts is None:
-        return Check("gpu", False, "not checked: TensorFlow does not import", "make setup (GPU nodes: make setup GPU=1)",
-                     essential=False, facts={"gpus": None, "driver_gpus": driver})
+        return Check(
+            "gpu",
+            False,
+            "not checked: TensorFlow does not import",
+            "make setup (GPU nodes: make setup GPU=1)",
+            essential=False,
+            facts={"gpus": None, "driver_gpus": driver},
+        )
     hvd_nccl = facts["horovod"].get("nccl_built")
     gpus = facts["gpus"]
-    summary = {"gpus": gpus, "driver_gpus": driver, "cuda_build": facts["cuda_build"], "cuda": facts["cuda"],
-               "cudnn": facts["cudnn"], "nccl": facts["nccl"], "horovod_nccl": hvd_nccl}
+    summary = {
+        "gpus": gpus,
+        "driver_gpus": driver,
+        "cuda_build": facts["cuda_build"],
+        "cuda": facts["cuda"],
+        "cudnn": facts["cudnn"],
+        "nccl": facts["nccl"],
+        "horovod_nccl": hvd_nccl,
+    }
     if not gpus:
         if driver:
-            fix = ("TensorFlow is the CPU build: make setup GPU=1" if not facts["cuda_build"] else
-                   "TensorFlow's CUDA build sees none: check CUDA_VISIBLE_DEVICES and that the driver suits CUDA "
-                   f"{facts['cuda']} (nvidia-smi)")
-            return Check("gpu", False, f"the driver lists {driver} GPU(s) but TensorFlow sees none", fix,
-                         essential=False, facts=summary)
-        return Check("gpu", True, "no GPU: TensorFlow sees none, so training runs on the CPUs "
-                     "(on a GPU node: make setup GPU=1)", essential=False, facts=summary)
-    detail = (f"{len(gpus)} GPU(s) seen by TensorFlow (CUDA {facts['cuda']}, cuDNN {facts['cudnn']}, "
-              f"NCCL {facts['nccl'] or 'not found'}); Horovod {'all-reduces with NCCL' if hvd_nccl else 'has no NCCL'}")
-    fix = "" if hvd_nccl else "Horovod all-reduces GPU tensors through host memory: rebuild it with NCCL, make setup GPU=1"
+            fix = (
+                "TensorFlow is the CPU build: make setup GPU=1"
+                if not facts["cuda_build"]
+                else "TensorFlow's CUDA build sees none: check CUDA_VISIBLE_DEVICES and that the driver suits CUDA "
+                f"{facts['cuda']} (nvidia-smi)"
+            )
+            return Check(
+                "gpu",
+                False,
+                f"the driver lists {driver} GPU(s) but TensorFlow sees none",
+                fix,
+                essential=False,
+                facts=summary,
+            )
+        return Check(
+            "gpu",
+            True,
+            "no GPU: TensorFlow sees none, so training runs on the CPUs (on a GPU node: make setup GPU=1)",
+            essential=False,
+            facts=summary,
+        )
+    detail = (
+        f"{len(gpus)} GPU(s) seen by TensorFlow (CUDA {facts['cuda']}, cuDNN {facts['cudnn']}, "
+        f"NCCL {facts['nccl'] or 'not found'}); Horovod {'all-reduces with NCCL' if hvd_nccl else 'has no NCCL'}"
+    )
+    fix = (
+        ""
+        if hvd_nccl
+        else "Horovod all-reduces GPU tensors through host memory: rebuild it with NCCL, make setup GPU=1"
+    )
     return Check("gpu", bool(hvd_nccl), detail, fix, essential=False, facts=summary)
 
 
@@ -185,11 +231,18 @@ def check_mpi() -> Check:
         return Check("mpi", False, str(exc), mpi.INSTALL_HINT)
     facts = _probe(cmd, timeout=90, env=mpi.env())
     if "error" in facts:
-        return Check("mpi", False, f"{version}; mpiexec -n 2 failed: {facts['error']}", "check the Open MPI install and mpi4py")
+        return Check(
+            "mpi", False, f"{version}; mpiexec -n 2 failed: {facts['error']}", "check the Open MPI install and mpi4py"
+        )
     ok = facts["size"] == 2 and facts["sum"] == 3
     detail = f"{version}; mpiexec started 2 ranks, all-reduce {'correct' if ok else 'WRONG'}; mpi4py {facts['mpi4py']} on {facts['library']}"
-    return Check("mpi", ok, detail, "" if ok else "mpi4py is built against another MPI: pip install --force-reinstall --no-binary mpi4py mpi4py",
-                 facts={"version": version, "ranks_started": facts["size"], **facts})
+    return Check(
+        "mpi",
+        ok,
+        detail,
+        "" if ok else "mpi4py is built against another MPI: pip install --force-reinstall --no-binary mpi4py mpi4py",
+        facts={"version": version, "ranks_started": facts["size"], **facts},
+    )
 
 
 def check_ipyparallel() -> Check:
@@ -198,13 +251,19 @@ def check_ipyparallel() -> Check:
     facts = _probe([sys.executable, "-c", IPP_PROBE.replace("HEARTBEAT", repr(HEARTBEAT), 1)], timeout=120)
     if "error" in facts:
         return Check("ipyparallel", False, facts["error"], "reinstall the stack: make setup")
-    return Check("ipyparallel", True, f"{facts['version']}; a 1-engine local cluster started in {facts['start_s']:.1f} s "
-                 f"and stopped in {facts['stop_s']:.1f} s", facts=facts)
+    return Check(
+        "ipyparallel",
+        True,
+        f"{facts['version']}; a 1-engine local cluster started in {facts['start_s']:.1f} s "
+        f"and stopped in {facts['stop_s']:.1f} s",
+        facts=facts,
+    )
 
 
 def check_nbgrader() -> Check:
     try:
         from importlib.metadata import version
+
         return Check("nbgrader", True, version("nbgrader"))
     except Exception as exc:  # PackageNotFoundError
         return Check("nbgrader", False, str(exc), "reinstall the stack: make setup")
@@ -213,17 +272,33 @@ def check_nbgrader() -> Check:
 def check_slurm() -> Check:
     sbatch = shutil.which("sbatch")
     if not sbatch:
-        return Check("slurm", False, "sbatch not found (fine on a laptop or Binder)",
-                     "on an HPC site run the course where Slurm's commands are on PATH", essential=False)
+        return Check(
+            "slurm",
+            False,
+            "sbatch not found (fine on a laptop or Binder)",
+            "on an HPC site run the course where Slurm's commands are on PATH",
+            essential=False,
+        )
     try:
         out = subprocess.run(["sinfo", "-h", "-o", "%P %a %D %t"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check("slurm", False, f"sbatch at {sbatch}, sinfo failed: {exc}", "check slurmctld", essential=False)
     if out.returncode != 0:
-        return Check("slurm", False, f"sbatch at {sbatch}, sinfo: {out.stderr.strip()}", "check that slurmctld runs", essential=False)
+        return Check(
+            "slurm",
+            False,
+            f"sbatch at {sbatch}, sinfo: {out.stderr.strip()}",
+            "check that slurmctld runs",
+            essential=False,
+        )
     partitions = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
-    return Check("slurm", True, f"sbatch at {sbatch}; partitions: {', '.join(partitions) or 'none'}", essential=False,
-                 facts={"partitions": partitions})
+    return Check(
+        "slurm",
+        True,
+        f"sbatch at {sbatch}; partitions: {', '.join(partitions) or 'none'}",
+        essential=False,
+        facts={"partitions": partitions},
+    )
 
 
 def check_datasets() -> Check:
@@ -231,22 +306,49 @@ def check_datasets() -> Check:
     where = {}
     for name in data.DATASETS:
         found = data.data_dir_file(name)
-        where[name] = str(found) if found else "keras-cache" if data.in_keras_cache(name) else "download" if network else "fallback"
+        where[name] = (
+            str(found)
+            if found
+            else "keras-cache"
+            if data.in_keras_cache(name)
+            else "download"
+            if network
+            else "fallback"
+        )
     missing = [n for n, w in where.items() if w == "fallback"]
     detail = "; ".join(f"{n}: {w}" for n, w in where.items())
-    fix = (f"{', '.join(missing)} will use the small digits fallback: run 'python -m course data fetch NAME --to DIR' "
-           "on a machine with internet and set COURSE_DATA_DIR=DIR") if missing else ""
+    fix = (
+        (
+            f"{', '.join(missing)} will use the small digits fallback: run 'python -m course data fetch NAME --to DIR' "
+            "on a machine with internet and set COURSE_DATA_DIR=DIR"
+        )
+        if missing
+        else ""
+    )
     return Check("datasets", not missing, detail, fix, essential=False, facts=where)
 
 
 def check_resources() -> Check:
     memory = psutil.virtual_memory()
     disk = shutil.disk_usage(Path.cwd())
-    detail = (f"{os.cpu_count()} cores, {memory.total / 2**30:.1f} GiB memory ({memory.available / 2**30:.1f} free), "
-              f"{disk.free / 2**30:.1f} GiB free disk; profile {profile.name()}")
+    detail = (
+        f"{os.cpu_count()} cores, {memory.total / 2**30:.1f} GiB memory ({memory.available / 2**30:.1f} free), "
+        f"{disk.free / 2**30:.1f} GiB free disk; profile {profile.name()}"
+    )
     ok = disk.free > 2 * 2**30
-    return Check("resources", ok, detail, "" if ok else "free some disk space (2 GiB or more)", essential=False,
-                 facts={"cores": os.cpu_count(), "memory_bytes": memory.total, "disk_free_bytes": disk.free, "profile": profile.name()})
+    return Check(
+        "resources",
+        ok,
+        detail,
+        "" if ok else "free some disk space (2 GiB or more)",
+        essential=False,
+        facts={
+            "cores": os.cpu_count(),
+            "memory_bytes": memory.total,
+            "disk_free_bytes": disk.free,
+            "profile": profile.name(),
+        },
+    )
 
 
 def run_checks() -> list[Check]:
@@ -281,8 +383,16 @@ def main(as_json: bool = False) -> int:
     started = time.perf_counter()
     checks = run_checks()
     if as_json:
-        print(json.dumps({"ok": all_essentials_ok(checks), "seconds": round(time.perf_counter() - started, 1),
-                          "checks": {c.name: asdict(c) for c in checks}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": all_essentials_ok(checks),
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "checks": {c.name: asdict(c) for c in checks},
+                },
+                indent=2,
+            )
+        )
     else:
         print(report(checks))
     return 0 if all_essentials_ok(checks) else 1

@@ -29,7 +29,7 @@ import numpy as np
 
 from course import UserError, devices, mpi, training
 
-RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")   # horovodrun (Gloo), Open MPI, others
+RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")  # horovodrun (Gloo), Open MPI, others
 TIMEOUT = 600  # seconds for one run: a few seconds of training, but the machine may be shared
 
 
@@ -38,13 +38,13 @@ class Record:
     """What one process did in `fit`: read from Keras and the optimizer, not from the script's variables."""
 
     rank: int
-    horovod_size: int | None        # None: Horovod was not initialised
+    horovod_size: int | None  # None: Horovod was not initialised
     distributed_optimizer: bool
     steps_per_epoch: list[int]
-    learning_rates: list[float]     # mean over each epoch's steps
-    losses: list[float]             # as logged at the end of each epoch (after any metric averaging)
+    learning_rates: list[float]  # mean over each epoch's steps
+    losses: list[float]  # as logged at the end of each epoch (after any metric averaging)
     weights: list[np.ndarray]
-    files: list[str]                # files the process wrote in its folder, relative to it
+    files: list[str]  # files the process wrote in its folder, relative to it
 
 
 @dataclass
@@ -62,20 +62,23 @@ class Run:
             return f"{self.script} on {self.ranks} process(es): no process trained (exit code {self.returncode})"
         first = self.records[min(self.records)]
         rates = ", ".join(f"{r:.4g}" for r in first.learning_rates)
-        return (f"{self.script} on {self.ranks} process(es): {first.steps_per_epoch[0]} steps per epoch, "
-                f"learning rate per epoch [{rates}]; files written: "
-                + "; ".join(f"rank {r}: {', '.join(rec.files) or 'none'}" for r, rec in sorted(self.records.items())))
+        return (
+            f"{self.script} on {self.ranks} process(es): {first.steps_per_epoch[0]} steps per epoch, "
+            f"learning rate per epoch [{rates}]; files written: "
+            + "; ".join(f"rank {r}: {', '.join(rec.files) or 'none'}" for r, rec in sorted(self.records.items()))
+        )
 
 
-def run_script(script: str | os.PathLike, folder: str | os.PathLike, ranks: int = 2, horovod: bool = True,
-               timeout: float = TIMEOUT) -> Run:
+def run_script(
+    script: str | os.PathLike, folder: str | os.PathLike, ranks: int = 2, horovod: bool = True, timeout: float = TIMEOUT
+) -> Run:
     """Run `script` with `horovodrun -np ranks` (or as one plain process: horovod=False) in a fresh `folder`."""
     script = Path(script).resolve()
     if not script.is_file():
         raise UserError(f"no script {script}: write it first (e.g. with %%writefile)")
     folder = Path(folder)
     if folder.exists():
-        shutil.rmtree(folder)   # the check's own output folder: a rerun starts clean
+        shutil.rmtree(folder)  # the check's own output folder: a rerun starts clean
     folder.mkdir(parents=True)
     program = [sys.executable, "-m", "course.horovod_check", str(script), str(folder.resolve())]
     if horovod:
@@ -114,8 +117,10 @@ def problems(run: Run, single: Run) -> list[str]:
         return [f"the single-process script did not train: run it first ({_tail(single.output)})"]
     if run.returncode != 0 or len(run.records) < run.ranks:
         trained = sorted(run.records) or "none"
-        return [f"the Horovod run failed (exit code {run.returncode}; ranks that trained: {trained}). "
-                f"The end of its output:\n{_tail(run.output)}"]
+        return [
+            f"the Horovod run failed (exit code {run.returncode}; ranks that trained: {trained}). "
+            f"The end of its output:\n{_tail(run.output)}"
+        ]
     base, n = single.records[0], run.ranks
     ranks = [run.records[r] for r in range(n)]
     found = []
@@ -125,34 +130,46 @@ def problems(run: Run, single: Run) -> list[str]:
     elif any(s != n for s in sizes.values()):
         found.append(f"Horovod saw sizes {sizes} (rank: size) instead of {n} on every rank")
     if not all(r.distributed_optimizer for r in ranks):
-        found.append("the optimizer is not Horovod's: wrap it in hvd.DistributedOptimizer, or each rank follows "
-                     "only its own gradients")
+        found.append(
+            "the optimizer is not Horovod's: wrap it in hvd.DistributedOptimizer, or each rank follows "
+            "only its own gradients"
+        )
     difference = max(float(np.abs(a - b).max()) for r in ranks[1:] for a, b in zip(ranks[0].weights, r.weights))
     if difference > 1e-5:
-        found.append(f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
-                     f"start from rank 0's weights and apply the same averaged update")
+        found.append(
+            f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
+            f"start from rank 0's weights and apply the same averaged update"
+        )
     for r in ranks[1:]:
         if r.files:
-            found.append(f"rank {r.rank} wrote {', '.join(r.files)}: only rank 0 writes checkpoints and the model "
-                         f"(the copies are identical, and several writers corrupt one file)")
+            found.append(
+                f"rank {r.rank} wrote {', '.join(r.files)}: only rank 0 writes checkpoints and the model "
+                f"(the copies are identical, and several writers corrupt one file)"
+            )
     missing = sorted(set(base.files) - set(ranks[0].files))
     if missing:
         found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
     steps = ranks[0].steps_per_epoch[0]
     want = base.steps_per_epoch[0] / n
     if abs(steps - want) >= 1:
-        found.append(f"each rank took {steps} steps per epoch; the single process took {base.steps_per_epoch[0]}: "
-                     f"with {n} ranks one pass over the same data takes about {want:g}")
+        found.append(
+            f"each rank took {steps} steps per epoch; the single process took {base.steps_per_epoch[0]}: "
+            f"with {n} ranks one pass over the same data takes about {want:g}"
+        )
     scaled = base.learning_rates[-1] * n
     rates = ranks[0].learning_rates
     if abs(rates[-1] - scaled) > 1e-4 * scaled:
-        found.append(f"after the warm-up the learning rate was {rates[-1]:.4g} (read from the optimizer), not the "
-                     f"scaled {scaled:.4g} = {base.learning_rates[-1]:.4g} x {n} ranks")
+        found.append(
+            f"after the warm-up the learning rate was {rates[-1]:.4g} (read from the optimizer), not the "
+            f"scaled {scaled:.4g} = {base.learning_rates[-1]:.4g} x {n} ranks"
+        )
     if len(rates) < 2 or rates[0] >= scaled * (1 - 1e-4):
         found.append(f"no warm-up: the first epoch already ran at {rates[0]:.4g} (the scaled rate is {scaled:.4g})")
     if any(not np.allclose(r.losses, ranks[0].losses, rtol=1e-5, atol=1e-7) for r in ranks[1:]):
-        found.append("the ranks logged different losses: average the metrics over the ranks, so that what rank 0 "
-                     "prints and saves holds for the whole model")
+        found.append(
+            "the ranks logged different losses: average the metrics over the ranks, so that what rank 0 "
+            "prints and saves holds for the whole model"
+        )
     return found
 
 
@@ -162,9 +179,11 @@ def check(run: Run, single: Run) -> None:
     if found:
         raise AssertionError(f"{len(found)} problem(s) with {run.script}:\n" + "\n".join(f"- {p}" for p in found))
     record = run.records[0]
-    print(f"Correct: {run.ranks} ranks, identical weights, {record.steps_per_epoch[0]} steps per epoch each, "
-          f"learning rate {record.learning_rates[0]:.4g} -> {record.learning_rates[-1]:.4g}, rank 0 alone wrote "
-          f"{', '.join(record.files)}.")
+    print(
+        f"Correct: {run.ranks} ranks, identical weights, {record.steps_per_epoch[0]} steps per epoch each, "
+        f"learning rate {record.learning_rates[0]:.4g} -> {record.learning_rates[-1]:.4g}, rank 0 alone wrote "
+        f"{', '.join(record.files)}."
+    )
 
 
 def _tail(text: str, lines: int = 12) -> str:
@@ -173,6 +192,7 @@ def _tail(text: str, lines: int = 12) -> str:
 
 
 # ------------------------------------------------------------------------- inside each process
+
 
 def _rank() -> int:
     return next((int(os.environ[v]) for v in RANK_VARIABLES if os.environ.get(v)), 0)
@@ -240,9 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     size, distributed = _horovod_state(recorder.fitted.optimizer)
     files = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file())
-    meta = {"rank": rank, "horovod_size": size, "distributed_optimizer": distributed,
-            "steps_per_epoch": recorder.steps, "learning_rates": rates.rates, "losses": recorder.losses,
-            "files": files}
+    meta = {
+        "rank": rank,
+        "horovod_size": size,
+        "distributed_optimizer": distributed,
+        "steps_per_epoch": recorder.steps,
+        "learning_rates": rates.rates,
+        "losses": recorder.losses,
+        "files": files,
+    }
     np.savez(folder / f"record-{rank}.npz", *recorder.fitted.get_weights())
     (folder / f"record-{rank}.json").write_text(json.dumps(meta))
     return 0

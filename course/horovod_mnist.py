@@ -42,19 +42,29 @@ def _on_warning(signum, frame) -> None:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m course.horovod_mnist",
-                                     description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = argparse.ArgumentParser(
+        prog="python -m course.horovod_mnist", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--epochs", type=int, default=3, help="total epochs (a resumed run stops at the same total)")
     parser.add_argument("--batch", type=int, default=100, help="batch per rank (the global batch is batch x ranks)")
     parser.add_argument("--lr", type=float, default=0.05, help="learning rate of ONE worker; scaled by the ranks")
-    parser.add_argument("--scaling", type=configurations, default=[("linear", None)], metavar="RULE[+warmup][,...]",
-                        help="how the learning rate grows with the ranks: linear (x ranks, the default), sqrt "
-                             "(x sqrt(ranks)) or none; +warmup adds a warm-up of --warmup-epochs (at least 1); "
-                             "a comma-separated list trains each configuration in turn")
+    parser.add_argument(
+        "--scaling",
+        type=configurations,
+        default=[("linear", None)],
+        metavar="RULE[+warmup][,...]",
+        help="how the learning rate grows with the ranks: linear (x ranks, the default), sqrt "
+        "(x sqrt(ranks)) or none; +warmup adds a warm-up of --warmup-epochs (at least 1); "
+        "a comma-separated list trains each configuration in turn",
+    )
     parser.add_argument("--momentum", type=float, default=0.0)
-    parser.add_argument("--warmup-epochs", type=int, default=0,
-                        help="ramp the learning rate from the scaled rate / ranks up to the scaled rate over these "
-                             "epochs (Horovod's LearningRateWarmupCallback)")
+    parser.add_argument(
+        "--warmup-epochs",
+        type=int,
+        default=0,
+        help="ramp the learning rate from the scaled rate / ranks up to the scaled rate over these "
+        "epochs (Horovod's LearningRateWarmupCallback)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="use at most this many samples per split")
     parser.add_argument("--dataset", default="mnist")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank on CPU")
@@ -62,17 +72,27 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-dir", default=None, help="TensorBoard logs")
     parser.add_argument("--save", default=None, help="save the trained model here (rank 0)")
     parser.add_argument("--summary", default=None, help="write a JSON summary here (rank 0)")
-    parser.add_argument("--results", default=None, metavar="FILE",
-                        help="append one row to this class results CSV (rank 0; epochs = the epochs this run trained)")
-    parser.add_argument("--validate", action="store_true",
-                        help="after every epoch, evaluate on each rank's share of the test images (averaged over the "
-                             "ranks: val_accuracy per epoch in the summary; epoch times include it)")
+    parser.add_argument(
+        "--results",
+        default=None,
+        metavar="FILE",
+        help="append one row to this class results CSV (rank 0; epochs = the epochs this run trained)",
+    )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="after every epoch, evaluate on each rank's share of the test images (averaged over the "
+        "ranks: val_accuracy per epoch in the summary; epoch times include it)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch < 1 or args.threads < 1:
         parser.error("--epochs, --batch and --threads must be positive")
-    several = [f"--{k.replace('_', '-')}" for k in ("checkpoint_dir", "log_dir", "save", "summary", "results")
-               if getattr(args, k)]
+    several = [
+        f"--{k.replace('_', '-')}"
+        for k in ("checkpoint_dir", "log_dir", "save", "summary", "results")
+        if getattr(args, k)
+    ]
     if len(args.scaling) > 1 and several:
         parser.error(f"{', '.join(several)} need(s) one --scaling configuration, not {len(args.scaling)}")
     return args
@@ -86,8 +106,9 @@ def configurations(text: str) -> list[tuple[str, str | None]]:
     for item in text.split(","):
         rule, _, extra = item.strip().partition("+")
         if rule not in SCALING_RULES or extra not in ("", "warmup"):
-            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a configuration: use "
-                                             f"{', '.join(SCALING_RULES)}, optionally with +warmup")
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} is not a configuration: use {', '.join(SCALING_RULES)}, optionally with +warmup"
+            )
         found.append((rule, extra or None))
     return found
 
@@ -98,23 +119,34 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from course import training
 
-    hvd = training.horovod_init(threads=args.threads)        # 1. initialise, pin the device by local rank
+    hvd = training.horovod_init(threads=args.threads)  # 1. initialise, pin the device by local rank
     from course import data
 
     rank, size = hvd.rank(), hvd.size()
-    paths = {k: (v.format(rank=rank) if v else None) for k, v in
-             dict(checkpoint_dir=args.checkpoint_dir, log_dir=args.log_dir, save=args.save, summary=args.summary,
-                  results=args.results).items()}
+    paths = {
+        k: (v.format(rank=rank) if v else None)
+        for k, v in dict(
+            checkpoint_dir=args.checkpoint_dir,
+            log_dir=args.log_dir,
+            save=args.save,
+            summary=args.summary,
+            results=args.results,
+        ).items()
+    }
     # One write per line, even where Python runs unbuffered (PYTHONUNBUFFERED): print() would write the text and its
     # newline separately, and mpiexec could put another rank's line between the two.
-    print(f"rank {rank} of {size}, local rank {hvd.local_rank()}, device {training.horovod_device()} "
-          f"on {socket.gethostname()}\n", end="", flush=True)
-    if paths["results"] and not results_file_ok(paths["results"], rank):   # before any training: every rank stops
+    print(
+        f"rank {rank} of {size}, local rank {hvd.local_rank()}, device {training.horovod_device()} "
+        f"on {socket.gethostname()}\n",
+        end="",
+        flush=True,
+    )
+    if paths["results"] and not results_file_ok(paths["results"], rank):  # before any training: every rank stops
         return 1
 
-    loaded = data.load(args.dataset, limit=args.limit)                  # .dataset: "digits" if the fallback stood in
+    loaded = data.load(args.dataset, limit=args.limit)  # .dataset: "digits" if the fallback stood in
     (x_train, y_train), (x_test, y_test) = loaded
-    x, y = data.shard((x_train, y_train), rank, size)             # 2. each rank its own part of the data
+    x, y = data.shard((x_train, y_train), rank, size)  # 2. each rank its own part of the data
     validation = data.shard((x_test, y_test), rank, size) if args.validate else None  # metrics averaged: all of it
     for rule, warmup in args.scaling:
         code = train(args, rule, warmup, paths, (x, y), len(x_train), validation, (x_test, y_test), loaded.dataset)
@@ -123,8 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, shard: tuple, samples: int,
-          validation, test: tuple, dataset: str) -> int:
+def train(
+    args: argparse.Namespace,
+    rule: str,
+    warmup: str | None,
+    paths: dict,
+    shard: tuple,
+    samples: int,
+    validation,
+    test: tuple,
+    dataset: str,
+) -> int:
     """Train one configuration on this rank's shard: a fresh model from the seed, or rank 0's checkpoint; rank 0 reports."""
     import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
@@ -135,13 +176,16 @@ def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, 
     rank, size = hvd.rank(), hvd.size()
     x, y = shard
     warmup_epochs = max(args.warmup_epochs, 1) if warmup else args.warmup_epochs
-    lr = training.scaled_learning_rate(args.lr, size, rule)                # 3. learning rate x workers
-    steps = training.steps_per_epoch(samples, args.batch, size)       # 4. steps / workers: one pass per epoch
+    lr = training.scaled_learning_rate(args.lr, size, rule)  # 3. learning rate x workers
+    steps = training.steps_per_epoch(samples, args.batch, size)  # 4. steps / workers: one pass per epoch
 
     tf.keras.utils.set_random_seed(args.seed)
     model = models.mnist_cnn(x.shape[1:], 10)
-    model.compile(optimizer=training.distributed_sgd(lr, args.momentum),   # 5. average gradients
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=training.distributed_sgd(lr, args.momentum),  # 5. average gradients
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     model, initial_epoch = training.resume(model, paths["checkpoint_dir"])  # 6. continue from rank 0's checkpoint
     if initial_epoch:
         training.root_print(f"resumed from rank 0's checkpoint at epoch {initial_epoch}")
@@ -151,37 +195,55 @@ def train(args: argparse.Namespace, rule: str, warmup: str | None, paths: dict, 
 
     warning = time_limit_stop(paths["checkpoint_dir"] is not None)
     timer = perf.timing_callback(steps * args.batch * size)
-    rates = training.learning_rate_log()                                    # what the optimizer really used
-    callbacks = training.horovod_callbacks(checkpoint_dir=paths["checkpoint_dir"], log_dir=paths["log_dir"],
-                                           warmup_epochs=warmup_epochs, initial_lr=lr)  # 7. rank 0 writes
+    rates = training.learning_rate_log()  # what the optimizer really used
+    callbacks = training.horovod_callbacks(
+        checkpoint_dir=paths["checkpoint_dir"], log_dir=paths["log_dir"], warmup_epochs=warmup_epochs, initial_lr=lr
+    )  # 7. rank 0 writes
     train_set = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=args.seed + rank).repeat()
     started = time.perf_counter()
-    history = model.fit(train_set.batch(args.batch), steps_per_epoch=steps, epochs=args.epochs,
-                        initial_epoch=initial_epoch, validation_data=validation,
-                        callbacks=callbacks + [timer, rates, warning],
-                        verbose=2 if rank == 0 else 0)
+    history = model.fit(
+        train_set.batch(args.batch),
+        steps_per_epoch=steps,
+        epochs=args.epochs,
+        initial_epoch=initial_epoch,
+        validation_data=validation,
+        callbacks=callbacks + [timer, rates, warning],
+        verbose=2 if rank == 0 else 0,
+    )
     elapsed = time.perf_counter() - started
-    if warning.stopped_at is not None:                  # the job's time is nearly up: no evaluation, no summary
-        training.root_print(f"stopped at epoch {warning.stopped_at} of {args.epochs} by the time-limit warning; "
-                            f"rank 0's checkpoint is in {paths['checkpoint_dir']}; resubmit to continue")
+    if warning.stopped_at is not None:  # the job's time is nearly up: no evaluation, no summary
+        training.root_print(
+            f"stopped at epoch {warning.stopped_at} of {args.epochs} by the time-limit warning; "
+            f"rank 0's checkpoint is in {paths['checkpoint_dir']}; resubmit to continue"
+        )
         # every rank leaves together: mpiexec ends the others as soon as one exits non-zero, which could cut rank 0
         # short before it has said the above
         hvd_tf.broadcast_object(None, root_rank=0, name="stopped_by_warning")
         return STOPPED
     loss, accuracy = model.evaluate(*test, verbose=0)
     summary = timer.summary()
-    if rank == 0:                                                             # 8. only rank 0 saves and reports
+    if rank == 0:  # 8. only rank 0 saves and reports
         if paths["save"]:
             model.save(paths["save"])
-        result = {"scaling": rule + ("+warmup" if warmup else ""), "warmup_epochs": warmup_epochs,
-                  "size": size, "batch_per_rank": args.batch, "global_batch": args.batch * size, "learning_rate": lr,
-                  "steps_per_epoch": steps, "initial_epoch": initial_epoch,
-                  "epochs_run": [initial_epoch + i + 1 for i in range(len(history.history["loss"]))],
-                  "epoch_times": summary.epoch_times, "epoch_time": summary.epoch_time,
-                  "images_per_second": summary.images_per_second, "test_accuracy": float(accuracy),
-                  "test_loss": float(loss), "learning_rates": rates.rates,
-                  "val_accuracy": [float(a) for a in history.history.get("val_accuracy", [])],
-                  "optimizer_steps": int(model.optimizer.iterations.numpy())}
+        result = {
+            "scaling": rule + ("+warmup" if warmup else ""),
+            "warmup_epochs": warmup_epochs,
+            "size": size,
+            "batch_per_rank": args.batch,
+            "global_batch": args.batch * size,
+            "learning_rate": lr,
+            "steps_per_epoch": steps,
+            "initial_epoch": initial_epoch,
+            "epochs_run": [initial_epoch + i + 1 for i in range(len(history.history["loss"]))],
+            "epoch_times": summary.epoch_times,
+            "epoch_time": summary.epoch_time,
+            "images_per_second": summary.images_per_second,
+            "test_accuracy": float(accuracy),
+            "test_loss": float(loss),
+            "learning_rates": rates.rates,
+            "val_accuracy": [float(a) for a in history.history.get("val_accuracy", [])],
+            "optimizer_steps": int(model.optimizer.iterations.numpy()),
+        }
         if paths["summary"]:
             with open(paths["summary"], "w") as handle:
                 json.dump(result, handle)
@@ -234,8 +296,11 @@ def time_limit_stop(can_save: bool):
                 # another epoch, then saving and leaving, must fit; unknown time left: stop now
                 stop = left is None or left < 1.3 * epoch_time + 8
                 if not stop and not self._told:
-                    print(f"time-limit warning: {left:.0f} s left, an epoch takes {epoch_time:.0f} s: "
-                          f"training goes on while another epoch fits", flush=True)
+                    print(
+                        f"time-limit warning: {left:.0f} s left, an epoch takes {epoch_time:.0f} s: "
+                        f"training goes on while another epoch fits",
+                        flush=True,
+                    )
                 self._told = True
             if hvd_tf.broadcast_object(stop, root_rank=0, name="time_limit_stop"):
                 self.stopped_at = epoch + 1
@@ -266,17 +331,27 @@ def results_file_ok(path: str, rank: int) -> bool:
     return problem is None
 
 
-def append_result(path: str, args: argparse.Namespace, dataset: str, size: int, nodes: int, result: dict,
-                  elapsed: float) -> int:
+def append_result(
+    path: str, args: argparse.Namespace, dataset: str, size: int, nodes: int, result: dict, elapsed: float
+) -> int:
     """Rank 0: append this run to the class results (course.results' schema); 1 with a one-line error if it cannot."""
     from course import UserError, results
 
     machine = results.hardware() + (f" per node, {nodes} nodes" if nodes > 1 else "")
-    row = {"strategy": "horovod", "dataset": dataset, "network": "simple-mnist",
-           "workers": size, "epochs": len(result["epochs_run"]), "batch_size": result["global_batch"],
-           "elapsed_s": round(elapsed, 4), "accuracy": round(result["test_accuracy"], 6),
-           "epoch_time_s": round(result["epoch_time"], 4), "images_per_s": round(result["images_per_second"], 2),
-           "engines": size, "hardware": machine}
+    row = {
+        "strategy": "horovod",
+        "dataset": dataset,
+        "network": "simple-mnist",
+        "workers": size,
+        "epochs": len(result["epochs_run"]),
+        "batch_size": result["global_batch"],
+        "elapsed_s": round(elapsed, 4),
+        "accuracy": round(result["test_accuracy"], 6),
+        "epoch_time_s": round(result["epoch_time"], 4),
+        "images_per_s": round(result["images_per_second"], 2),
+        "engines": size,
+        "hardware": machine,
+    }
     try:
         results.append_row(path, row)
     except UserError as exc:

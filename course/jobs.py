@@ -36,12 +36,21 @@ from course import UserError, mpi, slurm
 from course.horovod_mnist import STOPPED  # its exit status after checkpointing on the time-limit warning
 
 WORKLOADS = {
-    "train": ("python -m course train", ["-m", "course", "train"],
-              "parameter averaging over engines (python -m course train), one process"),
-    "horovod": ("python -m course.horovod_mnist", ["-m", "course.horovod_mnist"],
-                "Horovod, one process (rank) per GPU"),
-    "mirrored": ("python -m course.mirrored_resnet", ["-m", "course.mirrored_resnet"],
-                 "MirroredStrategy, one process with one replica per GPU"),
+    "train": (
+        "python -m course train",
+        ["-m", "course", "train"],
+        "parameter averaging over engines (python -m course train), one process",
+    ),
+    "horovod": (
+        "python -m course.horovod_mnist",
+        ["-m", "course.horovod_mnist"],
+        "Horovod, one process (rank) per GPU",
+    ),
+    "mirrored": (
+        "python -m course.mirrored_resnet",
+        ["-m", "course.mirrored_resnet"],
+        "MirroredStrategy, one process with one replica per GPU",
+    ),
 }
 LAUNCHERS = ("mpiexec", "srun")
 OVERSUBSCRIBE = "OMPI_MCA_rmaps_base_oversubscribe"  # course.mpi sets it for runs here; job scripts only on request
@@ -120,8 +129,9 @@ def check(request: Request) -> Request:
         r.cpus_per_task = _default_cpus(r)
     _check_extras(r)
     if r.job_name is None:
-        r.job_name = "course-" + (r.kind if r.kind != "script" else
-                                  re.sub(r"[^A-Za-z0-9._-]", "-", Path(r.workload).stem))
+        r.job_name = "course-" + (
+            r.kind if r.kind != "script" else re.sub(r"[^A-Za-z0-9._-]", "-", Path(r.workload).stem)
+        )
     return r
 
 
@@ -146,10 +156,13 @@ def _check_options(r: Request) -> None:
     parse_time(r.time)
     if r.mem is not None and not _MEM.match(str(r.mem)):
         raise UserError(f"--mem must be a size such as 4G, 500M or 16000 (megabytes), not {r.mem!r}")
-    for name, pattern, what in (("job_name", _NAME, "letters, digits, '.', '_' and '-'"),
-                                ("partition", _LIST, "a partition name (or a comma-separated list)"),
-                                ("account", _NAME, "an account name"), ("qos", _NAME, "a QOS name"),
-                                ("constraint", _CONSTRAINT, "a feature expression such as a100 or 'v100|a100'")):
+    for name, pattern, what in (
+        ("job_name", _NAME, "letters, digits, '.', '_' and '-'"),
+        ("partition", _LIST, "a partition name (or a comma-separated list)"),
+        ("account", _NAME, "an account name"),
+        ("qos", _NAME, "a QOS name"),
+        ("constraint", _CONSTRAINT, "a feature expression such as a100 or 'v100|a100'"),
+    ):
         value = getattr(r, name)
         if value is not None and not pattern.match(value):
             raise UserError(f"--{name.replace('_', '-')} {value!r} is not {what}")
@@ -165,26 +178,35 @@ def _check_tasks(r: Request) -> None:
         if r.tasks_per_node is None:
             r.tasks_per_node = gpus or 1
         if gpus and r.tasks_per_node > gpus:
-            raise UserError(f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} is more than "
-                            f"--gpus-per-node {gpus} (leave --tasks-per-node out: it defaults to the GPUs)")
+            raise UserError(
+                f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} is more than "
+                f"--gpus-per-node {gpus} (leave --tasks-per-node out: it defaults to the GPUs)"
+            )
         if gpus and r.tasks_per_node < gpus:
-            raise UserError(f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} would leave "
-                            f"{gpus - r.tasks_per_node} of the {gpus} GPUs per node idle (make them equal)")
+            raise UserError(
+                f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} would leave "
+                f"{gpus - r.tasks_per_node} of the {gpus} GPUs per node idle (make them equal)"
+            )
     elif kind in ("mirrored", "train"):
         what = "MirroredStrategy" if kind == "mirrored" else "course train"
         if r.tasks_per_node not in (None, 1):
-            raise UserError(f"{what} runs in one process (it uses every GPU of the node itself): "
-                            f"drop --tasks-per-node {r.tasks_per_node}, or use the horovod workload")
+            raise UserError(
+                f"{what} runs in one process (it uses every GPU of the node itself): "
+                f"drop --tasks-per-node {r.tasks_per_node}, or use the horovod workload"
+            )
         if r.nodes != 1:
-            raise UserError(f"{what} runs in one process on one node: use --nodes 1, or the horovod workload "
-                            f"for several nodes")
+            raise UserError(
+                f"{what} runs in one process on one node: use --nodes 1, or the horovod workload for several nodes"
+            )
         r.tasks_per_node = 1
     else:
         if r.tasks_per_node is None:
             r.tasks_per_node = 1
         if gpus and r.tasks_per_node > gpus:
-            raise UserError(f"--tasks-per-node {r.tasks_per_node} is more than --gpus-per-node {gpus}: "
-                            f"with GPUs, each task needs its own GPU")
+            raise UserError(
+                f"--tasks-per-node {r.tasks_per_node} is more than --gpus-per-node {gpus}: "
+                f"with GPUs, each task needs its own GPU"
+            )
 
 
 def _default_cpus(r: Request) -> int:
@@ -197,8 +219,10 @@ def _default_cpus(r: Request) -> int:
 def _check_extras(r: Request) -> None:
     """--oversubscribe, --timeline and --resubmit-on-timeout only where they mean something."""
     if r.oversubscribe and (r.launcher != "mpiexec" or r.total_tasks < 2):
-        raise UserError("--oversubscribe lets mpiexec start more ranks than the slots Slurm gave: it needs several "
-                        "tasks and --launcher mpiexec (srun starts exactly the tasks allocated)")
+        raise UserError(
+            "--oversubscribe lets mpiexec start more ranks than the slots Slurm gave: it needs several "
+            "tasks and --launcher mpiexec (srun starts exactly the tasks allocated)"
+        )
     if r.timeline is not None and r.total_tasks < 2 and r.kind != "horovod":
         raise UserError("--timeline records a Horovod timeline: it needs the horovod workload or several tasks")
     if r.resubmit_on_timeout is not None:
@@ -216,8 +240,10 @@ def _check_array(r: Request) -> None:
     if r.resubmit_on_timeout is not None:
         raise UserError("--array and --resubmit-on-timeout do not go together: resubmit each sweep point on its own")
     if r.kind == "horovod" and max(r.array) > r.total_tasks:
-        raise UserError(f"--array asks for up to {max(r.array)} Horovod ranks but the job has {r.total_tasks} "
-                        f"task(s): ask for them with --nodes and --tasks-per-node (each array task uses what it needs)")
+        raise UserError(
+            f"--array asks for up to {max(r.array)} Horovod ranks but the job has {r.total_tasks} "
+            f"task(s): ask for them with --nodes and --tasks-per-node (each array task uses what it needs)"
+        )
 
 
 def _check_resubmit(r: Request) -> None:
@@ -226,50 +252,58 @@ def _check_resubmit(r: Request) -> None:
     if not isinstance(warning, int) or isinstance(warning, bool) or warning < 1:
         raise UserError(f"--resubmit-on-timeout must be a whole number of seconds >= 1, not {warning!r}")
     if warning >= parse_time(r.time):
-        raise UserError(f"--resubmit-on-timeout {warning} s is not before the end of --time {r.time}: warn earlier "
-                        f"than the limit, e.g. a few minutes before it (more than one epoch takes)")
+        raise UserError(
+            f"--resubmit-on-timeout {warning} s is not before the end of --time {r.time}: warn earlier "
+            f"than the limit, e.g. a few minutes before it (more than one epoch takes)"
+        )
     if r.kind in ("mirrored", "train"):
-        raise UserError(f"--resubmit-on-timeout needs a program that checkpoints on the warning (SIGUSR1): the "
-                        f"{r.kind} workload does not; use horovod with --checkpoint-dir, or your own script")
+        raise UserError(
+            f"--resubmit-on-timeout needs a program that checkpoints on the warning (SIGUSR1): the "
+            f"{r.kind} workload does not; use horovod with --checkpoint-dir, or your own script"
+        )
     if r.kind == "horovod" and not any(a == "--checkpoint-dir" or a.startswith("--checkpoint-dir=") for a in r.args):
-        raise UserError("--resubmit-on-timeout: the horovod workload resumes only from a checkpoint: add "
-                        "-- --checkpoint-dir DIR (the same folder for every job)")
+        raise UserError(
+            "--resubmit-on-timeout: the horovod workload resumes only from a checkpoint: add "
+            "-- --checkpoint-dir DIR (the same folder for every job)"
+        )
 
 
 def _resubmitting(launch: str, warning: int) -> list[str]:
     """The script's end with --resubmit-on-timeout: the program in the background, a trap for the warning."""
-    return ["# Time-limit warning (--resubmit-on-timeout): Slurm sends USR1 to this shell (#SBATCH --signal=B:USR1@"
-            f"{warning}).",
-            "# The trap submits this script again, to start when this job has ended, and passes the warning on: the",
-            "# program trains while another epoch fits, checkpoints and stops, and the next job resumes from the",
-            "# checkpoint (cancelled if the program finishes). bash runs a trap only between commands, so the",
-            "# program runs in the background and the shell waits for it.",
-            "on_warning() {",
-            '    echo "time-limit warning: $(date -Iseconds)"',
-            f'    if [ "${{COURSE_RESUBMIT:-0}}" -lt {MAX_RESUBMITS} ]; then',
-            '        if next=$(sbatch --parsable --dependency=afterany:${SLURM_JOB_ID} '
-            '--export=ALL,COURSE_RESUBMIT=$((${COURSE_RESUBMIT:-0} + 1)) "$0"); then',
-            '            echo "resubmitted as job ${next}: it resumes when this one has ended"',
-            "        else",
-            '            echo "resubmission failed: submit this script again yourself to continue"',
-            "        fi",
-            "    else",
-            f'        echo "not resubmitted: already {MAX_RESUBMITS} resubmissions"',
-            "    fi",
-            '    kill -USR1 "$child"',
-            "}",
-            "trap on_warning USR1",
-            f"{launch} &",
-            "child=$!",
-            "status=0",
-            'wait "$child" || status=$?',
-            'while [ "$status" -gt 128 ] && kill -0 "$child" 2>/dev/null; do  # the trap interrupted wait: wait again',
-            '    status=0; wait "$child" || status=$?',
-            "done",
-            'if [ "$status" -eq 0 ] && [ -n "${next:-}" ]; then  # it finished in time after all: nothing to resume',
-            '    scancel "$next" && echo "finished: job ${next} is not needed and was cancelled"',
-            "fi",
-            'exit "$status"']
+    return [
+        "# Time-limit warning (--resubmit-on-timeout): Slurm sends USR1 to this shell (#SBATCH --signal=B:USR1@"
+        f"{warning}).",
+        "# The trap submits this script again, to start when this job has ended, and passes the warning on: the",
+        "# program trains while another epoch fits, checkpoints and stops, and the next job resumes from the",
+        "# checkpoint (cancelled if the program finishes). bash runs a trap only between commands, so the",
+        "# program runs in the background and the shell waits for it.",
+        "on_warning() {",
+        '    echo "time-limit warning: $(date -Iseconds)"',
+        f'    if [ "${{COURSE_RESUBMIT:-0}}" -lt {MAX_RESUBMITS} ]; then',
+        "        if next=$(sbatch --parsable --dependency=afterany:${SLURM_JOB_ID} "
+        '--export=ALL,COURSE_RESUBMIT=$((${COURSE_RESUBMIT:-0} + 1)) "$0"); then',
+        '            echo "resubmitted as job ${next}: it resumes when this one has ended"',
+        "        else",
+        '            echo "resubmission failed: submit this script again yourself to continue"',
+        "        fi",
+        "    else",
+        f'        echo "not resubmitted: already {MAX_RESUBMITS} resubmissions"',
+        "    fi",
+        '    kill -USR1 "$child"',
+        "}",
+        "trap on_warning USR1",
+        f"{launch} &",
+        "child=$!",
+        "status=0",
+        'wait "$child" || status=$?',
+        'while [ "$status" -gt 128 ] && kill -0 "$child" 2>/dev/null; do  # the trap interrupted wait: wait again',
+        '    status=0; wait "$child" || status=$?',
+        "done",
+        'if [ "$status" -eq 0 ] && [ -n "${next:-}" ]; then  # it finished in time after all: nothing to resume',
+        '    scancel "$next" && echo "finished: job ${next} is not needed and was cancelled"',
+        "fi",
+        'exit "$status"',
+    ]
 
 
 def _program(r: Request) -> list[str]:
@@ -283,17 +317,23 @@ def _launch(r: Request) -> tuple[list[str], str]:
     if r.array and r.kind == "train":
         return [*program, "--workers", "${WORKERS}"], "one process, ${WORKERS} workers per array task"
     if r.array:  # horovod: each array task starts the ranks it sweeps over, within the tasks the job holds
-        return (["mpiexec", "-n", "${WORKERS}", *mpi.JOB_FLAGS, *program],
-                "${WORKERS} processes per array task, started by mpiexec")
+        return (
+            ["mpiexec", "-n", "${WORKERS}", *mpi.JOB_FLAGS, *program],
+            "${WORKERS} processes per array task, started by mpiexec",
+        )
     if r.total_tasks == 1:
         return program, "one process"
     if r.launcher == "srun":
         # srun's MPI plugin (pmix where this Slurm offers it) makes the ranks one MPI world; unknown: the site default
         plugin = slurm.srun_mpi_plugin()
-        return (["srun", *([f"--mpi={plugin}"] if plugin else []), *program],
-                f"{r.total_tasks} processes started by srun")
-    return (["mpiexec", "-n", "${SLURM_NTASKS}", *mpi.JOB_FLAGS, *program],
-            f"{r.total_tasks} processes started by mpiexec")
+        return (
+            ["srun", *([f"--mpi={plugin}"] if plugin else []), *program],
+            f"{r.total_tasks} processes started by srun",
+        )
+    return (
+        ["mpiexec", "-n", "${SLURM_NTASKS}", *mpi.JOB_FLAGS, *program],
+        f"{r.total_tasks} processes started by mpiexec",
+    )
 
 
 def _quote(word: str) -> str:
@@ -306,35 +346,52 @@ def script(request: Request, command_line: str | None = None) -> str:
     out_dir = Path(r.output_dir).resolve()
     launch, how = _launch(r)
     gpus = r.gpus_per_node
-    layout = (f"{r.nodes} node(s) x {r.tasks_per_node} task(s)" + (f", {gpus} GPU(s) per node" if gpus else ", CPU only"))
+    layout = f"{r.nodes} node(s) x {r.tasks_per_node} task(s)" + (f", {gpus} GPU(s) per node" if gpus else ", CPU only")
     description = WORKLOADS[r.kind][2] if r.kind != "script" else f"the script {r.workload}"
     files = "%A_%a" if r.array else "%j"  # an array's tasks each write their own files: job id, task index
-    lines = ["#!/bin/bash",
-             f"# Generated by: {command_line or 'course.jobs.script()'}",
-             f"# Workload: {description}; {layout}; {how}.",
-             "# Submit: sbatch THIS_FILE   Follow: squeue -j JOBID   Stop: scancel JOBID",
-             *slurm.sbatch_lines(slurm.Options(
-                 job_name=r.job_name, output=f"{out_dir}/{r.job_name}_{files}.out",
-                 error=f"{out_dir}/{r.job_name}_{files}.err",
-                 chdir=str(Path(r.workdir).resolve()), nodes=r.nodes, tasks_per_node=r.tasks_per_node,
-                 cpus_per_task=r.cpus_per_task, gpus_per_node=gpus or None, mem=r.mem, time=r.time,
-                 partition=r.partition, account=r.account, qos=r.qos, constraint=r.constraint, exclusive=r.exclusive,
-                 extra=r.sbatch))]
+    lines = [
+        "#!/bin/bash",
+        f"# Generated by: {command_line or 'course.jobs.script()'}",
+        f"# Workload: {description}; {layout}; {how}.",
+        "# Submit: sbatch THIS_FILE   Follow: squeue -j JOBID   Stop: scancel JOBID",
+        *slurm.sbatch_lines(
+            slurm.Options(
+                job_name=r.job_name,
+                output=f"{out_dir}/{r.job_name}_{files}.out",
+                error=f"{out_dir}/{r.job_name}_{files}.err",
+                chdir=str(Path(r.workdir).resolve()),
+                nodes=r.nodes,
+                tasks_per_node=r.tasks_per_node,
+                cpus_per_task=r.cpus_per_task,
+                gpus_per_node=gpus or None,
+                mem=r.mem,
+                time=r.time,
+                partition=r.partition,
+                account=r.account,
+                qos=r.qos,
+                constraint=r.constraint,
+                exclusive=r.exclusive,
+                extra=r.sbatch,
+            )
+        ),
+    ]
     if r.resubmit_on_timeout is not None:
         lines.append(f"#SBATCH --signal=B:USR1@{r.resubmit_on_timeout}")
     if r.array:
         lines.append(f"#SBATCH --array=0-{len(r.array) - 1}")
-    lines += ["",
-              "set -eo pipefail",
-              "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
-              'echo "job ${SLURM_JOB_ID} \'${SLURM_JOB_NAME}\': ${SLURM_JOB_NUM_NODES} node(s) [${SLURM_JOB_NODELIST}],'
-              ' ${SLURM_NTASKS} task(s), ${SLURM_CPUS_PER_TASK} CPU(s) per task, started $(date -Iseconds)"',
-              "# whole lines: unbuffered, Python writes a print's text and newline apart, and another rank's line"
-              " may land between (the programs flush each line)",
-              "unset PYTHONUNBUFFERED",
-              "# threads per process = the CPUs Slurm gave each task (else N processes oversubscribe the cores)",
-              "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
-              "export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}"]
+    lines += [
+        "",
+        "set -eo pipefail",
+        "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
+        "echo \"job ${SLURM_JOB_ID} '${SLURM_JOB_NAME}': ${SLURM_JOB_NUM_NODES} node(s) [${SLURM_JOB_NODELIST}],"
+        ' ${SLURM_NTASKS} task(s), ${SLURM_CPUS_PER_TASK} CPU(s) per task, started $(date -Iseconds)"',
+        "# whole lines: unbuffered, Python writes a print's text and newline apart, and another rank's line"
+        " may land between (the programs flush each line)",
+        "unset PYTHONUNBUFFERED",
+        "# threads per process = the CPUs Slurm gave each task (else N processes oversubscribe the cores)",
+        "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
+        "export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}",
+    ]
     if gpus:
         lines += ["export NCCL_DEBUG=WARN", 'echo "GPUs visible: ${CUDA_VISIBLE_DEVICES:-none}"']
     if r.total_tasks > 1 and r.launcher == "mpiexec":
@@ -345,14 +402,18 @@ def script(request: Request, command_line: str | None = None) -> str:
         root = " ".join(f"{k}={v}" for k, v in mpi.ROOT_SETTINGS.items())
         lines.append(f'if [ "$(id -u)" -eq 0 ]; then export {root}; fi')
     if r.timeline:
-        lines += ["# Horovod timeline, written by rank 0 (open it in chrome://tracing or course.perf)",
-                  f"export HOROVOD_TIMELINE={shlex.quote(str(Path(r.timeline).resolve()))}",
-                  "export HOROVOD_TIMELINE_MARK_CYCLES=0"]
+        lines += [
+            "# Horovod timeline, written by rank 0 (open it in chrome://tracing or course.perf)",
+            f"export HOROVOD_TIMELINE={shlex.quote(str(Path(r.timeline).resolve()))}",
+            "export HOROVOD_TIMELINE_MARK_CYCLES=0",
+        ]
     if r.array:
-        lines += ["# the sweep: array task i runs with the i-th worker count",
-                  f"SWEEP=({' '.join(str(n) for n in r.array)})",
-                  'WORKERS=${SWEEP[$SLURM_ARRAY_TASK_ID]}',
-                  'echo "array task ${SLURM_ARRAY_TASK_ID} of job ${SLURM_ARRAY_JOB_ID}: ${WORKERS} worker(s)"']
+        lines += [
+            "# the sweep: array task i runs with the i-th worker count",
+            f"SWEEP=({' '.join(str(n) for n in r.array)})",
+            "WORKERS=${SWEEP[$SLURM_ARRAY_TASK_ID]}",
+            'echo "array task ${SLURM_ARRAY_TASK_ID} of job ${SLURM_ARRAY_JOB_ID}: ${WORKERS} worker(s)"',
+        ]
     command = " ".join(_quote(w) for w in launch)
     if r.resubmit_on_timeout is None:
         lines += ["", command, ""]
@@ -362,6 +423,7 @@ def script(request: Request, command_line: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------- submit and follow
+
 
 def slurm_available() -> bool:
     """True when a Slurm controller answers here (`sinfo` works): notebooks then submit for real."""
@@ -382,8 +444,13 @@ def submit(request: Request, command_line: str | None = None) -> int:
     job_id = slurm.submit(str(script_file))
     out_dir = Path(request.output_dir).resolve()
     name = f"{request.job_name}_{job_id}" + ("_0" if request.array else "")  # an array: its first task's files
-    record = {"job_id": job_id, "script": str(script_file), "request": asdict(request),
-              "stdout": str(out_dir / f"{name}.out"), "stderr": str(out_dir / f"{name}.err")}
+    record = {
+        "job_id": job_id,
+        "script": str(script_file),
+        "request": asdict(request),
+        "stdout": str(out_dir / f"{name}.out"),
+        "stderr": str(out_dir / f"{name}.err"),
+    }
     (record_dir / f"{job_id}.json").write_text(json.dumps(record, indent=1))
     return job_id
 
@@ -425,11 +492,28 @@ def status(job_id: str | int) -> Status:
     slurm.tool("scontrol")
     found = slurm.job(jid)
     if found is not None:
-        return Status(jid, found.state, found.reason, found.exit_code, found.elapsed, found.time_limit,
-                      found.stdout or record.get("stdout", ""), found.stderr or record.get("stderr", ""), found.tasks)
+        return Status(
+            jid,
+            found.state,
+            found.reason,
+            found.exit_code,
+            found.elapsed,
+            found.time_limit,
+            found.stdout or record.get("stdout", ""),
+            found.stderr or record.get("stderr", ""),
+            found.tasks,
+        )
     if record:
-        return Status(jid, "UNKNOWN", "Slurm no longer remembers it (and has no accounting)", "", "", "",
-                      record.get("stdout", ""), record.get("stderr", ""))
+        return Status(
+            jid,
+            "UNKNOWN",
+            "Slurm no longer remembers it (and has no accounting)",
+            "",
+            "",
+            "",
+            record.get("stdout", ""),
+            record.get("stderr", ""),
+        )
     raise UserError(f"Slurm knows no job {jid} (finished jobs are forgotten after a few minutes; check the id)")
 
 
@@ -441,8 +525,10 @@ def wait(job_id: str | int, timeout: float | None = None, poll: float = 2.0) -> 
         if current.ended:
             return current
         if deadline is not None and time.monotonic() > deadline:
-            raise UserError(f"job {current.job_id} is still {current.state} after {timeout:.0f} s; "
-                            f"follow it with: python -m course job status {current.job_id}")
+            raise UserError(
+                f"job {current.job_id} is still {current.state} after {timeout:.0f} s; "
+                f"follow it with: python -m course job status {current.job_id}"
+            )
         time.sleep(poll)
 
 
@@ -453,8 +539,10 @@ def output(job_id: str | int) -> tuple[str, str]:
     if not current.tasks:
         return _read(current.stdout), _read(current.stderr)
     heads = [f"==> array task {i} <==\n" for i in range(len(current.tasks))]
-    return ("".join(h + _read(t.stdout) for h, t in zip(heads, current.tasks)),
-            "".join(h + _read(t.stderr) for h, t in zip(heads, current.tasks)))
+    return (
+        "".join(h + _read(t.stdout) for h, t in zip(heads, current.tasks)),
+        "".join(h + _read(t.stderr) for h, t in zip(heads, current.tasks)),
+    )
 
 
 def _read(name: str) -> str:
@@ -478,6 +566,7 @@ def command_line(argv: list[str]) -> str:
 
 # ------------------------------------------------------------------------------------------ containers
 
+
 def apptainer_definition(gpu: bool = False, pyproject: str | os.PathLike | None = None) -> str:
     """An Apptainer (Singularity) definition file that builds the course's pinned stack (pyproject.toml).
 
@@ -492,22 +581,30 @@ def apptainer_definition(gpu: bool = False, pyproject: str | os.PathLike | None 
     project = tomllib.loads(file.read_text())["project"]
     extras = project["optional-dependencies"]  # TensorFlow's two builds and Horovod are extras, not dependencies
     pins, tensorflow, horovod = project["dependencies"], extras["gpu" if gpu else "cpu"][0], extras["horovod"][0]
-    horovod_env = ("HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
-                   "HOROVOD_WITH_GLOO=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j4"
-                   + (" HOROVOD_GPU_OPERATIONS=NCCL" if gpu else ""))
+    horovod_env = (
+        "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
+        "HOROVOD_WITH_GLOO=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j4"
+        + (" HOROVOD_GPU_OPERATIONS=NCCL" if gpu else "")
+    )
     base = "nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04" if gpu else "python:3.11-slim-bookworm"
-    python_setup = ("    apt-get install -y --no-install-recommends software-properties-common\n"
-                    "    add-apt-repository -y ppa:deadsnakes/ppa && apt-get update\n"
-                    "    apt-get install -y --no-install-recommends python3.11 python3.11-dev python3.11-venv\n"
-                    "    python3.11 -m venv /opt/venv\n") if gpu else "    python3 -m venv /opt/venv\n"
+    python_setup = (
+        (
+            "    apt-get install -y --no-install-recommends software-properties-common\n"
+            "    add-apt-repository -y ppa:deadsnakes/ppa && apt-get update\n"
+            "    apt-get install -y --no-install-recommends python3.11 python3.11-dev python3.11-venv\n"
+            "    python3.11 -m venv /opt/venv\n"
+        )
+        if gpu
+        else "    python3 -m venv /opt/venv\n"
+    )
     quoted = " ".join(shlex.quote(p) for p in pins)
     return f"""Bootstrap: docker
 From: {base}
 
-# The course stack ({'GPU' if gpu else 'CPU'}): Python 3.11, {tensorflow}, {horovod} (built against it), Open MPI 4.1.
+# The course stack ({"GPU" if gpu else "CPU"}): Python 3.11, {tensorflow}, {horovod} (built against it), Open MPI 4.1.
 # Build: apptainer build ddl-hpc.sif ddl-hpc.def      (from the course checkout: %files copies the package)
-# Use:   apptainer exec {'--nv ' if gpu else ''}ddl-hpc.sif python -m course doctor
-#        in a job script: mpiexec -n $SLURM_NTASKS apptainer exec {'--nv ' if gpu else ''}ddl-hpc.sif python train.py
+# Use:   apptainer exec {"--nv " if gpu else ""}ddl-hpc.sif python -m course doctor
+#        in a job script: mpiexec -n $SLURM_NTASKS apptainer exec {"--nv " if gpu else ""}ddl-hpc.sif python train.py
 
 %files
     pyproject.toml /opt/course/pyproject.toml

@@ -29,9 +29,19 @@ def free_port(ip: str, first: int, tries: int = 50) -> int:
 
 def command(root: Path, ip: str, port: int, token: str) -> list[str]:
     """The `jupyter lab` command line: no browser, a known token, the course kernel by default."""
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--ServerApp.ip={ip}", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
-           f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        f"--ServerApp.ip={ip}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        f"--IdentityProvider.token={token}",
+        f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return cmd
@@ -46,8 +56,10 @@ def serve(ip: str = "127.0.0.1", port: int = 8888, root: str | os.PathLike = "."
     token = os.environ.get("COURSE_LAB_TOKEN") or secrets.token_hex(16)
     start = FIRST_NOTEBOOK if (root_path / FIRST_NOTEBOOK).exists() else ""
     host = "127.0.0.1" if ip in ("0.0.0.0", "") else ip
-    print(f"Starting JupyterLab on {root_path} with the '{KERNEL_NAME}' kernel; notebooks start a local engine cluster "
-          f"with course.cluster.start() (no configuration needed).")
+    print(
+        f"Starting JupyterLab on {root_path} with the '{KERNEL_NAME}' kernel; notebooks start a local engine cluster "
+        f"with course.cluster.start() (no configuration needed)."
+    )
     print(f"Open this URL: http://{host}:{port}/lab/tree/{start}?token={token}", flush=True)
     print("Stop with Ctrl-C.", flush=True)
     try:

@@ -31,14 +31,20 @@ def check_build(build: Callable, replicas: int = 2) -> dict[str, Any]:
     except ValueError as exc:
         raise AssertionError(f"build raised {exc}") from None
     variable, step = model.weights[0], optimizer.iterations
-    found = {"replicas": strategy.num_replicas_in_sync, "kind": type(variable).__name__,
-             "copies": len(getattr(variable, "values", [variable])), "optimizer": type(step).__name__}
+    found = {
+        "replicas": strategy.num_replicas_in_sync,
+        "kind": type(variable).__name__,
+        "copies": len(getattr(variable, "values", [variable])),
+        "optimizer": type(step).__name__,
+    }
     assert found["kind"] == "MirroredVariable", (
         f"the model's variables are {found['kind']}, not MirroredVariable: build (make_model()) the model inside "
-        f"`with strategy.scope():`")
+        f"`with strategy.scope():`"
+    )
     assert found["optimizer"] == "MirroredVariable", (
         "the optimizer's variables (its step counter, momentum...) are not mirrored: create the optimizer inside "
-        "`with strategy.scope():` too")
+        "`with strategy.scope():` too"
+    )
     return found
 
 
@@ -67,18 +73,25 @@ def check_step(replica_step: Callable, learning_rate: float = 0.1, seed: int = 0
     assert not np.isclose(loss, total / 8, rtol=1e-4), (
         f"your loss {loss:.4f} is the mean over the replica's own 8 images; MirroredStrategy adds the gradients of "
         f"all replicas, so with 2 replicas that step would be twice too large. Divide the sum of the per-image "
-        f"losses by the GLOBAL batch (16 here): tf.nn.compute_average_loss(..., global_batch_size=global_batch)")
+        f"losses by the GLOBAL batch (16 here): tf.nn.compute_average_loss(..., global_batch_size=global_batch)"
+    )
     assert np.isclose(loss, total / 16, rtol=1e-4), (
         f"the loss should be the sum of the 8 per-image cross-entropies divided by the global batch 16 "
-        f"({total / 16:.4f}), not {loss:.4f}")
+        f"({total / 16:.4f}), not {loss:.4f}"
+    )
     moved = max(float(np.abs(w.numpy() - b).max()) for w, b in zip(model.trainable_variables, before))
     assert moved > 0, "the weights did not change: apply the gradients with optimizer.apply_gradients"
-    wrong = max(float(np.abs(w.numpy() - (b - learning_rate * g.numpy() / 16)).max())
-                for w, b, g in zip(model.trainable_variables, before, gradients))
-    assert wrong < TOLERANCE, (f"the update differs from one SGD step on your loss by {wrong:.2e}: take the "
-                               f"gradients of the scaled loss with respect to model.trainable_variables")
-    assert got_correct == correct, (f"correct should count this replica's right predictions ({correct:.0f} of 8), "
-                                    f"not {got_correct:g}")
+    wrong = max(
+        float(np.abs(w.numpy() - (b - learning_rate * g.numpy() / 16)).max())
+        for w, b, g in zip(model.trainable_variables, before, gradients)
+    )
+    assert wrong < TOLERANCE, (
+        f"the update differs from one SGD step on your loss by {wrong:.2e}: take the "
+        f"gradients of the scaled loss with respect to model.trainable_variables"
+    )
+    assert got_correct == correct, (
+        f"correct should count this replica's right predictions ({correct:.0f} of 8), not {got_correct:g}"
+    )
     return {"loss": loss, "correct": got_correct}
 
 
@@ -100,8 +113,16 @@ class Comparison:
         return float(np.sqrt(sum(float(np.sum((a - b) ** 2)) for a, b in zip(self.weights[n], self.initial))))
 
 
-def compare_replicas(build: Callable, train: Callable, replicas: Sequence[int] = (1, 2), *, global_batch: int = 16,
-                     steps: int = 4, learning_rate: float = 0.05, seed: int = 0) -> Comparison:
+def compare_replicas(
+    build: Callable,
+    train: Callable,
+    replicas: Sequence[int] = (1, 2),
+    *,
+    global_batch: int = 16,
+    steps: int = 4,
+    learning_rate: float = 0.05,
+    seed: int = 0,
+) -> Comparison:
     """Train from the same initial weights on the same `steps` global batches with each replica count."""
     import tensorflow as tf
 
@@ -118,12 +139,15 @@ def compare_replicas(build: Callable, train: Callable, replicas: Sequence[int] =
         try:
             model, optimizer = build(strategy, models.mnist_cnn, learning_rate)
             model.set_weights(initial)
-            history[n] = train(strategy, model, optimizer, tf.data.Dataset.from_tensor_slices((images, labels)),
-                               global_batch, 1)
+            history[n] = train(
+                strategy, model, optimizer, tf.data.Dataset.from_tensor_slices((images, labels)), global_batch, 1
+            )
         except Exception as exc:  # noqa: BLE001 - the learner's code: say what it raised, in one line
-            raise AssertionError(f"training on {n} replica(s) raised {type(exc).__name__}: "
-                                 f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-                                 f"{_hint(exc)}") from None
+            raise AssertionError(
+                f"training on {n} replica(s) raised {type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                f"{_hint(exc)}"
+            ) from None
         weights[n] = model.get_weights()
     return Comparison(weights, initial, history, global_batch)
 
@@ -133,8 +157,10 @@ def _hint(exc: Exception) -> str:
     if "colocate_vars_with" in text or "scope" in text:
         return " (create the model and the optimizer inside strategy.scope())"
     if "PerReplica" in text:
-        return (" (strategy.run returns one value per replica: combine them into one with "
-                "strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None))")
+        return (
+            " (strategy.run returns one value per replica: combine them into one with "
+            "strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None))"
+        )
     return ""
 
 
@@ -150,9 +176,12 @@ def check_same_as_one_device(comparison: Comparison, n: int = 2) -> float:
                 f"with {n} replicas the weights moved {ratio:.2f}x as far as with 1 device on the same global batches: "
                 f"each replica divided its loss by its own {c.global_batch // n} images (a per-replica mean), and "
                 f"MirroredStrategy adds the replicas' gradients, so every step is {n}x too large. Scale each "
-                f"replica's loss by the GLOBAL batch ({c.global_batch}) instead")
-        raise AssertionError(f"{n} replicas end with weights {difference:.2e} away from 1 device's (tolerance "
-                             f"{TOLERANCE:g}) on the same global batches: they should train the same model")
+                f"replica's loss by the GLOBAL batch ({c.global_batch}) instead"
+            )
+        raise AssertionError(
+            f"{n} replicas end with weights {difference:.2e} away from 1 device's (tolerance "
+            f"{TOLERANCE:g}) on the same global batches: they should train the same model"
+        )
     for metric in ("loss", "accuracy"):
         one, many = _last(c.history[1], metric), _last(c.history[n], metric)
         if not np.isclose(one, many, rtol=1e-4, atol=1e-6):
@@ -161,7 +190,8 @@ def check_same_as_one_device(comparison: Comparison, n: int = 2) -> float:
                 f"the {metric} reported for {n} replicas ({many:.4f}) differs from 1 device's ({one:.4f}){share}: "
                 f"each replica returns only its part of a step's {metric} (one replica's value, or the mean of them, "
                 f"is about 1/{n} of it); add the parts up with strategy.reduce(tf.distribute.ReduceOp.SUM, ..., "
-                f"axis=None)")
+                f"axis=None)"
+            )
     assert 0 <= _last(c.history[1], "accuracy") <= 1, "accuracy should be a fraction between 0 and 1"
     return difference
 
@@ -170,8 +200,10 @@ def _last(history: Any, metric: str) -> float:
     try:
         return float(history[-1][metric])
     except (TypeError, KeyError, IndexError, ValueError) as exc:
-        raise AssertionError(f"train should return a list with one dict per epoch holding {metric!r} "
-                             f"(as the given loop does): {type(exc).__name__}: {exc}") from None
+        raise AssertionError(
+            f"train should return a list with one dict per epoch holding {metric!r} "
+            f"(as the given loop does): {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def epoch_time(history: list[dict]) -> float:
@@ -194,14 +226,23 @@ def accuracy_on(model, dataset, batch: int = 256) -> float:
     return right / total
 
 
-def search_batch(model: str, input_size: int, candidates: Sequence[int], memory_limit_gb: float | None = None,
-                 timeout: float | None = 1800):
+def search_batch(
+    model: str,
+    input_size: int,
+    candidates: Sequence[int],
+    memory_limit_gb: float | None = None,
+    timeout: float | None = 1800,
+):
     """The largest-batch search of `training.search_batch` (one step per candidate, each in a fresh process,
     stopping at the first out-of-memory), also for the small "mnist_cnn" the quick profile trains."""
     from course import training
 
-    return training.largest_batch(lambda batch: training.in_fresh_process(
-        _batch_trial, model, input_size, batch, memory_limit_gb, timeout=timeout), candidates)
+    return training.largest_batch(
+        lambda batch: training.in_fresh_process(
+            _batch_trial, model, input_size, batch, memory_limit_gb, timeout=timeout
+        ),
+        candidates,
+    )
 
 
 def _batch_trial(model: str, input_size: int, batch: int, memory_limit_gb: float | None) -> float:

@@ -29,12 +29,21 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.results:
-            results.check_file(args.results)   # fail now, not after the training
+            results.check_file(args.results)  # fail now, not after the training
         replicas = args.replicas if args.replicas is not None else _visible_gpus()
         started = time.perf_counter()
-        result = training.mirrored_run(replicas, model=args.model, per_replica_batch=args.batch, base_lr=args.lr,
-                                       input_size=args.input_size, epochs=args.epochs, steps=args.steps,
-                                       limit=args.limit, dataset=args.dataset, log_dir=args.log_dir)
+        result = training.mirrored_run(
+            replicas,
+            model=args.model,
+            per_replica_batch=args.batch,
+            base_lr=args.lr,
+            input_size=args.input_size,
+            epochs=args.epochs,
+            steps=args.steps,
+            limit=args.limit,
+            dataset=args.dataset,
+            log_dir=args.log_dir,
+        )
         elapsed = time.perf_counter() - started
         print(f"SUMMARY {json.dumps(_summary(result))}", flush=True)
         if args.results:
@@ -72,20 +81,41 @@ def _visible_gpus() -> int:
 
 def _summary(result: Any) -> dict:
     """What the SUMMARY line reports of a training.mirrored_run result."""
-    return {k: getattr(result, k) for k in ("model", "replicas", "per_replica_batch", "global_batch", "learning_rate",
-                                            "epoch_times", "epoch_time", "images_per_second", "final_loss",
-                                            "devices")}
+    return {
+        k: getattr(result, k)
+        for k in (
+            "model",
+            "replicas",
+            "per_replica_batch",
+            "global_batch",
+            "learning_rate",
+            "epoch_times",
+            "epoch_time",
+            "images_per_second",
+            "final_loss",
+            "devices",
+        )
+    }
 
 
 def _results_row(args: argparse.Namespace, result: Any, elapsed: float) -> dict:
     """The class results row of this run (the dataset really used: digits when offline)."""
     from course import results
 
-    return {"strategy": "mirrored", "dataset": result.dataset,
-            "network": "simple-mnist" if args.model == "mnist_cnn" else args.model, "workers": result.replicas,
-            "epochs": args.epochs, "batch_size": result.global_batch, "elapsed_s": round(elapsed, 4),
-            "accuracy": None, "epoch_time_s": round(result.epoch_time, 4),
-            "images_per_s": round(result.images_per_second, 2), "engines": 1, "hardware": results.hardware()}
+    return {
+        "strategy": "mirrored",
+        "dataset": result.dataset,
+        "network": "simple-mnist" if args.model == "mnist_cnn" else args.model,
+        "workers": result.replicas,
+        "epochs": args.epochs,
+        "batch_size": result.global_batch,
+        "elapsed_s": round(elapsed, 4),
+        "accuracy": None,
+        "epoch_time_s": round(result.epoch_time, 4),
+        "images_per_s": round(result.images_per_second, 2),
+        "engines": 1,
+        "hardware": results.hardware(),
+    }
 
 
 if __name__ == "__main__":

@@ -11,25 +11,35 @@ def mnist_cnn(input_shape: tuple[int, int, int] = (28, 28, 1), classes: int = 10
     """Conv 32 5x5, max-pool, Conv 64 5x5, max-pool, flatten, Dense `classes` softmax; compiled with plain SGD."""
     import tensorflow as tf  # imported here: TensorFlow takes seconds to import
 
-    model = tf.keras.Sequential([
-        tf.keras.layers.Input(shape=input_shape),
-        tf.keras.layers.Conv2D(32, (5, 5), activation="relu"),
-        tf.keras.layers.MaxPooling2D((2, 2)),
-        tf.keras.layers.Conv2D(64, (5, 5), activation="relu"),
-        tf.keras.layers.MaxPooling2D((2, 2)),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(classes, activation="softmax"),
-    ], name="mnist_cnn")
-    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Input(shape=input_shape),
+            tf.keras.layers.Conv2D(32, (5, 5), activation="relu"),
+            tf.keras.layers.MaxPooling2D((2, 2)),
+            tf.keras.layers.Conv2D(64, (5, 5), activation="relu"),
+            tf.keras.layers.MaxPooling2D((2, 2)),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(classes, activation="softmax"),
+        ],
+        name="mnist_cnn",
+    )
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     return model
 
 
 RESNETS = {"resnet50v2": "ResNet50V2", "resnet101v2": "ResNet101V2", "resnet152v2": "ResNet152V2"}
 
 
-def resnet(name: str = "resnet50v2", input_shape: tuple[int, int, int] = (128, 128, 3), classes: int = 10,
-           learning_rate: float = 0.01):
+def resnet(
+    name: str = "resnet50v2",
+    input_shape: tuple[int, int, int] = (128, 128, 3),
+    classes: int = 10,
+    learning_rate: float = 0.01,
+):
     """Keras' ResNet-V2 (`name`: resnet50v2 or resnet152v2) with weights=None, compiled with SGD as in Torres's BSC hands-on.
 
     Build it inside `strategy.scope()` to create its variables mirrored across replicas.
@@ -41,10 +51,14 @@ def resnet(name: str = "resnet50v2", input_shape: tuple[int, int, int] = (128, 1
     key = name.strip().lower().replace("-", "").replace("_", "")
     if key not in RESNETS:
         raise UserError(f"unknown ResNet {name!r}; known: {', '.join(RESNETS)}")
-    model = getattr(tf.keras.applications, RESNETS[key])(include_top=True, weights=None, input_shape=input_shape,
-                                                         classes=classes)
-    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model = getattr(tf.keras.applications, RESNETS[key])(
+        include_top=True, weights=None, input_shape=input_shape, classes=classes
+    )
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     return model
 
 
@@ -52,23 +66,30 @@ def lenet(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, le
     """LeNet as in the DeepHealth HPC lab's CIFAR-10 run: Conv 20 5x5, pool, Conv 50 5x5, pool, Dense 500, Dense `classes`; SGD."""
     import tensorflow as tf
 
-    model = tf.keras.Sequential([
-        tf.keras.layers.Input(shape=input_shape),
-        tf.keras.layers.Conv2D(20, (5, 5), padding="same", activation="relu"),
-        tf.keras.layers.MaxPooling2D((2, 2)),
-        tf.keras.layers.Conv2D(50, (5, 5), padding="same", activation="relu"),
-        tf.keras.layers.MaxPooling2D((2, 2)),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(500, activation="relu"),
-        tf.keras.layers.Dense(classes, activation="softmax"),
-    ], name="lenet")
-    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Input(shape=input_shape),
+            tf.keras.layers.Conv2D(20, (5, 5), padding="same", activation="relu"),
+            tf.keras.layers.MaxPooling2D((2, 2)),
+            tf.keras.layers.Conv2D(50, (5, 5), padding="same", activation="relu"),
+            tf.keras.layers.MaxPooling2D((2, 2)),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(500, activation="relu"),
+            tf.keras.layers.Dense(classes, activation="softmax"),
+        ],
+        name="lenet",
+    )
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     return model
 
 
-def vgg16(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, learning_rate: float = 0.05,
-          width: int = 8):
+def vgg16(
+    input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, learning_rate: float = 0.05, width: int = 8
+):
     """VGG16's layout (13 3x3 convolutions in blocks of 2, 2, 3, 3, 3, each block then a max-pool; two dense layers)
     at `width` filters in the first block (VGG16 itself: 64), so that it trains on a CPU; SGD."""
     import tensorflow as tf
@@ -78,11 +99,17 @@ def vgg16(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, le
         for _ in range(convs):
             layers.append(tf.keras.layers.Conv2D(width * factor, (3, 3), padding="same", activation="relu"))
         layers.append(tf.keras.layers.MaxPooling2D((2, 2), padding="same"))
-    layers += [tf.keras.layers.Flatten(), tf.keras.layers.Dense(width * 16, activation="relu"),
-               tf.keras.layers.Dense(classes, activation="softmax")]
+    layers += [
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(width * 16, activation="relu"),
+        tf.keras.layers.Dense(classes, activation="softmax"),
+    ]
     model = tf.keras.Sequential(layers, name="vgg16_small")
-    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     return model
 
 

@@ -13,8 +13,7 @@ import subprocess
 from course import UserError
 
 INSTALL_HINT = (
-    "install Open MPI (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev; "
-    "on a cluster: module load openmpi)"
+    "install Open MPI (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev; on a cluster: module load openmpi)"
 )
 
 

@@ -85,8 +85,8 @@ def gradients(params: Params, x: np.ndarray, y: np.ndarray) -> tuple[float, Para
     probs, inputs = forward(params, x)
     n = len(y)
     delta = probs.copy()
-    delta[np.arange(n), y] -= 1.0          # d loss / d scores of the softmax layer, per sample
-    delta /= n                             # ... of the mean over the batch
+    delta[np.arange(n), y] -= 1.0  # d loss / d scores of the softmax layer, per sample
+    delta /= n  # ... of the mean over the batch
     grads: Params = [np.empty(0)] * len(params)
     for i in reversed(range(len(params) // 2)):
         grads[2 * i] = inputs[i].T @ delta
@@ -141,7 +141,7 @@ def batches(n: int, batch_size: int, rng: np.random.Generator):
     while True:
         order = rng.permutation(n)
         for start in range(0, n - batch_size + 1, batch_size):
-            yield order[start:start + batch_size]
+            yield order[start : start + batch_size]
 
 
 def linear_scaled_lr(base_lr: float, base_batch: int, batch: int) -> float:
@@ -157,9 +157,19 @@ def warmup_lr(step: int, target_lr: float, warmup_steps: int, start_lr: float | 
     return start + (target_lr - start) * step / warmup_steps
 
 
-def steps_to_target(params: Params, x: np.ndarray, y: np.ndarray, batch_size: int, learning_rate: float,
-                    target: float, max_steps: int, eval_every: int = 5, seed: int = 0,
-                    x_eval: np.ndarray | None = None, y_eval: np.ndarray | None = None) -> int | None:
+def steps_to_target(
+    params: Params,
+    x: np.ndarray,
+    y: np.ndarray,
+    batch_size: int,
+    learning_rate: float,
+    target: float,
+    max_steps: int,
+    eval_every: int = 5,
+    seed: int = 0,
+    x_eval: np.ndarray | None = None,
+    y_eval: np.ndarray | None = None,
+) -> int | None:
     """SGD steps until the loss on (x_eval, y_eval) (default: x, y) falls to `target`.
 
     None if it does not within `max_steps`, or if training diverges (the loss doubles or stops being finite).

@@ -33,10 +33,15 @@ def split_sequential(model, at: int):
 
     layers = model.layers
     if not 0 < at < len(layers):
-        raise UserError(f"cut point must be between 1 and {len(layers) - 1} (the model has {len(layers)} layers), not {at}")
-    front = tf.keras.Sequential([tf.keras.layers.Input(shape=model.input_shape[1:]), *layers[:at]], name=f"{model.name}_front")
-    back = tf.keras.Sequential([tf.keras.layers.Input(shape=layers[at - 1].output_shape[1:]), *layers[at:]],
-                               name=f"{model.name}_back")
+        raise UserError(
+            f"cut point must be between 1 and {len(layers) - 1} (the model has {len(layers)} layers), not {at}"
+        )
+    front = tf.keras.Sequential(
+        [tf.keras.layers.Input(shape=model.input_shape[1:]), *layers[:at]], name=f"{model.name}_front"
+    )
+    back = tf.keras.Sequential(
+        [tf.keras.layers.Input(shape=layers[at - 1].output_shape[1:]), *layers[at:]], name=f"{model.name}_back"
+    )
     return front, back
 
 

@@ -19,20 +19,23 @@ from course import UserError
 
 # ------------------------------------------------------------------------------------------ summaries
 
+
 @dataclass
 class Summary:
     """Epoch times of one run and what follows from them (the first epoch excluded when there are more)."""
 
     epoch_times: list[float]
     images_per_epoch: int
-    epoch_time: float          # median epoch time in seconds, first epoch excluded
-    images_per_second: float   # images_per_epoch / epoch_time
+    epoch_time: float  # median epoch time in seconds, first epoch excluded
+    images_per_second: float  # images_per_epoch / epoch_time
     excluded_first: bool
 
     def __str__(self) -> str:
         note = " (first epoch excluded)" if self.excluded_first else " (only one epoch: it includes start-up)"
-        return (f"epoch time {self.epoch_time:.3f} s, {self.images_per_second:,.0f} images/s "
-                f"over {len(self.epoch_times)} epoch(s){note}")
+        return (
+            f"epoch time {self.epoch_time:.3f} s, {self.images_per_second:,.0f} images/s "
+            f"over {len(self.epoch_times)} epoch(s){note}"
+        )
 
 
 def summarize(epoch_times: Sequence[float], images_per_epoch: int) -> Summary:
@@ -138,20 +141,24 @@ def read_timeline(path: str | Path) -> list[dict]:
 class TimelineBreakdown:
     """Seconds of a Horovod run spent in negotiation, all-reduce, and neither (compute and other), per rank."""
 
-    span: float                                  # first to last event, seconds
-    negotiation: float                           # any tensor negotiating (union of intervals)
-    allreduce: float                             # any tensor being all-reduced (union of intervals)
-    compute: float                               # span minus both
-    ranks: dict[int, dict[str, float]] = field(default_factory=dict)   # per rank: waiting / allreduce / compute
+    span: float  # first to last event, seconds
+    negotiation: float  # any tensor negotiating (union of intervals)
+    allreduce: float  # any tensor being all-reduced (union of intervals)
+    compute: float  # span minus both
+    ranks: dict[int, dict[str, float]] = field(default_factory=dict)  # per rank: waiting / allreduce / compute
     tensors: int = 0
-    phases: dict[str, float] = field(default_factory=dict)             # all-reduce sub-phases (MPI_ALLREDUCE, ...)
+    phases: dict[str, float] = field(default_factory=dict)  # all-reduce sub-phases (MPI_ALLREDUCE, ...)
 
     def __str__(self) -> str:
-        lines = [f"timeline: {self.span:.2f} s over {self.tensors} tensors: negotiation {self.negotiation:.3f} s, "
-                 f"all-reduce {self.allreduce:.3f} s, compute and other {self.compute:.3f} s"]
+        lines = [
+            f"timeline: {self.span:.2f} s over {self.tensors} tensors: negotiation {self.negotiation:.3f} s, "
+            f"all-reduce {self.allreduce:.3f} s, compute and other {self.compute:.3f} s"
+        ]
         for rank, parts in sorted(self.ranks.items()):
-            lines.append(f"  rank {rank}: waiting for other ranks {parts[NEGOTIATION]:.3f} s, "
-                         f"all-reduce {parts[ALLREDUCE]:.3f} s, compute and other {parts[COMPUTE]:.3f} s")
+            lines.append(
+                f"  rank {rank}: waiting for other ranks {parts[NEGOTIATION]:.3f} s, "
+                f"all-reduce {parts[ALLREDUCE]:.3f} s, compute and other {parts[COMPUTE]:.3f} s"
+            )
         return "\n".join(lines)
 
 
@@ -178,7 +185,7 @@ def timeline_breakdown(source: str | Path | list[dict]) -> TimelineBreakdown:
     negotiations: list[tuple[float, float]] = []
     allreduces: list[tuple[float, float]] = []
     phases: dict[str, float] = {}
-    ready: dict[int, dict[int, float]] = {}      # per tensor track: rank -> time ready in the open negotiation
+    ready: dict[int, dict[int, float]] = {}  # per tensor track: rank -> time ready in the open negotiation
     waits: dict[int, list[tuple[float, float]]] = {}
     tensors: set[int] = set()
     times: list[float] = []
@@ -214,12 +221,16 @@ def timeline_breakdown(source: str | Path | list[dict]) -> TimelineBreakdown:
     ranks = {}
     for rank, intervals in sorted(waits.items()):
         waiting = _union(intervals)
-        ranks[rank] = {NEGOTIATION: waiting, ALLREDUCE: allreduce,
-                       COMPUTE: max(0.0, span - _union(intervals + allreduces))}
+        ranks[rank] = {
+            NEGOTIATION: waiting,
+            ALLREDUCE: allreduce,
+            COMPUTE: max(0.0, span - _union(intervals + allreduces)),
+        }
     return TimelineBreakdown(span, negotiation, allreduce, compute, ranks, len(tensors), phases)
 
 
 # ----------------------------------------------------------------------- scaling studies (notebook 07)
+
 
 @dataclass
 class ScalingRow:
@@ -240,12 +251,13 @@ def _time_of(value: float | Sequence[float]) -> float:
     times = [float(t) for t in value]
     if not times or min(times) <= 0:
         raise UserError("each measurement needs at least one positive epoch time")
-    kept = times[1:] if len(times) > 1 else times      # first epoch excluded: it also builds the graph
+    kept = times[1:] if len(times) > 1 else times  # first epoch excluded: it also builds the graph
     return statistics.median(kept)
 
 
-def scaling_table(times: dict[int, float | Sequence[float]], *, kind: str = "strong",
-                  images: int | None = None) -> list[ScalingRow]:
+def scaling_table(
+    times: dict[int, float | Sequence[float]], *, kind: str = "strong", images: int | None = None
+) -> list[ScalingRow]:
     """Speedup and efficiency for {workers: epoch time, or that run's epoch times (first one excluded)}.
 
     strong: the same total work on more workers; `images` is the images of that work. speedup = T(base) x base / T(n)
@@ -357,15 +369,16 @@ def fit_amdahl(workers: Sequence[float] | Sequence[ScalingRow], speedups: Sequen
 
 # ------------------------------------------------------------------------ Horovod timeline spans (Gantt)
 
+
 @dataclass
 class Span:
     """One phase of one tensor in a Horovod timeline, in seconds from the timeline's start."""
 
     tensor: str
-    phase: str       # NEGOTIATE_ALLREDUCE, ALLREDUCE, or a sub-phase such as MPI_ALLREDUCE
+    phase: str  # NEGOTIATE_ALLREDUCE, ALLREDUCE, or a sub-phase such as MPI_ALLREDUCE
     start: float
     end: float
-    depth: int       # 0 for a top-level phase, 1 for a sub-phase
+    depth: int  # 0 for a top-level phase, 1 for a sub-phase
 
 
 def timeline_spans(source: str | Path | list[dict]) -> list[Span]:
@@ -396,6 +409,7 @@ def timeline_spans(source: str | Path | list[dict]) -> list[Span]:
 
 
 # -------------------------------------------------------------------------------------- TensorBoard
+
 
 def tensorboard_url(port: int = 6006) -> str:
     """Where a browser reaches a TensorBoard on `port`: through JupyterHub/OnDemand's proxy when there is one."""

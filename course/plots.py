@@ -10,15 +10,29 @@ from pathlib import Path
 from typing import Sequence
 
 from course import UserError
-from course.perf import (ALLREDUCE, COMPUTE, NEGOTIATION, AmdahlFit, ScalingRow, TimelineBreakdown, scaling_table,
-                         timeline_spans)
+from course.perf import (
+    ALLREDUCE,
+    COMPUTE,
+    NEGOTIATION,
+    AmdahlFit,
+    ScalingRow,
+    TimelineBreakdown,
+    scaling_table,
+    timeline_spans,
+)
 
 STRONG = "strong scaling: the same work on more workers"
 
 
-def scaling(series: Sequence[ScalingRow] | dict[str, Sequence[ScalingRow] | dict[int, float]],
-            images_per_epoch: int | dict[str, int] | None = None, *, fit: AmdahlFit | None = None,
-            xlabel: str = "workers", title: str | None = STRONG, label: str = "measured"):
+def scaling(
+    series: Sequence[ScalingRow] | dict[str, Sequence[ScalingRow] | dict[int, float]],
+    images_per_epoch: int | dict[str, int] | None = None,
+    *,
+    fit: AmdahlFit | None = None,
+    xlabel: str = "workers",
+    title: str | None = STRONG,
+    label: str = "measured",
+):
     """Time per epoch, throughput and speedup against workers: one line per series, linear speedup dashed.
 
     A series is a strong-scaling table (`perf.scaling_table`) or {workers: epoch time}, whose throughput is
@@ -29,7 +43,7 @@ def scaling(series: Sequence[ScalingRow] | dict[str, Sequence[ScalingRow] | dict
     import numpy as np
 
     labelled = isinstance(series, dict) and all(isinstance(name, str) for name in series)
-    named = dict(series) if labelled else {label: series}   # type: ignore[arg-type]
+    named = dict(series) if labelled else {label: series}  # type: ignore[arg-type]
     if not named:
         raise UserError("nothing to plot: give at least one series of measurements")
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
@@ -119,9 +133,15 @@ def timeline_gantt(source: str | Path | list[dict], max_tensors: int = 16, windo
             continue
         negotiate = s.phase.startswith("NEGOTIATE")
         colour = "tab:orange" if negotiate else "tab:red"
-        label = ("negotiation (waiting until every rank is ready)" if negotiate else "all-reduce (communication)")
-        ax.barh(row[s.tensor], s.end - s.start, left=s.start, color=colour, height=0.7,
-                label=None if label in seen else label)
+        label = "negotiation (waiting until every rank is ready)" if negotiate else "all-reduce (communication)"
+        ax.barh(
+            row[s.tensor],
+            s.end - s.start,
+            left=s.start,
+            color=colour,
+            height=0.7,
+            label=None if label in seen else label,
+        )
         seen.add(label)
     ax.set_yticks(range(len(tensors)), [t[-40:] for t in tensors], fontsize="x-small")
     ax.invert_yaxis()

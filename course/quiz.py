@@ -45,8 +45,9 @@ def check(answers: Mapping, key: Mapping, explanations: Mapping | None = None) -
     extra = [q for q in answers if q not in key]
     if missing or extra:
         words = [f"missing {missing}" if missing else "", f"unknown questions {extra}" if extra else ""]
-        raise AssertionError("answers should have exactly the questions " + str(list(key)) + ": "
-                             + "; ".join(w for w in words if w))
+        raise AssertionError(
+            "answers should have exactly the questions " + str(list(key)) + ": " + "; ".join(w for w in words if w)
+        )
     wrong = []
     for question in key:
         if is_right(question, answers[question], key):
@@ -62,8 +63,7 @@ def check(answers: Mapping, key: Mapping, explanations: Mapping | None = None) -
 def main(argv: list[str]) -> int:
     """Print the key entry for one question and answer (for instructors writing a notebook)."""
     if len(argv) != 2:
-        print("usage: python -m course.quiz QUESTION_ID ANSWER   (a set: comma-separated, e.g. A,B,D)",
-              file=sys.stderr)
+        print("usage: python -m course.quiz QUESTION_ID ANSWER   (a set: comma-separated, e.g. A,B,D)", file=sys.stderr)
         return 2
     question, answer = argv
     print(digest(question, answer.split(",") if "," in answer else answer))

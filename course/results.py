@@ -31,8 +31,23 @@ from course import UserError
 from course.sync_types import LAB_NUMBERS
 
 # The schema, in column order. Required columns must be present and valid in every row.
-FIELDS = ("date", "learner", "strategy", "dataset", "network", "workers", "epochs", "batch_size",
-          "elapsed_s", "accuracy", "epoch_time_s", "images_per_s", "engines", "hardware", "run")
+FIELDS = (
+    "date",
+    "learner",
+    "strategy",
+    "dataset",
+    "network",
+    "workers",
+    "epochs",
+    "batch_size",
+    "elapsed_s",
+    "accuracy",
+    "epoch_time_s",
+    "images_per_s",
+    "engines",
+    "hardware",
+    "run",
+)
 REQUIRED = ("date", "strategy", "workers", "elapsed_s")
 DESCRIPTIONS = {
     "date": "when the run ended, ISO 8601 (filled in by append_row)",
@@ -42,8 +57,10 @@ DESCRIPTIONS = {
     "network": "simple-mnist, lenet, vgg16, resnet50v2, ...",
     "workers": "parallel workers: engines, Horovod ranks or MirroredStrategy replicas (integer >= 1)",
     "epochs": "epochs trained (integer >= 1)",
-    "batch_size": ("batch size (integer >= 1): global for gradient averaging (horovod, mirrored: per worker x "
-                   "workers), per worker for parameter averaging, where each worker takes its own steps"),
+    "batch_size": (
+        "batch size (integer >= 1): global for gradient averaging (horovod, mirrored: per worker x "
+        "workers), per worker for parameter averaging, where each worker takes its own steps"
+    ),
     "elapsed_s": "total elapsed training time in seconds (> 0)",
     "accuracy": "test accuracy in [0, 1] (empty when the run did not evaluate)",
     "epoch_time_s": "median epoch time without the first epoch, seconds (> 0)",
@@ -93,7 +110,7 @@ def _check(row: dict[str, Any]) -> dict[str, str]:
                 raise ValueError(f"{name} is {text}: it must be positive")
             text = repr(number) if name != "accuracy" else f"{number:.6g}"
         elif name == "strategy":
-            text = LAB_NUMBERS.get(text, text.lower())   # the DeepHealth lab's run script numbers them 0, 1, 2
+            text = LAB_NUMBERS.get(text, text.lower())  # the DeepHealth lab's run script numbers them 0, 1, 2
             if not _STRATEGY.match(text):
                 raise ValueError(f"strategy {text!r} is not a simple name such as sync, horovod or mirrored")
         elif name == "date":
@@ -134,8 +151,9 @@ def check_file(path: str | os.PathLike) -> None:
     except OSError as exc:
         raise UserError(f"cannot write results to {file}: {exc.strerror}") from None
     if header and tuple(h.strip() for h in header) != FIELDS:
-        raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
-                        "give a new file name")
+        raise UserError(
+            f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); give a new file name"
+        )
 
 
 def hardware() -> str:
@@ -175,8 +193,10 @@ def append_row(path: str | os.PathLike, row: dict[str, Any]) -> dict[str, str]:
             handle.seek(0)
             header = next(csv.reader([handle.readline()]), [])
             if tuple(header) != FIELDS:
-                raise UserError(f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
-                                f"append to a new file instead")
+                raise UserError(
+                    f"{file} is not a course results file (its header is {','.join(header)[:80]!r}); "
+                    f"append to a new file instead"
+                )
             handle.seek(size - 1)
             text = ("" if handle.read(1) == "\n" else "\n") + line.getvalue()
         handle.seek(0, os.SEEK_END)
@@ -225,12 +245,13 @@ def _exclusive(handle, file: Path):
 
 # ------------------------------------------------------------------------------------------ collecting
 
+
 @dataclass
 class Problem:
     """A row (or file) that was skipped, and why."""
 
     file: str
-    line: int        # 1-based line in the file (the header is line 1); 0 for the whole file
+    line: int  # 1-based line in the file (the header is line 1); 0 for the whole file
     why: str
 
     def __str__(self) -> str:
@@ -279,26 +300,40 @@ class Table:
             base_workers = min(k[-1] for k in groups if list(k[:-1]) == load)
             speed = _speedup(groups[(*load, base_workers)], rows)
             scale = workers / base_workers
-            result.append({"dataset": load[0], "network": load[1], "hardware": load[2], "strategy": load[3],
-                           "workers": workers, "runs": len(rows),
-                           "learners": len({r["learner"] or r["source"] for r in rows}),
-                           "accuracy": _mean([float(r["accuracy"]) for r in rows if r["accuracy"]]),
-                           "elapsed_s": _mean([float(r["elapsed_s"]) for r in rows]),
-                           "baseline_workers": base_workers, "speedup": speed,
-                           "efficiency": speed / scale if speed is not None else None})
+            result.append(
+                {
+                    "dataset": load[0],
+                    "network": load[1],
+                    "hardware": load[2],
+                    "strategy": load[3],
+                    "workers": workers,
+                    "runs": len(rows),
+                    "learners": len({r["learner"] or r["source"] for r in rows}),
+                    "accuracy": _mean([float(r["accuracy"]) for r in rows if r["accuracy"]]),
+                    "elapsed_s": _mean([float(r["elapsed_s"]) for r in rows]),
+                    "baseline_workers": base_workers,
+                    "speedup": speed,
+                    "efficiency": speed / scale if speed is not None else None,
+                }
+            )
         return result
 
     def show(self) -> str:
         """The summary as aligned text, one block per workload."""
+
         def num(value, spec):
             return format(value, spec) if value is not None else "-".rjust(int(spec.split(".")[0].lstrip(">")))
 
-        lines = [f"{'dataset':<14} {'network':<13} {'hardware':<14} {'strategy':<10} {'workers':>7} {'runs':>4} "
-                 f"{'accuracy':>8} {'elapsed s':>9} {'speed-up':>8} {'efficiency':>10}"]
+        lines = [
+            f"{'dataset':<14} {'network':<13} {'hardware':<14} {'strategy':<10} {'workers':>7} {'runs':>4} "
+            f"{'accuracy':>8} {'elapsed s':>9} {'speed-up':>8} {'efficiency':>10}"
+        ]
         for g in self.summary():
-            lines.append(f"{g['dataset']:<14} {g['network']:<13} {g['hardware']:<14} {g['strategy']:<10} "
-                         f"{g['workers']:>7} {g['runs']:>4} {num(g['accuracy'], '>8.3f')} {g['elapsed_s']:>9.2f} "
-                         f"{num(g['speedup'], '>8.2f')} {num(g['efficiency'], '>10.2f')}")
+            lines.append(
+                f"{g['dataset']:<14} {g['network']:<13} {g['hardware']:<14} {g['strategy']:<10} "
+                f"{g['workers']:>7} {g['runs']:>4} {num(g['accuracy'], '>8.3f')} {g['elapsed_s']:>9.2f} "
+                f"{num(g['speedup'], '>8.2f')} {num(g['efficiency'], '>10.2f')}"
+            )
         return "\n".join(lines)
 
     def caption(self) -> str:
@@ -396,6 +431,7 @@ def collect(source: str | os.PathLike | Iterable[str | os.PathLike], exclude: st
 
 # --------------------------------------------------------------------------------------------- plotting
 
+
 def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None):
     """Speed-up, efficiency, accuracy and elapsed time against workers: one line per workload (dataset, network,
     hardware, strategy), means of its runs, every run as a dot; captioned with the datasets and hardware."""
@@ -408,7 +444,9 @@ def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None)
     if not isinstance(table, Table):
         table = collect(table)
     if not table.rows:
-        raise UserError("no good rows to plot" + (f" ({len(table.problems)} bad rows skipped)" if table.problems else ""))
+        raise UserError(
+            "no good rows to plot" + (f" ({len(table.problems)} bad rows skipped)" if table.problems else "")
+        )
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     speed_ax, eff_ax, acc_ax, time_ax = axes.flat
     groups = table.summary()
@@ -432,8 +470,12 @@ def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None)
     all_workers = sorted({int(r["workers"]) for r in table.rows})
     speed_ax.plot(all_workers, [w / all_workers[0] for w in all_workers], ":", color="grey", label="linear")
     eff_ax.axhline(1.0, linestyle=":", color="grey")
-    titles = ("speed-up (over the workload's fewest workers)", "efficiency (speed-up per worker)",
-              "test accuracy", "elapsed time (s)")
+    titles = (
+        "speed-up (over the workload's fewest workers)",
+        "efficiency (speed-up per worker)",
+        "test accuracy",
+        "elapsed time (s)",
+    )
     for ax, title in zip(axes.flat, titles):
         ax.set_title(title)
         ax.set_xlabel("workers")

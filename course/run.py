@@ -34,8 +34,10 @@ def key_figure(name: str, value: float | str, unit: str = "") -> None:
     from IPython.display import display
 
     shown = f"{value:.3g}" if isinstance(value, float) else str(value)
-    display({"text/plain": f"{name}: {shown} {unit}".rstrip(), FIGURE_MIME: {"name": name, "value": value, "unit": unit}},
-            raw=True)
+    display(
+        {"text/plain": f"{name}: {shown} {unit}".rstrip(), FIGURE_MIME: {"name": name, "value": value, "unit": unit}},
+        raw=True,
+    )
 
 
 @dataclass
@@ -59,8 +61,11 @@ def find(names: list[str]) -> list[Path]:
     chosen = []
     for name in names:
         given = Path(name).expanduser()
-        matches = [given.resolve()] if given.suffix == ".ipynb" and given.is_file() else [
-            p for p in available if name in (p.name, p.stem, p.stem.split("_")[0])]
+        matches = (
+            [given.resolve()]
+            if given.suffix == ".ipynb" and given.is_file()
+            else [p for p in available if name in (p.name, p.stem, p.stem.split("_")[0])]
+        )
         if not matches:
             raise UserError(f"no solution notebook {name!r}; available: {', '.join(p.stem for p in available)}")
         chosen += [m for m in matches if m not in chosen]
@@ -69,8 +74,13 @@ def find(names: list[str]) -> list[Path]:
 
 def figures_in(notebook: nbformat.NotebookNode) -> list[dict]:
     """The key figures a notebook published while it ran, in order."""
-    return [dict(output["data"][FIGURE_MIME]) for cell in notebook.cells if cell.cell_type == "code"
-            for output in cell.get("outputs", []) if FIGURE_MIME in output.get("data", {})]
+    return [
+        dict(output["data"][FIGURE_MIME])
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if FIGURE_MIME in output.get("data", {})
+    ]
 
 
 def fallbacks_in(notebook: nbformat.NotebookNode) -> list[str]:
@@ -93,9 +103,14 @@ def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, 
     notebook = nbformat.read(path, as_version=4)
     cluster_id = cluster.normalise_id(f"run-{path.stem}")
     env = dict(os.environ, COURSE_PROFILE=profile, COURSE_CLUSTER_ID=cluster_id, TF_CPP_MIN_LOG_LEVEL="2")
-    client = NotebookClient(notebook, kernel_name=KERNEL, timeout=CELL_TIMEOUT, startup_timeout=180,
-                            resources={"metadata": {"path": str(path.parent)}},
-                            on_cell_executed=(lambda **_: progress.update(1)) if progress else None)
+    client = NotebookClient(
+        notebook,
+        kernel_name=KERNEL,
+        timeout=CELL_TIMEOUT,
+        startup_timeout=180,
+        resources={"metadata": {"path": str(path.parent)}},
+        on_cell_executed=(lambda **_: progress.update(1)) if progress else None,
+    )
     started, error, peak = time.perf_counter(), "", memory.PeakMemory()
     try:
         with peak:
@@ -107,45 +122,63 @@ def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, 
     finally:
         cluster.stop(cluster_id)  # a notebook that failed half-way must not leave engines behind
     seconds = time.perf_counter() - started
-    return Result(path.stem, not error, seconds, error, figures_in(notebook), fallbacks_in(notebook),
-                  peak.peak), notebook
+    return Result(
+        path.stem, not error, seconds, error, figures_in(notebook), fallbacks_in(notebook), peak.peak
+    ), notebook
 
 
 def memory_cell(r: Result) -> str:
     """The index's peak-memory cell: the figure, flagged when Binder would have restarted the kernel."""
     shown = memory.megabytes(r.peak_memory)
-    return (f"<b>{shown}: above Binder's {memory.megabytes(memory.BINDER_LIMIT)}</b>"
-            if r.peak_memory > memory.BINDER_LIMIT else shown)
+    return (
+        f"<b>{shown}: above Binder's {memory.megabytes(memory.BINDER_LIMIT)}</b>"
+        if r.peak_memory > memory.BINDER_LIMIT
+        else shown
+    )
 
 
 def write_index(results: list[Result], out: Path, profile: str) -> Path:
     """index.html: one row per notebook with its status, duration and key figures, linking the executed copy."""
     rows = []
     for r in results:
-        figures = "<br>".join(html.escape(f"{f['name']}: {f['value']:.3g} {f.get('unit', '')}" if isinstance(
-            f["value"], float) else f"{f['name']}: {f['value']} {f.get('unit', '')}") for f in r.figures)
+        figures = "<br>".join(
+            html.escape(
+                f"{f['name']}: {f['value']:.3g} {f.get('unit', '')}"
+                if isinstance(f["value"], float)
+                else f"{f['name']}: {f['value']} {f.get('unit', '')}"
+            )
+            for f in r.figures
+        )
         status = "ok" if r.ok else f"FAILED: {html.escape(r.error)}"
-        data = (f"<b>offline fallback</b> (scikit-learn's digits) stood in for {html.escape(', '.join(r.fallbacks))}"
-                if r.fallbacks else "as configured")
-        rows.append(f"<tr class='{'ok' if r.ok else 'failed'}'><td><a href='{r.notebook}.html'>{r.notebook}</a> "
-                    f"(<a href='{r.notebook}.ipynb'>ipynb</a>)</td><td>{status}</td><td>{r.seconds:.0f} s</td>"
-                    f"<td>{memory_cell(r)}</td><td>{data}</td><td>{figures}</td></tr>")
+        data = (
+            f"<b>offline fallback</b> (scikit-learn's digits) stood in for {html.escape(', '.join(r.fallbacks))}"
+            if r.fallbacks
+            else "as configured"
+        )
+        rows.append(
+            f"<tr class='{'ok' if r.ok else 'failed'}'><td><a href='{r.notebook}.html'>{r.notebook}</a> "
+            f"(<a href='{r.notebook}.ipynb'>ipynb</a>)</td><td>{status}</td><td>{r.seconds:.0f} s</td>"
+            f"<td>{memory_cell(r)}</td><td>{data}</td><td>{figures}</td></tr>"
+        )
     total = sum(r.seconds for r in results)
     replaced = sorted({name for r in results for name in r.fallbacks})
-    warning = (f"<p class='fallback'><b>Data:</b> the offline fallback (scikit-learn's 8x8 digits) stood in for "
-               f"{html.escape(', '.join(replaced))} in {sum(bool(r.fallbacks) for r in results)} notebook(s), so "
-               f"their accuracies and timings are not those of the real datasets; give the course the data "
-               f"(course data fetch, COURSE_DATA_DIR) and run again.</p>" if replaced else
-               "<p>Data: no notebook used the offline fallback.</p>")
+    warning = (
+        f"<p class='fallback'><b>Data:</b> the offline fallback (scikit-learn's 8x8 digits) stood in for "
+        f"{html.escape(', '.join(replaced))} in {sum(bool(r.fallbacks) for r in results)} notebook(s), so "
+        f"their accuracies and timings are not those of the real datasets; give the course the data "
+        f"(course data fetch, COURSE_DATA_DIR) and run again.</p>"
+        if replaced
+        else "<p>Data: no notebook used the offline fallback.</p>"
+    )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Course dry run ({profile})</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:.4em;vertical-align:top}}
 table{{border-collapse:collapse}} tr.failed td{{background:#fdd}} tr.ok td:nth-child(2){{color:#070}}
 p.fallback{{background:#ffe9b3;padding:.5em}}</style></head>
 <body><h1>Course dry run: {profile} profile</h1>
 <p>{sum(r.ok for r in results)} of {len(results)} notebooks ran; {total:.0f} s in all; highest peak memory \
-{memory.megabytes(max((r.peak_memory for r in results), default=0))} (Binder's limit: 2 GB); {time.strftime('%Y-%m-%d %H:%M')}.</p>
+{memory.megabytes(max((r.peak_memory for r in results), default=0))} (Binder's limit: 2 GB); {time.strftime("%Y-%m-%d %H:%M")}.</p>
 {warning}
-<table><tr><th>notebook</th><th>status</th><th>time</th><th>peak memory</th><th>data</th><th>key figures</th></tr>{''.join(rows)}</table></body></html>
+<table><tr><th>notebook</th><th>status</th><th>time</th><th>peak memory</th><th>data</th><th>key figures</th></tr>{"".join(rows)}</table></body></html>
 """
     index = out / "index.html"
     index.write_text(page)
@@ -170,10 +203,13 @@ def main(names: list[str], profile: str = "quick", out: str | os.PathLike = "run
         results.append(result)
         nbformat.write(executed, out_dir / f"{path.stem}.ipynb")
         (out_dir / f"{path.stem}.html").write_text(HTMLExporter().from_notebook_node(executed)[0])
-        print(f"{'ok    ' if result.ok else 'FAILED'} {path.stem} in {result.seconds:.0f} s, "
-              f"peak memory {memory.megabytes(result.peak_memory)}"
-              + (f": {result.error}" if result.error else "")
-              + (f" (offline fallback data for {', '.join(result.fallbacks)})" if result.fallbacks else ""), flush=True)
+        print(
+            f"{'ok    ' if result.ok else 'FAILED'} {path.stem} in {result.seconds:.0f} s, "
+            f"peak memory {memory.megabytes(result.peak_memory)}"
+            + (f": {result.error}" if result.error else "")
+            + (f" (offline fallback data for {', '.join(result.fallbacks)})" if result.fallbacks else ""),
+            flush=True,
+        )
     index = write_index(results, out_dir, profile)
     failed = [r.notebook for r in results if not r.ok]
     print(f"{len(results) - len(failed)} of {len(results)} notebooks ran ({profile} profile); report: {index}")

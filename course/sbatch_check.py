@@ -24,23 +24,61 @@ from pathlib import Path
 from course import slurm
 
 # sbatch's one-letter options and the long names they stand for; None: a flag that takes no value.
-SHORT = {"A": "account", "a": "array", "b": "begin", "C": "constraint", "c": "cpus-per-task", "D": "chdir",
-         "d": "dependency", "e": "error", "G": "gpus", "H": None, "i": "input", "J": "job-name", "k": None,
-         "L": "licenses", "M": "clusters", "m": "distribution", "N": "nodes", "n": "ntasks", "O": None,
-         "o": "output", "p": "partition", "q": "qos", "Q": None, "s": None, "S": "core-spec", "t": "time",
-         "v": None, "W": None, "w": "nodelist", "x": "exclude"}
-SHORT_FLAGS = {"H": "hold", "k": "no-kill", "O": "overcommit", "Q": "quiet", "s": "oversubscribe", "v": "verbose",
-               "W": "wait"}
+SHORT = {
+    "A": "account",
+    "a": "array",
+    "b": "begin",
+    "C": "constraint",
+    "c": "cpus-per-task",
+    "D": "chdir",
+    "d": "dependency",
+    "e": "error",
+    "G": "gpus",
+    "H": None,
+    "i": "input",
+    "J": "job-name",
+    "k": None,
+    "L": "licenses",
+    "M": "clusters",
+    "m": "distribution",
+    "N": "nodes",
+    "n": "ntasks",
+    "O": None,
+    "o": "output",
+    "p": "partition",
+    "q": "qos",
+    "Q": None,
+    "s": None,
+    "S": "core-spec",
+    "t": "time",
+    "v": None,
+    "W": None,
+    "w": "nodelist",
+    "x": "exclude",
+}
+SHORT_FLAGS = {
+    "H": "hold",
+    "k": "no-kill",
+    "O": "overcommit",
+    "Q": "quiet",
+    "s": "oversubscribe",
+    "v": "verbose",
+    "W": "wait",
+}
 # Long options that take a value, and those that take none (some of which may take one after '=').
-WITH_VALUE = frozenset("""account array batch begin chdir clusters comment constraint container core-spec
+WITH_VALUE = frozenset(
+    """account array batch begin chdir clusters comment constraint container core-spec
 cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot dependency distribution error exclude
 export export-file extra-node-info gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres
 gres-flags hint input job-name licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus
 network nice nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket
 open-mode output partition power priority profile propagate qos reservation signal sockets-per-node switches
-thread-spec threads-per-core time time-min tmp tres-per-task uid wckey wrap""".split())
-FLAGS = frozenset("""contiguous exclusive get-user-env hold ignore-pbs no-kill no-requeue overcommit oversubscribe
-parsable quiet reboot requeue spread-job test-only use-min-nodes verbose wait wait-all-nodes""".split())
+thread-spec threads-per-core time time-min tmp tres-per-task uid wckey wrap""".split()
+)
+FLAGS = frozenset(
+    """contiguous exclusive get-user-env hold ignore-pbs no-kill no-requeue overcommit oversubscribe
+parsable quiet reboot requeue spread-job test-only use-min-nodes verbose wait wait-all-nodes""".split()
+)
 _TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
 LAUNCHERS = ("mpiexec", "mpirun", "srun", "horovodrun")
 
@@ -93,19 +131,23 @@ def read(text: str) -> Header:
         line = raw.strip()
         if in_header:
             if line.startswith("#SBATCH"):
-                _read_line(line[len("#SBATCH"):], number, header)
+                _read_line(line[len("#SBATCH") :], number, header)
                 continue
             if re.match(r"^#\s*sbatch\b", line, re.IGNORECASE):
-                header.slips.append(f"line {number} '{line[:40]}' is an ordinary comment: sbatch reads only lines "
-                                    f"that start exactly with '#SBATCH' (no space, capitals)")
+                header.slips.append(
+                    f"line {number} '{line[:40]}' is an ordinary comment: sbatch reads only lines "
+                    f"that start exactly with '#SBATCH' (no space, capitals)"
+                )
                 continue
             if not line or line.startswith("#"):
                 continue
             in_header = False
         if line.startswith("#SBATCH"):
-            header.slips.append(f"line {number} '{line[:40]}' comes after the first command (line "
-                                f"{header.commands[0][0] if header.commands else number}): sbatch ignores it - "
-                                f"put every #SBATCH line before the first command")
+            header.slips.append(
+                f"line {number} '{line[:40]}' comes after the first command (line "
+                f"{header.commands[0][0] if header.commands else number}): sbatch ignores it - "
+                f"put every #SBATCH line before the first command"
+            )
             continue
         if not line or line.startswith("#"):
             continue
@@ -161,11 +203,11 @@ def seconds(limit: str) -> int | None:
     d, dh, dm, ds, a, b, c = (int(g) if g else None for g in match.groups())
     if d is not None:
         return ((d * 24 + dh) * 60 + (dm or 0)) * 60 + (ds or 0)
-    if c is not None:                      # HH:MM:SS
+    if c is not None:  # HH:MM:SS
         return (a * 60 + b) * 60 + c
-    if b is not None:                      # MM:SS
+    if b is not None:  # MM:SS
         return a * 60 + b
-    return a * 60                          # minutes
+    return a * 60  # minutes
 
 
 def _minutes(total: int) -> str:
@@ -191,7 +233,7 @@ class Exercise:
     time: str
     cores_per_node: int | None = None
     job_name: str | None = None
-    folder: str | None = None        # where .out and .err go (relative to the folder the script is submitted from)
+    folder: str | None = None  # where .out and .err go (relative to the folder the script is submitted from)
     module: str = "course.horovod_mnist"
     epochs: int | None = None
 
@@ -203,8 +245,11 @@ class Exercise:
 def problems(text: str, want: Exercise, submit_dir: str | Path = ".") -> list[str]:
     """Every wrong or missing part of the script against the exercise, one sentence each ([] when it is right)."""
     h = read(text)
-    found = [] if h.shebang else ["the first line must be an interpreter line such as #!/bin/bash (sbatch refuses "
-                                  "a script without one)"]
+    found = (
+        []
+        if h.shebang
+        else ["the first line must be an interpreter line such as #!/bin/bash (sbatch refuses a script without one)"]
+    )
     found += h.slips
     found += _layout(h, want)
     found += _limit(h, want)
@@ -238,31 +283,47 @@ def _layout(h: Header, want: Exercise) -> list[str]:
     gpus = want.gpus_per_node
     if per_node is not None:
         if per_node == want.ranks and want.nodes > 1:
-            found.append(f"--ntasks-per-node is {per_node}, the ranks of the whole job: it counts the tasks of ONE "
-                         f"node, and a node has {gpus} GPUs (one rank per GPU)")
+            found.append(
+                f"--ntasks-per-node is {per_node}, the ranks of the whole job: it counts the tasks of ONE "
+                f"node, and a node has {gpus} GPUs (one rank per GPU)"
+            )
         elif per_node != gpus:
             found.append(f"--ntasks-per-node is {per_node} but the nodes have {gpus} GPUs: one rank per GPU")
     elif ntasks is not None:
-        found.append(f"--ntasks={ntasks} lets Slurm spread the tasks over the nodes as it likes: ask for the tasks of "
-                     f"each node (--ntasks-per-node) so that every node runs one rank per GPU")
+        found.append(
+            f"--ntasks={ntasks} lets Slurm spread the tasks over the nodes as it likes: ask for the tasks of "
+            f"each node (--ntasks-per-node) so that every node runs one rank per GPU"
+        )
     elif not bad and not bad_total:
-        found.append(f"no --ntasks-per-node: Slurm starts one task per node, but a node has {gpus} GPUs and Horovod "
-                     f"runs one rank per GPU")
+        found.append(
+            f"no --ntasks-per-node: Slurm starts one task per node, but a node has {gpus} GPUs and Horovod "
+            f"runs one rank per GPU"
+        )
     found += _gpus(h, want)
     cpus, bad = _count(h, "cpus-per-task")
     found += [bad] if bad else []
-    share = (f"a node's {want.cores_per_node} cores shared evenly by its {gpus} ranks" if want.cores_per_node
-             else "the exercise asks for another number of cores per rank")
+    share = (
+        f"a node's {want.cores_per_node} cores shared evenly by its {gpus} ranks"
+        if want.cores_per_node
+        else "the exercise asks for another number of cores per rank"
+    )
     if cpus is None and not bad:
         found.append(f"no --cpus-per-task (-c): each rank would get one core; {share} give each more")
     elif cpus is not None and cpus != want.cpus_per_task:
-        whole = " (that is a whole node's cores: this option counts per task, i.e. per rank)" \
-            if want.cores_per_node and cpus == want.cores_per_node else ""
-        found.append(f"--cpus-per-task is {cpus}{whole}, but {share} give each "
-                     f"{'fewer' if cpus > want.cpus_per_task else 'more'}")
+        whole = (
+            " (that is a whole node's cores: this option counts per task, i.e. per rank)"
+            if want.cores_per_node and cpus == want.cores_per_node
+            else ""
+        )
+        found.append(
+            f"--cpus-per-task is {cpus}{whole}, but {share} give each "
+            f"{'fewer' if cpus > want.cpus_per_task else 'more'}"
+        )
     if want.cores_per_node and per_node and cpus and per_node * cpus > want.cores_per_node:
-        found.append(f"{per_node} task(s) per node x {cpus} CPU(s) per task = {per_node * cpus} cores, but a node has "
-                     f"{want.cores_per_node}: no node could run this job")
+        found.append(
+            f"{per_node} task(s) per node x {cpus} CPU(s) per task = {per_node * cpus} cores, but a node has "
+            f"{want.cores_per_node}: no node could run this job"
+        )
     return found
 
 
@@ -280,24 +341,31 @@ def _gpus(h: Header, want: Exercise) -> list[str]:
             return [f"--gpus-per-node {per_node!r} is not a number of GPUs"]
         asked, where = int(tail), "--gpus-per-node"
     elif total is not None:
-        return ["--gpus (-G) counts the GPUs of the whole job, and Slurm may place them unevenly: ask per node "
-                "(--gres=gpu:N or --gpus-per-node=N)"]
+        return [
+            "--gpus (-G) counts the GPUs of the whole job, and Slurm may place them unevenly: ask per node "
+            "(--gres=gpu:N or --gpus-per-node=N)"
+        ]
     if asked is None:
-        return ["no GPUs asked for (--gres=gpu:N or --gpus-per-node=N): the job would get none, and the ranks "
-                "would train on the CPUs"]
+        return [
+            "no GPUs asked for (--gres=gpu:N or --gpus-per-node=N): the job would get none, and the ranks "
+            "would train on the CPUs"
+        ]
     if asked == want.ranks and want.nodes > 1:
         return [f"{where} asks for {asked} GPUs per node, the GPUs of the whole job: it counts per node"]
     if asked != want.gpus_per_node:
-        return [f"{where} asks for {asked} GPU(s) per node but the exercise's nodes have {want.gpus_per_node}: "
-                f"use them all"]
+        return [
+            f"{where} asks for {asked} GPU(s) per node but the exercise's nodes have {want.gpus_per_node}: use them all"
+        ]
     return []
 
 
 def _limit(h: Header, want: Exercise) -> list[str]:
     value = h.get("time")
     if value is None:
-        return ["no --time (-t): the partition's default limit applies - often the maximum, which makes the job wait "
-                "longer for a slot, or a short one that kills it"]
+        return [
+            "no --time (-t): the partition's default limit applies - often the maximum, which makes the job wait "
+            "longer for a slot, or a short one that kills it"
+        ]
     got, asked = seconds(value), seconds(want.time)
     if got is None:
         return [f"--time {value!r} is not a Slurm time limit: write HH:MM:SS (or minutes, or D-HH:MM:SS)"]
@@ -310,14 +378,22 @@ def _files(h: Header, want: Exercise, submit_dir: Path) -> list[str]:
     found = []
     if want.job_name is not None and h.get("job-name") != want.job_name:
         name = h.get("job-name")
-        found.append("no --job-name (-J): the queue would show the script's file name" if name is None
-                     else f"--job-name is {name!r}, not the name the exercise asks for")
+        found.append(
+            "no --job-name (-J): the queue would show the script's file name"
+            if name is None
+            else f"--job-name is {name!r}, not the name the exercise asks for"
+        )
     chdir = h.get("chdir")
     base = submit_dir / chdir if chdir else submit_dir
-    for name, letter, kind, missing in (("output", "o", ".out", "Slurm writes slurm-%j.out in the folder you submit "
-                                        "from, mixed with every other job's"),
-                                        ("error", "e", ".err", "errors would go into the --output file, mixed with "
-                                         "the training's output")):
+    for name, letter, kind, missing in (
+        (
+            "output",
+            "o",
+            ".out",
+            "Slurm writes slurm-%j.out in the folder you submit from, mixed with every other job's",
+        ),
+        ("error", "e", ".err", "errors would go into the --output file, mixed with the training's output"),
+    ):
         value = h.get(name)
         if value is None:
             found.append(f"no --{name} (-{letter}): {missing}")
@@ -328,8 +404,10 @@ def _files(h: Header, want: Exercise, submit_dir: Path) -> list[str]:
         if want.folder is not None and folder.resolve() != (submit_dir / want.folder).resolve():
             found.append(f"--{name} goes to the folder {folder}, not to {want.folder}/ as the exercise asks")
         elif not folder.is_dir():
-            found.append(f"--{name}: the folder {folder} does not exist, and Slurm does not create it (the job would "
-                         f"fail without writing a word)")
+            found.append(
+                f"--{name}: the folder {folder} does not exist, and Slurm does not create it (the job would "
+                f"fail without writing a word)"
+            )
     if h.get("output") is not None and h.get("output") == h.get("error"):
         found.append("--output and --error are the same file: give the errors their own .err file")
     return found
@@ -338,8 +416,10 @@ def _files(h: Header, want: Exercise, submit_dir: Path) -> list[str]:
 def _launch(h: Header, want: Exercise) -> list[str]:
     runs = [(n, line) for n, line in h.commands if want.module in line]
     if not runs:
-        return [f"no launch line starts the ranks: no command runs python -m {want.module}, so the job would hold "
-                f"the nodes and do nothing"]
+        return [
+            f"no launch line starts the ranks: no command runs python -m {want.module}, so the job would hold "
+            f"the nodes and do nothing"
+        ]
     number, line = runs[0]
     try:
         words = shlex.split(line)
@@ -350,19 +430,28 @@ def _launch(h: Header, want: Exercise) -> list[str]:
     launcher = Path(words[0]).name if words else ""
     found = []
     if launcher not in LAUNCHERS:
-        found.append(f"line {number} starts ONE python process, not one per task: start the ranks with "
-                     f"mpiexec -np $SLURM_NTASKS (or srun)")
+        found.append(
+            f"line {number} starts ONE python process, not one per task: start the ranks with "
+            f"mpiexec -np $SLURM_NTASKS (or srun)"
+        )
     elif launcher == "horovodrun" and not {"-H", "--hosts", "-hostfile", "--hostfile"} & set(words):
-        found.append(f"line {number}: horovodrun without -H/--hostfile starts every rank on the first node: in a "
-                     f"batch job use mpiexec -np $SLURM_NTASKS or srun, which know the allocation")
+        found.append(
+            f"line {number}: horovodrun without -H/--hostfile starts every rank on the first node: in a "
+            f"batch job use mpiexec -np $SLURM_NTASKS or srun, which know the allocation"
+        )
     else:
         found += _rank_count(words, number, want)
-        if launcher in ("mpiexec", "mpirun") and not any(w.lstrip("-") == "bind-to" for w in words) \
-                and not any("PE=" in w for w in words):
-            found.append(f"line {number}: mpiexec binds each rank to one core (or socket) by default, whatever "
-                         f"--cpus-per-task gave it: add --bind-to none (the GPUs do the work)")
+        if (
+            launcher in ("mpiexec", "mpirun")
+            and not any(w.lstrip("-") == "bind-to" for w in words)
+            and not any("PE=" in w for w in words)
+        ):
+            found.append(
+                f"line {number}: mpiexec binds each rank to one core (or socket) by default, whatever "
+                f"--cpus-per-task gave it: add --bind-to none (the GPUs do the work)"
+            )
     try:
-        args = words[words.index(want.module) + 1:]
+        args = words[words.index(want.module) + 1 :]
     except ValueError:
         return found + [f"line {number} mentions {want.module} but does not run it with python -m {want.module}"]
     found += _program_args(args, number, want)
@@ -375,8 +464,10 @@ def _rank_count(words: list[str], number: int, want: Exercise) -> list[str]:
             value = word.split("=", 1)[1] if "=" in word else words[i + 1]
             if value.isdigit():
                 if int(value) != want.ranks:
-                    return [f"line {number} starts {value} rank(s) but the job has {want.ranks} tasks: take the number "
-                            f"from Slurm ($SLURM_NTASKS) rather than writing it"]
+                    return [
+                        f"line {number} starts {value} rank(s) but the job has {want.ranks} tasks: take the number "
+                        f"from Slurm ($SLURM_NTASKS) rather than writing it"
+                    ]
             elif value.strip("${}") in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
                 return [f"line {number}: {value} is the number of nodes: that starts one rank per node, not per GPU"]
             elif value.strip("${}") in ("SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK"):
@@ -403,6 +494,7 @@ def _program_args(args: list[str], number: int, want: Exercise) -> list[str]:
 
 
 # ------------------------------------------------------------------------------- sbatch --test-only
+
 
 def split_srun(words: list[str]) -> tuple[list[str], list[str]]:
     """`srun OPTIONS PROGRAM ARGS` as words: (srun's option words, the program's words), cut where the options end
@@ -439,12 +531,16 @@ def srun_problems(words: list[str], ntasks: int, cpus_per_task: int, time: str, 
     if limit is None:
         found.append("no --time (-t): without one the step gets the partition's default limit")
     elif seconds(limit) != seconds(time):
-        found.append(f"--time {limit} is {_minutes(seconds(limit)) if seconds(limit) else 'not a time limit'}, "
-                     f"the exercise asks for {_minutes(seconds(time))}")
+        found.append(
+            f"--time {limit} is {_minutes(seconds(limit)) if seconds(limit) else 'not a time limit'}, "
+            f"the exercise asks for {_minutes(seconds(time))}"
+        )
     if rest != [str(w) for w in program]:
-        found.append(f"after srun's options comes the program, {' '.join(map(str, program[-4:]))} run by this "
-                     f"notebook's Python (sys.executable, so the compute node uses the same environment); got "
-                     f"{' '.join(rest) or 'nothing'}")
+        found.append(
+            f"after srun's options comes the program, {' '.join(map(str, program[-4:]))} run by this "
+            f"notebook's Python (sys.executable, so the compute node uses the same environment); got "
+            f"{' '.join(rest) or 'nothing'}"
+        )
     return found
 
 

@@ -20,31 +20,56 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("COURSE_PROFILE", "`full` with an NVIDIA GPU, else `quick`",
-            "`quick` (CPU, 2 engines, small data) or `full` (GPU nodes, real datasets, one engine per GPU)"),
-    Setting("COURSE_DATA_DIR", "unset", "a site's preloaded datasets (`course data fetch NAME --to DIR`), searched "
-            "before the Keras cache and a download"),
+    Setting(
+        "COURSE_PROFILE",
+        "`full` with an NVIDIA GPU, else `quick`",
+        "`quick` (CPU, 2 engines, small data) or `full` (GPU nodes, real datasets, one engine per GPU)",
+    ),
+    Setting(
+        "COURSE_DATA_DIR",
+        "unset",
+        "a site's preloaded datasets (`course data fetch NAME --to DIR`), searched "
+        "before the Keras cache and a download",
+    ),
     Setting("COURSE_OFFLINE", "unset", "`1`: never try to download a dataset (compute nodes without internet)"),
-    Setting("COURSE_CLUSTER_ID", "one per notebook, else `course-default`",
-            "the engine cluster a notebook or `course cluster` command starts or attaches to"),
-    Setting("COURSE_CONTROLLER_HOST", "this host's name",
-            "the address at which engines on other nodes reach the controller"),
-    Setting("COURSE_ENGINE_CORES", "the host's cores shared by its engines",
-            "task slots each engine offers the task runtime (notebooks 01 and 04)"),
-    Setting("COURSE_TASKS_BIND", "`127.0.0.1` on the notebook's host, else the host's address",
-            "where an engine's task-data server listens"),
+    Setting(
+        "COURSE_CLUSTER_ID",
+        "one per notebook, else `course-default`",
+        "the engine cluster a notebook or `course cluster` command starts or attaches to",
+    ),
+    Setting(
+        "COURSE_CONTROLLER_HOST", "this host's name", "the address at which engines on other nodes reach the controller"
+    ),
+    Setting(
+        "COURSE_ENGINE_CORES",
+        "the host's cores shared by its engines",
+        "task slots each engine offers the task runtime (notebooks 01 and 04)",
+    ),
+    Setting(
+        "COURSE_TASKS_BIND",
+        "`127.0.0.1` on the notebook's host, else the host's address",
+        "where an engine's task-data server listens",
+    ),
     Setting("COURSE_RESULTS", "a temporary CSV", "the class's shared results CSV that notebook 04 appends to"),
     Setting("COURSE_JOBS_DIR", "`~/.cache/course/jobs`", "where `course job` records the jobs it submitted"),
     Setting("COURSE_NBGRADER_ROOT", "`build/nbgrader` in the checkout", "nbgrader's course directory"),
     Setting("COURSE_NBGRADER_EXCHANGE", "nbgrader's own (`/srv/nbgrader/exchange`)", "nbgrader's exchange directory"),
     Setting("COURSE_LAB_TOKEN", "a random token", "the token `course lab` starts JupyterLab with"),
-    Setting("COURSE_GPU", "unset", "set-up: `1` installs TensorFlow's CUDA build and builds Horovod with NCCL "
-            "(as `make setup GPU=1`)"),
+    Setting(
+        "COURSE_GPU",
+        "unset",
+        "set-up: `1` installs TensorFlow's CUDA build and builds Horovod with NCCL (as `make setup GPU=1`)",
+    ),
     Setting("COURSE_DEVICE", "set per engine", "the device an engine was given (a GPU, or CPU threads)", internal=True),
-    Setting("COURSE_LOCAL_RANK", "set per engine", "an engine's rank on its node (it picks the engine's GPU)",
-            internal=True),
-    Setting("COURSE_RESUBMIT", "set by the job script", "how many times a `--resubmit-on-timeout` job has "
-            "resubmitted itself (it stops at the limit)", internal=True),
+    Setting(
+        "COURSE_LOCAL_RANK", "set per engine", "an engine's rank on its node (it picks the engine's GPU)", internal=True
+    ),
+    Setting(
+        "COURSE_RESUBMIT",
+        "set by the job script",
+        "how many times a `--resubmit-on-timeout` job has resubmitted itself (it stops at the limit)",
+        internal=True,
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

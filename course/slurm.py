@@ -17,8 +17,21 @@ from dataclasses import dataclass, field
 from course import UserError
 
 # States a job is in once it has ended (scontrol's JobState, sacct's State), and what each means to a user.
-ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                   "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 EXPLAIN = {
     "COMPLETED": "finished with exit code 0",
     "FAILED": "the program ended with a non-zero exit code: read the .err file",
@@ -62,11 +75,23 @@ class Options:
 def sbatch_lines(options: Options) -> list[str]:
     """The `#SBATCH` lines for `options`, in the order a reader expects; site lines (`extra`) come last."""
     o = options
-    pairs = [("job-name", o.job_name), ("output", o.output), ("error", o.error), ("chdir", o.chdir),
-             ("nodes", o.nodes),
-             ("ntasks", o.ntasks), ("ntasks-per-node", o.tasks_per_node), ("cpus-per-task", o.cpus_per_task),
-             ("gres", f"gpu:{o.gpus_per_node}" if o.gpus_per_node else None), ("mem", o.mem), ("time", o.time),
-             ("partition", o.partition), ("account", o.account), ("qos", o.qos), ("constraint", o.constraint)]
+    pairs = [
+        ("job-name", o.job_name),
+        ("output", o.output),
+        ("error", o.error),
+        ("chdir", o.chdir),
+        ("nodes", o.nodes),
+        ("ntasks", o.ntasks),
+        ("ntasks-per-node", o.tasks_per_node),
+        ("cpus-per-task", o.cpus_per_task),
+        ("gres", f"gpu:{o.gpus_per_node}" if o.gpus_per_node else None),
+        ("mem", o.mem),
+        ("time", o.time),
+        ("partition", o.partition),
+        ("account", o.account),
+        ("qos", o.qos),
+        ("constraint", o.constraint),
+    ]
     lines = ["#SBATCH --export=ALL"] if o.export_all else []
     lines += [f"#SBATCH --{name}={value}" for name, value in pairs if value is not None]
     if o.exclusive:
@@ -79,8 +104,10 @@ def check_extra(option: str) -> str:
     """An extra `#SBATCH` option as given (e.g. '--reservation=workshop'), or a UserError saying the form."""
     text = str(option).strip().removeprefix("#SBATCH").strip()
     if not _OPTION.match(text) or "\n" in text:
-        raise UserError(f"--sbatch {option!r} is not an sbatch option: give it as sbatch takes it, e.g. "
-                        f"--sbatch=--reservation=workshop or --sbatch='--mail-type=END'")
+        raise UserError(
+            f"--sbatch {option!r} is not an sbatch option: give it as sbatch takes it, e.g. "
+            f"--sbatch=--reservation=workshop or --sbatch='--mail-type=END'"
+        )
     return text
 
 
@@ -88,8 +115,10 @@ def tool(name: str) -> str:
     """Path of a Slurm command, or a UserError saying this machine has no Slurm client."""
     path = shutil.which(name)
     if path is None:
-        raise UserError(f"{name} not found: this machine has no Slurm client (use --print to see the job script, "
-                        f"and submit it on a cluster's login node with sbatch)")
+        raise UserError(
+            f"{name} not found: this machine has no Slurm client (use --print to see the job script, "
+            f"and submit it on a cluster's login node with sbatch)"
+        )
     return path
 
 
@@ -145,15 +174,24 @@ def partitions() -> list[Partition]:
         if known is None:  # sinfo prints a line per node configuration: add nodes, keep the smallest node
             found[part.name] = part
         else:
-            found[part.name] = Partition(part.name, known.nodes + part.nodes,
-                                         min(known.cpus_per_node, part.cpus_per_node),
-                                         min(known.gpus_per_node, part.gpus_per_node))
+            found[part.name] = Partition(
+                part.name,
+                known.nodes + part.nodes,
+                min(known.cpus_per_node, part.cpus_per_node),
+                min(known.gpus_per_node, part.gpus_per_node),
+            )
     ordered = sorted(found.values(), key=lambda p: p.name != default)
     return ordered
 
 
-def check_fits(nodes: int, tasks_per_node: int, cpus_per_task: int = 1, gpus_per_node: int = 0,
-               partition: str | None = None, ntasks: int | None = None) -> None:
+def check_fits(
+    nodes: int,
+    tasks_per_node: int,
+    cpus_per_task: int = 1,
+    gpus_per_node: int = 0,
+    partition: str | None = None,
+    ntasks: int | None = None,
+) -> None:
     """Refuse, in one line and before anything is submitted, a request no node of the partition could run.
 
     ntasks: tasks in all, where Slurm may spread them over nodes as it likes (checked against the partition's cores).
@@ -167,20 +205,28 @@ def check_fits(nodes: int, tasks_per_node: int, cpus_per_task: int = 1, gpus_per
     if part is None:
         raise UserError(f"no partition {partition!r} here: Slurm offers {', '.join(p.name for p in known)}")
     if nodes > part.nodes:
-        raise UserError(f"--nodes {nodes} is more than partition {part.name} has ({part.nodes} node(s)): "
-                        f"ask for at most {part.nodes}")
+        raise UserError(
+            f"--nodes {nodes} is more than partition {part.name} has ({part.nodes} node(s)): "
+            f"ask for at most {part.nodes}"
+        )
     cores = tasks_per_node * cpus_per_task
     if cores > part.cpus_per_node:
-        raise UserError(f"{tasks_per_node} task(s) per node x {cpus_per_task} CPU(s) per task = {cores} CPUs, "
-                        f"but a node of partition {part.name} has {part.cpus_per_node}: ask for fewer tasks per node "
-                        f"or CPUs per task")
+        raise UserError(
+            f"{tasks_per_node} task(s) per node x {cpus_per_task} CPU(s) per task = {cores} CPUs, "
+            f"but a node of partition {part.name} has {part.cpus_per_node}: ask for fewer tasks per node "
+            f"or CPUs per task"
+        )
     if ntasks is not None and ntasks * cpus_per_task > part.nodes * part.cpus_per_node:
-        raise UserError(f"{ntasks} task(s) x {cpus_per_task} CPU(s) is more than partition {part.name} has "
-                        f"({part.nodes} node(s) x {part.cpus_per_node} CPUs): ask for at most "
-                        f"{part.nodes * part.cpus_per_node // cpus_per_task} task(s)")
+        raise UserError(
+            f"{ntasks} task(s) x {cpus_per_task} CPU(s) is more than partition {part.name} has "
+            f"({part.nodes} node(s) x {part.cpus_per_node} CPUs): ask for at most "
+            f"{part.nodes * part.cpus_per_node // cpus_per_task} task(s)"
+        )
     if gpus_per_node > part.gpus_per_node:
-        raise UserError(f"--gpus-per-node {gpus_per_node} is more than a node of partition {part.name} has "
-                        f"({part.gpus_per_node} GPU(s))")
+        raise UserError(
+            f"--gpus-per-node {gpus_per_node} is more than a node of partition {part.name} has "
+            f"({part.gpus_per_node} GPU(s))"
+        )
 
 
 def submit(script_file: str) -> int:
@@ -217,8 +263,17 @@ def _array(job_id: int, tasks: list[Job]) -> Job:
     going = [t for t in tasks if not t.ended]
     failed = [t for t in tasks if t.ended and t.state != "COMPLETED"]
     first = (going or failed or tasks)[0]
-    return Job(job_id, first.state, first.reason, first.exit_code, max((t.elapsed for t in tasks), key=lambda e: (len(e), e)),
-               first.time_limit, tasks[0].stdout, tasks[0].stderr, tasks)
+    return Job(
+        job_id,
+        first.state,
+        first.reason,
+        first.exit_code,
+        max((t.elapsed for t in tasks), key=lambda e: (len(e), e)),
+        first.time_limit,
+        tasks[0].stdout,
+        tasks[0].stderr,
+        tasks,
+    )
 
 
 def job(job_id: int | str) -> Job | None:
@@ -229,9 +284,18 @@ def job(job_id: int | str) -> Job | None:
     if done.returncode == 0:  # one line per job, or per task of an array
         for line in done.stdout.strip().splitlines():
             fields = dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", line))
-            found.append(Job(jid, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
-                             fields.get("ExitCode", ""), fields.get("RunTime", ""), fields.get("TimeLimit", ""),
-                             fields.get("StdOut", ""), fields.get("StdErr", "")))
+            found.append(
+                Job(
+                    jid,
+                    fields.get("JobState", "UNKNOWN"),
+                    fields.get("Reason", ""),
+                    fields.get("ExitCode", ""),
+                    fields.get("RunTime", ""),
+                    fields.get("TimeLimit", ""),
+                    fields.get("StdOut", ""),
+                    fields.get("StdErr", ""),
+                )
+            )
     sacct = shutil.which("sacct")
     if not found and sacct:
         acct = run([sacct, "-n", "-X", "-P", "-j", str(jid), "-o", "State,ExitCode,Elapsed,Timelimit"], timeout=30)

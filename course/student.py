@@ -20,8 +20,14 @@ from course.grading import ROOT
 
 MARKER = ".course-student-copy"  # a folder holding this file may be refreshed in place (CI's checkout)
 FOLDERS = ("course", "binder", "benchmarks")
-FILES = ("environment.yml", "pyproject.toml", "Makefile", ".gitignore", "scripts/setup-system.sh",
-         "scripts/setup-python.sh")
+FILES = (
+    "environment.yml",
+    "pyproject.toml",
+    "Makefile",
+    ".gitignore",
+    "scripts/setup-system.sh",
+    "scripts/setup-python.sh",
+)
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 
 README = """# Distributed Deep Learning on HPC
@@ -82,8 +88,10 @@ def _prepare(out: Path) -> None:
     if out.is_dir():
         entries = [p for p in out.iterdir() if p.name != ".git"]
         if entries and not (out / MARKER).is_file():
-            raise UserError(f"{out} is not empty and is not an earlier student copy; "
-                            f"give a new or empty folder (nothing in it was changed)")
+            raise UserError(
+                f"{out} is not empty and is not an earlier student copy; "
+                f"give a new or empty folder (nothing in it was changed)"
+            )
         for entry in entries:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)

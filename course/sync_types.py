@@ -18,8 +18,8 @@ SYNC_NAMES: dict[str, tuple[str, ...]] = {
 }
 STRATEGIES = tuple(SYNC_NAMES)
 ALIASES = {alias: name for name, aliases in SYNC_NAMES.items() for alias in aliases}
-LAB_NUMBERS = {aliases[0]: name for name, aliases in SYNC_NAMES.items()}   # {"0": "sync", "1": "async", ...}
-VALID = f"{', '.join(STRATEGIES)} (or {', '.join(LAB_NUMBERS)} as in the DeepHealth lab)"   # for help and errors
+LAB_NUMBERS = {aliases[0]: name for name, aliases in SYNC_NAMES.items()}  # {"0": "sync", "1": "async", ...}
+VALID = f"{', '.join(STRATEGIES)} (or {', '.join(LAB_NUMBERS)} as in the DeepHealth lab)"  # for help and errors
 
 
 def strategy_name(sync: str | int) -> str:

@@ -73,7 +73,7 @@ SCALING_RULES = ("linear", "sqrt", "none")
 def scaled_learning_rate(base_lr: float, size: int, rule: str = "linear") -> float:
     """The learning rate for `size` workers: base x size (linear, Goyal et al.: the global batch is size x larger),
     base x sqrt(size) (square root, Krizhevsky 2014: the gradient's noise falls as 1/sqrt(batch)), or base (none)."""
-    factors = {"linear": float(size), "sqrt": size ** 0.5, "none": 1.0}
+    factors = {"linear": float(size), "sqrt": size**0.5, "none": 1.0}
     if rule not in factors:
         raise UserError(f"unknown learning-rate scaling {rule!r}; valid: {', '.join(SCALING_RULES)}")
     return base_lr * factors[rule]
@@ -103,8 +103,9 @@ def horovodrun(ranks: int) -> list[str]:
     return [path, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo"]
 
 
-def run_horovod_mnist(ranks: int, *options: str, timeline: str | os.PathLike | None = None,
-                      timeout: float = 1800) -> dict:
+def run_horovod_mnist(
+    ranks: int, *options: str, timeline: str | os.PathLike | None = None, timeout: float = 1800
+) -> dict:
     """Run `python -m course.horovod_mnist OPTIONS` on `ranks` processes with horovodrun; return rank 0's SUMMARY.
 
     With `timeline`, rank 0 writes the Horovod timeline there. A failed run raises UserError with its output's end.
@@ -112,8 +113,13 @@ def run_horovod_mnist(ranks: int, *options: str, timeline: str | os.PathLike | N
     return _horovod_mnist_summaries(ranks, options, timeline, timeout)[-1]
 
 
-def compare_scalings(ranks: int, configurations: list[str], *options: str,
-                     timeline: str | os.PathLike | None = None, timeout: float = 1800) -> dict[str, dict]:
+def compare_scalings(
+    ranks: int,
+    configurations: list[str],
+    *options: str,
+    timeline: str | os.PathLike | None = None,
+    timeout: float = 1800,
+) -> dict[str, dict]:
     """Train one model per learning-rate configuration (e.g. "none", "linear+warmup") on `ranks` processes, in one
     horovodrun launch (start-up paid once); return rank 0's SUMMARY for each configuration, by name."""
     summaries = _horovod_mnist_summaries(ranks, (*options, "--scaling", ",".join(configurations)), timeline, timeout)
@@ -133,8 +139,10 @@ def _horovod_mnist_summaries(ranks: int, options: tuple, timeline, timeout: floa
     found = re.findall(r"SUMMARY (\{.*\})", done.stdout)  # horovodrun prefixes each line with [rank]<stdout>:
     if done.returncode != 0 or not found:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise UserError(f"horovodrun -np {ranks} python -m course.horovod_mnist failed (exit code "
-                        f"{done.returncode}); the end of its output:\n{tail}")
+        raise UserError(
+            f"horovodrun -np {ranks} python -m course.horovod_mnist failed (exit code "
+            f"{done.returncode}); the end of its output:\n{tail}"
+        )
     return [json.loads(summary) for summary in found]
 
 
@@ -142,8 +150,14 @@ CHECKPOINT = "checkpoint-{epoch:03d}.h5"
 _CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)\.h5$")
 
 
-def horovod_callbacks(*, checkpoint_dir: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
-                      warmup_epochs: int = 0, initial_lr: float | None = None, verbose: int = 0) -> list:
+def horovod_callbacks(
+    *,
+    checkpoint_dir: str | os.PathLike | None = None,
+    log_dir: str | os.PathLike | None = None,
+    warmup_epochs: int = 0,
+    initial_lr: float | None = None,
+    verbose: int = 0,
+) -> list:
     """The callbacks of the University of Queensland Deep Learning on HPC workshop, in order: broadcast rank 0's
     variables, average metrics, learning-rate warm-up; and on rank 0 only, a checkpoint per epoch and TensorBoard
     logs.
@@ -158,8 +172,11 @@ def horovod_callbacks(*, checkpoint_dir: str | os.PathLike | None = None, log_di
     if warmup_epochs > 0:
         if initial_lr is None:
             raise UserError("warm-up needs initial_lr: the scaled learning rate (base x size) it ramps up to")
-        callbacks.append(hvd.callbacks.LearningRateWarmupCallback(initial_lr=initial_lr, warmup_epochs=warmup_epochs,
-                                                                  verbose=verbose))
+        callbacks.append(
+            hvd.callbacks.LearningRateWarmupCallback(
+                initial_lr=initial_lr, warmup_epochs=warmup_epochs, verbose=verbose
+            )
+        )
     if hvd.rank() == 0:
         if checkpoint_dir is not None:
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
@@ -248,9 +265,11 @@ def logical_cpus(n: int) -> list[str]:
     except RuntimeError:
         have = len(tf.config.list_logical_devices("CPU"))
         if have < n:
-            raise UserError(f"TensorFlow has already started in this process with {have} CPU device(s); logical "
-                            f"devices must be set before it starts: run this in a fresh process "
-                            f"(course.training.in_fresh_process) or restart the kernel") from None
+            raise UserError(
+                f"TensorFlow has already started in this process with {have} CPU device(s); logical "
+                f"devices must be set before it starts: run this in a fresh process "
+                f"(course.training.in_fresh_process) or restart the kernel"
+            ) from None
     return [d.name for d in tf.config.list_logical_devices("CPU")][:n]
 
 
@@ -298,9 +317,20 @@ class MirroredResult:
     dataset: str = ""  # the dataset trained on: "digits" where the fallback stood in (course.data.load)
 
 
-def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch: int = 32, base_lr: float = 0.01,
-                 input_size: int = 32, epochs: int = 2, steps: int | None = None, limit: int | None = None,
-                 dataset: str = "cifar10", seed: int = 0, log_dir: str | os.PathLike | None = None) -> MirroredResult:
+def mirrored_run(
+    replicas: int,
+    *,
+    model: str = "resnet50v2",
+    per_replica_batch: int = 32,
+    base_lr: float = 0.01,
+    input_size: int = 32,
+    epochs: int = 2,
+    steps: int | None = None,
+    limit: int | None = None,
+    dataset: str = "cifar10",
+    seed: int = 0,
+    log_dir: str | os.PathLike | None = None,
+) -> MirroredResult:
     """Train `model` (a ResNet of `models.RESNETS`, or "mnist_cnn") with MirroredStrategy on `replicas` devices
     as Jordi Torres's Fundamentals of Deep Learning for Multi-GPUs (BSC) does, and time it.
 
@@ -341,9 +371,21 @@ def mirrored_run(replicas: int, *, model: str = "resnet50v2", per_replica_batch:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(log_dir)))
     history = net.fit(train, epochs=epochs, verbose=0, callbacks=callbacks)
     summary = timer.summary()
-    return MirroredResult(model, strategy.num_replicas_in_sync, per_replica_batch, global_batch, lr, input_size,
-                          summary.epoch_times, images, summary.epoch_time, summary.images_per_second,
-                          float(history.history["loss"][-1]), list(strategy.extended.worker_devices), loaded.dataset)
+    return MirroredResult(
+        model,
+        strategy.num_replicas_in_sync,
+        per_replica_batch,
+        global_batch,
+        lr,
+        input_size,
+        summary.epoch_times,
+        images,
+        summary.epoch_time,
+        summary.images_per_second,
+        float(history.history["loss"][-1]),
+        list(strategy.extended.worker_devices),
+        loaded.dataset,
+    )
 
 
 def in_fresh_process(function: Callable, *args: Any, timeout: float | None = 1800, **kwargs: Any) -> Any:
@@ -363,7 +405,9 @@ def in_fresh_process(function: Callable, *args: Any, timeout: float | None = 180
         try:
             return future.result(timeout=timeout)
         except concurrent.futures.process.BrokenProcessPool:
-            raise OutOfMemory(f"the process running {function.__name__} died (killed, most likely out of memory)") from None
+            raise OutOfMemory(
+                f"the process running {function.__name__} died (killed, most likely out of memory)"
+            ) from None
 
 
 def _call_pickled(payload: bytes) -> Any:
@@ -417,15 +461,28 @@ def largest_batch(trial: Callable[[int], Any], candidates: Sequence[int]) -> Bat
             if not _is_oom(exc):
                 raise
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return BatchSearch(fits, {batch: f"out of memory ({type(exc).__name__}: {first[:160]})"},
-                               fits[-1] if fits else None, f"batch {batch} ran out of memory")
+            return BatchSearch(
+                fits,
+                {batch: f"out of memory ({type(exc).__name__}: {first[:160]})"},
+                fits[-1] if fits else None,
+                f"batch {batch} ran out of memory",
+            )
         fits.append(batch)
-    return BatchSearch(fits, {}, fits[-1] if fits else None,
-                       f"every candidate up to {max(candidates)} fitted: the search was capped there")
+    return BatchSearch(
+        fits,
+        {},
+        fits[-1] if fits else None,
+        f"every candidate up to {max(candidates)} fitted: the search was capped there",
+    )
 
 
-def search_batch(model: str = "resnet50v2", input_size: int = 32, candidates: Sequence[int] = (16, 32, 64, 128, 256),
-                 memory_limit_gb: float | None = None, timeout: float | None = 1800) -> BatchSearch:
+def search_batch(
+    model: str = "resnet50v2",
+    input_size: int = 32,
+    candidates: Sequence[int] = (16, 32, 64, 128, 256),
+    memory_limit_gb: float | None = None,
+    timeout: float | None = 1800,
+) -> BatchSearch:
     """Torres's trial and error: one training step of `model` at each batch size until memory runs out.
 
     Each trial runs in a fresh process, so an out-of-memory error - TensorFlow's, or the process being killed -
@@ -433,8 +490,10 @@ def search_batch(model: str = "resnet50v2", input_size: int = 32, candidates: Se
     CPU-only machine `memory_limit_gb` caps the memory a trial may add (as a small GPU would), so the error is a
     real one without exhausting the machine.
     """
-    return largest_batch(lambda batch: in_fresh_process(_batch_trial, model, input_size, batch, memory_limit_gb,
-                                                        timeout=timeout), candidates)
+    return largest_batch(
+        lambda batch: in_fresh_process(_batch_trial, model, input_size, batch, memory_limit_gb, timeout=timeout),
+        candidates,
+    )
 
 
 def _batch_trial(model: str, input_size: int, batch: int, memory_limit_gb: float | None) -> None:

@@ -13,10 +13,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
-def run_course(*args: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_course(
+    *args: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run `python -m course ARGS...` as a user would; returns the finished process (text output)."""
-    return subprocess.run([sys.executable, "-m", "course", *args], capture_output=True, text=True,
-                          env=env or dict(os.environ), timeout=timeout, cwd=cwd or ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "course", *args],
+        capture_output=True,
+        text=True,
+        env=env or dict(os.environ),
+        timeout=timeout,
+        cwd=cwd or ROOT,
+    )
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import nbformat
 from tests.conftest import ROOT, run_course
 
 FIXTURES = ROOT / "tests" / "fixtures"
-FIXTURE_COURSE = FIXTURES / "course"            # 99_fixture.ipynb: two quick exercises
-WRONG = FIXTURES / "wrong_answers"              # <notebook>.json: plausible wrong answers
+FIXTURE_COURSE = FIXTURES / "course"  # 99_fixture.ipynb: two quick exercises
+WRONG = FIXTURES / "wrong_answers"  # <notebook>.json: plausible wrong answers
 
 
 def build_hostile(target: Path) -> Path:
@@ -26,9 +26,11 @@ def build_hostile(target: Path) -> Path:
     the repository itself holds no broken notebooks."""
     shutil.copytree(FIXTURES / "hostile", target)
     good = (target / "good" / "99_fixture.ipynb").read_bytes()
-    broken = {"malformed/99_fixture.ipynb": good[: len(good) // 2],
-              "not_a_notebook/99_fixture.ipynb": b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,
-              "misnamed/99_Fixture (1).ipynb": good}
+    broken = {
+        "malformed/99_fixture.ipynb": good[: len(good) // 2],
+        "not_a_notebook/99_fixture.ipynb": b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,
+        "misnamed/99_Fixture (1).ipynb": good,
+    }
     for name, content in broken.items():
         (target / name).parent.mkdir(exist_ok=True)
         (target / name).write_bytes(content)
@@ -45,11 +47,18 @@ def course_notebooks() -> list[Path]:
     return [FIXTURE_COURSE / "99_fixture.ipynb", *sorted((ROOT / "solutions").glob("*.ipynb"))]
 
 
-def grade(submissions: Path, out: Path, *args: str, solutions: Path = FIXTURE_COURSE, env: dict | None = None,
-          timeout: float = 1800):
+def grade(
+    submissions: Path,
+    out: Path,
+    *args: str,
+    solutions: Path = FIXTURE_COURSE,
+    env: dict | None = None,
+    timeout: float = 1800,
+):
     """Run `python -m course grade` as an instructor would."""
-    return run_course("grade", str(submissions), "--out", str(out), "--solutions", str(solutions), *args,
-                      env=env, timeout=timeout)
+    return run_course(
+        "grade", str(submissions), "--out", str(out), "--solutions", str(solutions), *args, env=env, timeout=timeout
+    )
 
 
 def rows(out: Path) -> list[dict]:
@@ -69,8 +78,11 @@ def by_cell(out: Path) -> dict[tuple[str, str, str], dict]:
 def graded_cells(nb_path: Path) -> dict[str, float]:
     """grade_id -> points of the graded cells of a notebook."""
     nb = nbformat.read(str(nb_path), as_version=4)
-    return {c.metadata.nbgrader["grade_id"]: float(c.metadata.nbgrader["points"])
-            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    return {
+        c.metadata.nbgrader["grade_id"]: float(c.metadata.nbgrader["points"])
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+    }
 
 
 def with_answers(nb_path: Path, answers: dict[str, str]) -> str:
@@ -114,15 +126,20 @@ def combine(answers: list[dict]) -> list[list[int]]:
 
 def wrong_answers(notebook: str) -> list[dict]:
     path = WRONG / f"{notebook}.json"
-    assert path.is_file(), (f"no plausible wrong answers for {notebook}: add {path.relative_to(ROOT)} "
-                            f"(see {WRONG.relative_to(ROOT)}/README.md)")
+    assert path.is_file(), (
+        f"no plausible wrong answers for {notebook}: add {path.relative_to(ROOT)} "
+        f"(see {WRONG.relative_to(ROOT)}/README.md)"
+    )
     return json.loads(path.read_text())
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
     """Every file under FOLDER with its sha256 (to prove grading changed nothing)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def copy_tree(source: Path, target: Path) -> Path:

@@ -28,7 +28,9 @@ class LabServer:
     token: str = TOKEN
 
     def get_json(self, path: str, token: str | None = None) -> dict:
-        request = urllib.request.Request(f"{self.base}{path}", headers={"Authorization": f"token {token or self.token}"})
+        request = urllib.request.Request(
+            f"{self.base}{path}", headers={"Authorization": f"token {token or self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.load(response)
 
@@ -38,8 +40,15 @@ def running_lab(env: dict[str, str], root: str | os.PathLike = ROOT, first_port:
     """Yield a server on `root` once its API answers; on exit stop it and check its processes are gone."""
     port = lab.free_port("127.0.0.1", first_port)
     env = dict(env, COURSE_LAB_TOKEN=TOKEN)
-    server = subprocess.Popen([sys.executable, "-m", "course", "lab", "--port", str(port), "--root", str(root)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "course", "lab", "--port", str(port), "--root", str(root)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     descendants: list[psutil.Process] = []
     try:
         url = next(line.split(": ", 1)[1].strip() for line in server.stdout if line.startswith("Open this URL:"))

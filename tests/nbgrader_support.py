@@ -16,8 +16,9 @@ FLOWS: dict[str, list] = {}  # session-wide results of expensive flows (tests/te
 KERNEL = {"name": "ddl-hpc", "display_name": "Python (DDL on HPC)", "language": "python"}
 
 
-def nbgrader(*args: str, cwd: Path, env: dict, timeout: float = 900, user: str | None = None,
-             check: bool = True) -> subprocess.CompletedProcess:
+def nbgrader(
+    *args: str, cwd: Path, env: dict, timeout: float = 900, user: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run `nbgrader ARGS` as an instructor (or, with `user`, as that Unix user) would: the environment's bin on PATH."""
     env = {**env, "PATH": f"{BIN}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"}
     command = [sys.executable, "-m", "nbgrader", *args]
@@ -30,24 +31,37 @@ def nbgrader(*args: str, cwd: Path, env: dict, timeout: float = 900, user: str |
         extra = dict(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **extra)
     if check:
-        assert result.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        assert result.returncode == 0, (
+            f"nbgrader {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 
-def cell(source: str, grade_id: str, kind: str = "code", *, solution: bool = False, points: float = 0,
-         locked: bool | None = None) -> nbformat.NotebookNode:
+def cell(
+    source: str,
+    grade_id: str,
+    kind: str = "code",
+    *,
+    solution: bool = False,
+    points: float = 0,
+    locked: bool | None = None,
+) -> nbformat.NotebookNode:
     """A cell with nbgrader metadata: an answer (`solution`), a check (`points` > 0) or a locked cell."""
     make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
-    meta = {"grade": points > 0, "grade_id": grade_id, "locked": (not solution) if locked is None else locked,
-            "schema_version": 3, "solution": solution}
+    meta = {
+        "grade": points > 0,
+        "grade_id": grade_id,
+        "locked": (not solution) if locked is None else locked,
+        "schema_version": 3,
+        "solution": solution,
+    }
     if points:
         meta["points"] = points
     return make(source, metadata={"nbgrader": meta}, id=grade_id)
 
 
 def notebook(cells: list) -> nbformat.NotebookNode:
-    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": KERNEL,
-                                                           "language_info": {"name": "python"}})
+    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
 
 
 def with_answer(released: Path, grade_id: str, source: str) -> str:

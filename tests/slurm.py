@@ -34,8 +34,12 @@ def slurm() -> str:
         if not shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin"):
             if not shutil.which("apt-get"):
                 pytest.skip("Slurm is not installed and there is no apt-get to install slurm-wlm and munge")
-            setup = subprocess.run(["bash", str(ROOT / "scripts" / "setup-system.sh"), "slurm-wlm", "munge"],
-                                   capture_output=True, text=True, timeout=900)
+            setup = subprocess.run(
+                ["bash", str(ROOT / "scripts" / "setup-system.sh"), "slurm-wlm", "munge"],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             if setup.returncode != 0:
                 pytest.skip(f"could not install slurm-wlm and munge: {setup.stderr.strip()[-300:]}")
         # --fresh: a killed earlier run's jobs, recovered from Slurm's state files, must not hold the node

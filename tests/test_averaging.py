@@ -69,8 +69,9 @@ def test_sync_on_identical_shards_equals_one_worker(engines, start_weights):
     _, x, y = engines
     shard = (x[:48], y[:48])
     one = fit_sync(NET, None, None, workers=1, epochs=2, batch_size=BATCH, weights=start_weights, shards=[shard])
-    three = fit_sync(NET, None, None, workers=3, epochs=2, batch_size=BATCH, weights=start_weights,
-                     shards=[shard] * 3)  # more workers than engines: the tasks queue
+    three = fit_sync(
+        NET, None, None, workers=3, epochs=2, batch_size=BATCH, weights=start_weights, shards=[shard] * 3
+    )  # more workers than engines: the tasks queue
     assert_differ(one.weights, start_weights, "one worker did not train")
     assert_same(three.weights, one.weights, "3 workers on identical shards vs 1 worker")
 
@@ -124,8 +125,17 @@ def test_async_with_one_worker_is_sequential_training(engines, start_weights):
 def test_every_spelling_of_a_sync_type_names_its_strategy_and_its_fit():
     from course import UserError, averaging, results
 
-    spellings = {"sync": "sync", " Sync ": "sync", 0: "sync", "1": "async", "relaxed": "async", "2": "full-async",
-                 "full_async": "full-async", "FullAsync": "full-async", "none": "full-async"}
+    spellings = {
+        "sync": "sync",
+        " Sync ": "sync",
+        0: "sync",
+        "1": "async",
+        "relaxed": "async",
+        "2": "full-async",
+        "full_async": "full-async",
+        "FullAsync": "full-async",
+        "none": "full-async",
+    }
     assert {s: averaging.strategy_name(s) for s in spellings} == spellings
     assert [averaging.FITS[averaging.strategy_name(n)] for n in (0, 1, 2)] == [fit_sync, fit_async, fit_full_async]
     assert [results.validate({**ROW, "strategy": n})["strategy"] for n in "012"] == ["sync", "async", "full-async"]
@@ -134,5 +144,13 @@ def test_every_spelling_of_a_sync_type_names_its_strategy_and_its_fit():
         averaging.strategy_name("fast")
 
 
-ROW = {"date": "2026-11-23T22:00:00", "dataset": "mnist", "network": "lenet", "workers": 2, "epochs": 3, "batch_size": 64, "elapsed_s": 1.5,
-       "hardware": "2 CPU cores"}
+ROW = {
+    "date": "2026-11-23T22:00:00",
+    "dataset": "mnist",
+    "network": "lenet",
+    "workers": 2,
+    "epochs": 3,
+    "batch_size": 64,
+    "elapsed_s": 1.5,
+    "hardware": "2 CPU cores",
+}

@@ -35,8 +35,12 @@ def test_postbuild_installs_the_course_and_its_kernel():
 
 
 def test_start_chooses_the_quick_profile():
-    out = subprocess.run(["bash", str(BINDER / "start"), "bash", "-c", "echo $COURSE_PROFILE"], capture_output=True,
-                         text=True, env={k: v for k, v in os.environ.items() if k != "COURSE_PROFILE"})
+    out = subprocess.run(
+        ["bash", str(BINDER / "start"), "bash", "-c", "echo $COURSE_PROFILE"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "COURSE_PROFILE"},
+    )
     assert out.stdout.strip() == "quick"
 
 

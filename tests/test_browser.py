@@ -18,8 +18,15 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NOTEBOOK = "notebooks/00_environment_and_cluster.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 # As the machine notes say: root needs --no-sandbox; the closed network needs background networking off.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def code_cell(page, text: str):
@@ -32,14 +39,21 @@ def run(page, cell) -> None:
     page.keyboard.press("Shift+Enter")
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed (make test installs it as root: "
-                                                          "apt-get install chromium)")
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason="Chromium is not installed (make test installs it as root: apt-get install chromium)",
+)
 def test_notebook_00_runs_in_jupyterlab(tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     cluster_id = f"course-browser-{os.getpid()}"
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), IPYTHONDIR=str(tmp_path / "ipython"),
-               COURSE_CLUSTER_ID=cluster_id, COURSE_PROFILE="quick")
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        COURSE_CLUSTER_ID=cluster_id,
+        COURSE_PROFILE="quick",
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     workspace = tmp_path / "course"  # a learner's copy: the browser may autosave, never into the checkout
     (workspace / "notebooks").mkdir(parents=True)
@@ -54,14 +68,16 @@ def test_notebook_00_runs_in_jupyterlab(tmp_path):
                 # The notebook opens on the course kernel (the default `course lab` sets), which becomes idle.
                 expect(page.locator(".jp-KernelName").first).to_have_text("Python (DDL on HPC)", timeout=120_000)
                 expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(
-                    1, timeout=120_000)
+                    1, timeout=120_000
+                )
 
                 run(page, code_cell(page, "PROFILE = profile.name()"))
                 run(page, code_cell(page, "cluster = course.cluster.start("))
                 hello = code_cell(page, 'print(f"hello from process')
                 run(page, hello)
                 expect(hello.locator(".jp-OutputArea-output").filter(has_text="hello from process")).to_have_count(
-                    2, timeout=240_000)  # one line from each of the 2 engines
+                    2, timeout=240_000
+                )  # one line from each of the 2 engines
                 page.screenshot(path=str(ARTIFACTS / "jupyterlab-notebook-00.png"), full_page=False)
 
                 page.keyboard.press("Escape")
@@ -69,17 +85,24 @@ def test_notebook_00_runs_in_jupyterlab(tmp_path):
                 page.keyboard.press("Enter")
                 page.keyboard.type("cluster.stop(); print('stopped')")
                 page.keyboard.press("Shift+Enter")
-                expect(page.locator(".jp-OutputArea-output").filter(has_text="stopped")).to_have_count(1,
-                                                                                                       timeout=120_000)
+                expect(page.locator(".jp-OutputArea-output").filter(has_text="stopped")).to_have_count(
+                    1, timeout=120_000
+                )
             finally:
                 browser.close()
     finally:  # whatever happened in the browser, leave no engines behind
-        subprocess.run([sys.executable, "-m", "course", "cluster", "stop", "--id", cluster_id], env=env,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "course", "cluster", "stop", "--id", cluster_id],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed (make test installs it as root: "
-                                                          "apt-get install chromium)")
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason="Chromium is not installed (make test installs it as root: apt-get install chromium)",
+)
 def test_formgrader_shows_both_students_scores(exchange_course, tmp_path):
     """JupyterLab's Formgrader on the gradebook nbgrader's exchange flow left (tests/test_nbgrader_exchange.py): the
     lab is started in a folder that holds the course directory and the course's nbgrader_config.py."""
@@ -89,8 +112,12 @@ def test_formgrader_shows_both_students_scores(exchange_course, tmp_path):
 
     workspace = exchange_course.base
     shutil.copy(ROOT / "nbgrader_config.py", workspace / "nbgrader_config.py")
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), IPYTHONDIR=str(tmp_path / "ipython"),
-               COURSE_NBGRADER_ROOT=str(exchange_course.grading))
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        COURSE_NBGRADER_ROOT=str(exchange_course.grading),
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     with running_lab(env, root=workspace) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

@@ -24,13 +24,24 @@ import pytest
 
 from course.grading.release import render, student_version
 from tests.conftest import ROOT
-from tests.grading_support import FIXTURE_COURSE, by_cell, combine, course_notebooks, exercise_checks, grade, \
-    graded_cells, with_answers, wrong_answers
+from tests.grading_support import (
+    FIXTURE_COURSE,
+    by_cell,
+    combine,
+    course_notebooks,
+    exercise_checks,
+    grade,
+    graded_cells,
+    with_answers,
+    wrong_answers,
+)
 
 
 def _params():
-    return [pytest.param(p, id=p.stem, marks=() if p.parent == FIXTURE_COURSE else (pytest.mark.slow,))
-            for p in course_notebooks()]
+    return [
+        pytest.param(p, id=p.stem, marks=() if p.parent == FIXTURE_COURSE else (pytest.mark.slow,))
+        for p in course_notebooks()
+    ]
 
 
 def _graded_class(sources: list[Path], solutions: Path, base: Path) -> tuple[Path, dict[str, dict[int, str]]]:
@@ -48,7 +59,9 @@ def _graded_class(sources: list[Path], solutions: Path, base: Path) -> tuple[Pat
         groups = combine(wrong)
         submission_of[notebook] = {k: f"wrong{n}" for n, group in enumerate(groups) for k in group}
         for n, group in enumerate(groups):
-            entries[f"wrong{n}"] = with_answers(source, {g: s for k in group for g, s in wrong[k].items() if g != "why"})
+            entries[f"wrong{n}"] = with_answers(
+                source, {g: s for k in group for g, s in wrong[k].items() if g != "why"}
+            )
         for student, text in entries.items():
             (submissions / student).mkdir(parents=True, exist_ok=True)
             (submissions / student / source.name).write_text(text)
@@ -89,7 +102,9 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, r
         student = submission_of[notebook][k]
         lost = {cell for cell, points in cells.items() if float(table[(student, notebook, cell)]["points"]) < points}
         own = set().union(*(checks.get(g, set()) for g in answer if g != "why"))
-        assert lost & own, f"wrong answer {k} of {notebook} ({answer.get('why')}) keeps full marks on its exercise's checks"
+        assert lost & own, (
+            f"wrong answer {k} of {notebook} ({answer.get('why')}) keeps full marks on its exercise's checks"
+        )
         lowered |= lost
     assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {notebook}"
 
@@ -99,6 +114,12 @@ def test_nbgrader_validate_accepts_the_solution():
     in tests/test_notebooks_execute.py, in the same run that executes them."""
     source = FIXTURE_COURSE / "99_fixture.ipynb"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(source)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "validate", str(source)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout[-3000:]

@@ -5,8 +5,19 @@ import pytest
 from tests.conftest import run_course
 
 
-@pytest.mark.parametrize("args", [["frobnicate"], ["doctor", "--colour"], ["data"], ["data", "fetch", "mnist"], [],
-                                  ["job", "status"], ["job", "cancel", "1", "2"], ["job", "wait", "1", "--colour"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["frobnicate"],
+        ["doctor", "--colour"],
+        ["data"],
+        ["data", "fetch", "mnist"],
+        [],
+        ["job", "status"],
+        ["job", "cancel", "1", "2"],
+        ["job", "wait", "1", "--colour"],
+    ],
+)
 def test_usage_errors_are_one_line_with_status_2(args):
     result = run_course(*args)
     assert result.returncode == 2
@@ -18,14 +29,20 @@ def test_usage_errors_are_one_line_with_status_2(args):
 def test_unknown_dataset_names_the_known_ones(offline_home):
     result = run_course("data", "where", "imagenet")
     assert result.returncode == 1
-    assert result.stderr.strip() == "course: error: unknown dataset 'imagenet'; known datasets: mnist, fashion_mnist, cifar10"
+    assert (
+        result.stderr.strip()
+        == "course: error: unknown dataset 'imagenet'; known datasets: mnist, fashion_mnist, cifar10"
+    )
 
 
 def test_data_where_reports_the_fallback_offline(offline_home):
     result = run_course("data", "where")
     assert result.returncode == 0
     assert [line.split() for line in result.stdout.splitlines()] == [
-        ["mnist", "fallback"], ["fashion_mnist", "fallback"], ["cifar10", "fallback"]]
+        ["mnist", "fallback"],
+        ["fashion_mnist", "fallback"],
+        ["cifar10", "fallback"],
+    ]
 
 
 def test_help_lists_the_commands():
@@ -42,20 +59,30 @@ def test_version_is_the_packages():
     assert result.returncode == 0 and result.stdout.strip() == f"course {version('ddl-hpc-course')}", result.stdout
 
 
-@pytest.mark.parametrize("argv, dest, value", [
-    (["train", "-n", "3"], "engines", 3), (["train", "--engines", "3"], "engines", 3),  # the count's older name
-    (["cluster", "start", "--time", "0:30:00"], "time_limit", "0:30:00"),
-    (["cluster", "start", "--time-limit", "0:30:00"], "time_limit", "0:30:00"),       # the limit's older name
-])
+@pytest.mark.parametrize(
+    "argv, dest, value",
+    [
+        (["train", "-n", "3"], "engines", 3),
+        (["train", "--engines", "3"], "engines", 3),  # the count's older name
+        (["cluster", "start", "--time", "0:30:00"], "time_limit", "0:30:00"),
+        (["cluster", "start", "--time-limit", "0:30:00"], "time_limit", "0:30:00"),  # the limit's older name
+    ],
+)
 def test_one_vocabulary_and_the_older_names_still_work(argv, dest, value):
     from course.cli import build_parser
 
     assert getattr(build_parser().parse_args(argv), dest) == value
 
 
-@pytest.mark.parametrize("argv, action, job_id", [
-    (["job", "status", "12"], "status", "12"), (["job", "output", "12"], "output", "12"),
-    (["job", "cancel", "12"], "cancel", "12"), (["job", "wait", "12", "--timeout", "5"], "wait", "12")])
+@pytest.mark.parametrize(
+    "argv, action, job_id",
+    [
+        (["job", "status", "12"], "status", "12"),
+        (["job", "output", "12"], "output", "12"),
+        (["job", "cancel", "12"], "cancel", "12"),
+        (["job", "wait", "12", "--timeout", "5"], "wait", "12"),
+    ],
+)
 def test_job_actions_are_subcommands_with_their_own_options(argv, action, job_id, capsys):
     """`job status|wait|output|cancel JOBID` are subcommands (`job wait --help` shows only wait's options), while
     `job WORKLOAD` still takes a workload's name."""

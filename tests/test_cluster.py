@@ -67,6 +67,7 @@ def squeue(job: str) -> str:
 
 # ------------------------------------------------------------------------------------------- pure logic
 
+
 def test_gpus_pinned_by_local_rank_one_each():
     engines = [{"id": 0, "host": "n1", "gpus": ["0", "1"]}, {"id": 1, "host": "n1", "gpus": ["0", "1"]}]
     plan = cluster.plan_devices(engines)
@@ -77,10 +78,12 @@ def test_gpus_pinned_by_local_rank_one_each():
 
 def test_gpu_pinning_uses_the_launchers_local_rank_and_a_scheduler_subset():
     # MPI/Slurm say which local rank each engine is, whatever the engine ids; Slurm gave this job GPUs 2 and 3
-    engines = [{"id": 0, "host": "a", "gpus": ["2", "3"], "local_rank": 1},
-               {"id": 1, "host": "a", "gpus": ["2", "3"], "local_rank": 0},
-               {"id": 2, "host": "b", "gpus": ["0", "1"], "local_rank": 0},
-               {"id": 3, "host": "b", "gpus": ["0", "1"], "local_rank": 1}]
+    engines = [
+        {"id": 0, "host": "a", "gpus": ["2", "3"], "local_rank": 1},
+        {"id": 1, "host": "a", "gpus": ["2", "3"], "local_rank": 0},
+        {"id": 2, "host": "b", "gpus": ["0", "1"], "local_rank": 0},
+        {"id": 3, "host": "b", "gpus": ["0", "1"], "local_rank": 1},
+    ]
     plan = cluster.plan_devices(engines)
     assert {i: plan[i]["CUDA_VISIBLE_DEVICES"] for i in plan} == {0: "3", 1: "2", 2: "0", 3: "1"}
     assert {i: plan[i]["COURSE_LOCAL_RANK"] for i in plan} == {0: "1", 1: "0", 2: "0", 3: "1"}
@@ -129,13 +132,34 @@ def test_visible_gpus_from_scheduler_or_driver(tmp_path):
 
 def test_slurm_script_carries_the_options():
     """The engine job asks for GPUs the way course job does (--gres, from course.slurm), with the site's options."""
-    script = cluster.slurm_script("course-x", 4, partition="gpu", time_limit="0:30:00", account="proj",
-                                  gpus_per_node=2, tasks_per_node=2, qos="long", constraint="a100", exclusive=True,
-                                  sbatch=["--reservation=ws"], srun_mpi="pmix")
-    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=0:30:00", "#SBATCH --account=proj",
-                 "#SBATCH --gres=gpu:2", "#SBATCH --ntasks-per-node=2", "#SBATCH --ntasks=4",
-                 "#SBATCH --job-name=ipengine-course-x", "#SBATCH --qos=long", "#SBATCH --constraint=a100",
-                 "#SBATCH --exclusive", "#SBATCH --reservation=ws", "srun --mpi=pmix {program_and_args}"):
+    script = cluster.slurm_script(
+        "course-x",
+        4,
+        partition="gpu",
+        time_limit="0:30:00",
+        account="proj",
+        gpus_per_node=2,
+        tasks_per_node=2,
+        qos="long",
+        constraint="a100",
+        exclusive=True,
+        sbatch=["--reservation=ws"],
+        srun_mpi="pmix",
+    )
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=0:30:00",
+        "#SBATCH --account=proj",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --ntasks=4",
+        "#SBATCH --job-name=ipengine-course-x",
+        "#SBATCH --qos=long",
+        "#SBATCH --constraint=a100",
+        "#SBATCH --exclusive",
+        "#SBATCH --reservation=ws",
+        "srun --mpi=pmix {program_and_args}",
+    ):
         assert line in script.splitlines()
 
 
@@ -163,6 +187,7 @@ def test_more_engines_than_gpus_on_this_machine_is_refused_before_starting(monke
 
 
 # ------------------------------------------------------------------------------------- real clusters
+
 
 # functions run on engines: `interactive` ships them by value (engines cannot import this test module)
 @interactive
@@ -249,8 +274,11 @@ def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(m
         cluster.start(1, cluster_id="t-broken", quiet=True, persist=False)
     assert len(made) == 2, "a broken controller is replaced once, then the error is raised"
     assert cluster.running_ids() == []
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and "ipyparallel" in " ".join(
-        p.info["cmdline"] or [])]
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.pid not in before and "ipyparallel" in " ".join(p.info["cmdline"] or [])
+    ]
     assert gone(left) == []
 
 
@@ -350,13 +378,16 @@ def test_cli_start_status_stop():
 
 # ----------------------------------------------------------------------------------------- faults
 
+
 def test_cli_errors_are_one_line():
-    for args, code, text in [(["cluster", "start", "-n", "0"], 1, "positive whole number"),
-                             (["cluster", "start", "--engines", "pbs"], 2, "invalid choice"),
-                             (["cluster", "stop", "--id", "nothing"], 1, "no cluster course-nothing is running"),
-                             (["cluster", "status", "--id", "nothing"], 1, "no cluster course-nothing is running"),
-                             (["cluster", "stop", "--force"], 1, "--force goes with --all"),
-                             (["cluster"], 2, "required")]:
+    for args, code, text in [
+        (["cluster", "start", "-n", "0"], 1, "positive whole number"),
+        (["cluster", "start", "--engines", "pbs"], 2, "invalid choice"),
+        (["cluster", "stop", "--id", "nothing"], 1, "no cluster course-nothing is running"),
+        (["cluster", "status", "--id", "nothing"], 1, "no cluster course-nothing is running"),
+        (["cluster", "stop", "--force"], 1, "--force goes with --all"),
+        (["cluster"], 2, "required"),
+    ]:
         result = run_course(*args)
         assert result.returncode == code, (args, result.stderr)
         lines = result.stderr.strip().splitlines()
@@ -365,8 +396,11 @@ def test_cli_errors_are_one_line():
 
 def without_tools(*tools: str) -> dict:
     """The environment with PATH limited to directories that hold none of `tools` (plus this Python's)."""
-    keep = [d for d in os.environ["PATH"].split(os.pathsep)
-            if d and not any(os.path.exists(os.path.join(d, t)) for t in tools)]
+    keep = [
+        d
+        for d in os.environ["PATH"].split(os.pathsep)
+        if d and not any(os.path.exists(os.path.join(d, t)) for t in tools)
+    ]
     return dict(os.environ, PATH=os.pathsep.join(keep))
 
 
@@ -388,8 +422,16 @@ def test_missing_slurm_names_what_to_install():
 def test_slurm_engines_that_cannot_start_in_time_say_why(slurm):
     # another job holds every core, so the engine job stays PENDING (Resources)
     cores = os.cpu_count()
-    blocker = subprocess.run(["sbatch", "--parsable", "-n", str(cores), "-o", "/dev/null", "--wrap", "sleep 600"],
-                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    blocker = (
+        subprocess.run(
+            ["sbatch", "--parsable", "-n", str(cores), "-o", "/dev/null", "--wrap", "sleep 600"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
     try:
         with pytest.raises(cluster.ClusterError) as info:
             cluster.start(2, engines="slurm", cluster_id="t-pending", timeout=20)
@@ -399,8 +441,11 @@ def test_slurm_engines_that_cannot_start_in_time_say_why(slurm):
     finally:
         subprocess.run(["scancel", blocker], check=False)
     assert cluster.running_ids() == []
-    assert not [line for line in subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout.split()
-                if line == "ipengine-course-t-pending"]
+    assert not [
+        line
+        for line in subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout.split()
+        if line == "ipengine-course-t-pending"
+    ]
 
 
 @pytest.mark.slow
@@ -413,6 +458,9 @@ def test_slurm_refusing_the_job_is_one_clear_error(slurm):
     with pytest.raises(cluster.ClusterError, match="Slurm refused the engine job"):
         cluster.start(1, engines="slurm", cluster_id="t-gpus", sbatch=["--gres=gpu:1"], timeout=60)
     assert cluster.running_ids() == []
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and "ipyparallel" in " ".join(
-        p.info["cmdline"] or [])]
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.pid not in before and "ipyparallel" in " ".join(p.info["cmdline"] or [])
+    ]
     assert gone(left) == [], "the controller of a refused engine job was left running"

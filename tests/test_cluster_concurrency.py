@@ -29,9 +29,16 @@ def own_ipython_dir(tmp_path, monkeypatch):
 
 def spawn(script: str) -> subprocess.Popen:
     """A Python process running `script` (text pipes, line-buffered), as a second notebook would be."""
-    return subprocess.Popen([sys.executable, "-u", "-c", textwrap.dedent(script)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=ROOT,
-                            env=dict(os.environ))
+    return subprocess.Popen(
+        [sys.executable, "-u", "-c", textwrap.dedent(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
 
 
 def read_line(proc: subprocess.Popen, timeout: float) -> str:

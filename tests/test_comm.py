@@ -16,8 +16,13 @@ from tests.conftest import PROGRAMS
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_ring_and_parameter_server_equal_mpi_allreduce(ranks, tmp_path):
     centroids_file = tmp_path / "centroids.npy"
-    result = subprocess.run(mpi.command(ranks, sys.executable, str(PROGRAMS / "comm_check.py"), str(centroids_file)),
-                            capture_output=True, text=True, timeout=300, env=mpi.env())
+    result = subprocess.run(
+        mpi.command(ranks, sys.executable, str(PROGRAMS / "comm_check.py"), str(centroids_file)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=mpi.env(),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     ok = re.findall(r"RANK (\d+) OK (\d+)", result.stdout)
     assert sorted(int(r) for r, _ in ok) == list(range(ranks))
@@ -83,6 +88,7 @@ def test_fit_alpha_beta_keeps_the_latency_under_noise():
 def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or_hanging_rank():
     def rank_and_sum(offset):
         from mpi4py import MPI
+
         world = MPI.COMM_WORLD
         return world.Get_rank(), world.allreduce(world.Get_rank() + offset)
 
@@ -90,6 +96,7 @@ def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or
 
     def fails_on_rank_two():
         from mpi4py import MPI
+
         if MPI.COMM_WORLD.Get_rank() == 2:
             raise ValueError("chunk index out of range")
         MPI.COMM_WORLD.Barrier()
@@ -100,6 +107,7 @@ def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or
     def waits_for_a_message_never_sent():
         import numpy as np
         from mpi4py import MPI
+
         if MPI.COMM_WORLD.Get_rank() == 0:
             MPI.COMM_WORLD.Recv(np.empty(1), source=1)
 
@@ -112,6 +120,7 @@ def test_counting_comm_counts_collectives_and_passes_them_to_mpi():
         import numpy as np
         from mpi4py import MPI
         from course.comm import CountingComm
+
         counted = CountingComm(MPI.COMM_WORLD)
         total = np.empty(2)
         counted.Allreduce(np.array([1.0, counted.Get_rank()]), total, op=MPI.SUM)

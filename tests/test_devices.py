@@ -28,14 +28,16 @@ def test_scheduler_masks_hide_every_gpu(tmp_path):
 
 
 def test_pinning_on_cpu_sets_tensorflows_threads_in_a_fresh_process():
-    code = ("from course import devices\n"
-            "devices.pin_tensorflow(local_rank=1, threads=3)\n"
-            "import tensorflow as tf\n"
-            "print('THREADS', tf.config.threading.get_intra_op_parallelism_threads(),"
-            " tf.config.threading.get_inter_op_parallelism_threads())\n"
-            "tf.constant(1.0)\n"
-            "devices.pin_tensorflow(local_rank=1, threads=2)  # TensorFlow started: no error, nothing changes\n"
-            "print('AFTER', tf.config.threading.get_intra_op_parallelism_threads())\n")
+    code = (
+        "from course import devices\n"
+        "devices.pin_tensorflow(local_rank=1, threads=3)\n"
+        "import tensorflow as tf\n"
+        "print('THREADS', tf.config.threading.get_intra_op_parallelism_threads(),"
+        " tf.config.threading.get_inter_op_parallelism_threads())\n"
+        "tf.constant(1.0)\n"
+        "devices.pin_tensorflow(local_rank=1, threads=2)  # TensorFlow started: no error, nothing changes\n"
+        "print('AFTER', tf.config.threading.get_intra_op_parallelism_threads())\n"
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]

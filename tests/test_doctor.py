@@ -43,8 +43,11 @@ def test_essentials_decide_the_exit_status(report):
 
 
 def test_a_failed_essential_is_reported_with_what_to_do():
-    checks = [doctor.Check("python", True, "3.11"), doctor.Check("mpi", False, "mpiexec not found", "install Open MPI"),
-              doctor.Check("slurm", False, "no sbatch", "use a cluster", essential=False)]
+    checks = [
+        doctor.Check("python", True, "3.11"),
+        doctor.Check("mpi", False, "mpiexec not found", "install Open MPI"),
+        doctor.Check("slurm", False, "no sbatch", "use a cluster", essential=False),
+    ]
     text = doctor.report(checks)
     assert "FAIL  mpi" in text and "note  slurm" in text and "- mpi: install Open MPI" in text
     assert not doctor.all_essentials_ok(checks)
@@ -61,12 +64,20 @@ def test_a_machine_without_gpus_is_told_so_in_the_gpu_line(report):
     assert gpu["detail"].startswith("no GPU") and "make setup GPU=1" in gpu["detail"], gpu
     assert gpu["facts"]["gpus"] == [] and gpu["facts"]["cuda_build"] is False and gpu["facts"]["cuda"] is None
     assert gpu["facts"]["horovod_nccl"] is False and facts["checks"]["horovod"]["facts"]["nccl_built"] is False
-    assert "no GPU" in facts["checks"]["tensorflow"]["detail"] and "CPU build" in facts["checks"]["tensorflow"]["detail"]
+    assert (
+        "no GPU" in facts["checks"]["tensorflow"]["detail"] and "CPU build" in facts["checks"]["tensorflow"]["detail"]
+    )
 
 
 def test_gpus_without_nccl_in_horovod_are_a_note_with_the_rebuild():
-    seen = {"gpus": ["NVIDIA A100-SXM4-40GB"] * 4, "cuda_build": True, "cuda": "12.2", "cudnn": "8", "nccl": "2.16.5",
-            "horovod": {"nccl_built": False}}
+    seen = {
+        "gpus": ["NVIDIA A100-SXM4-40GB"] * 4,
+        "cuda_build": True,
+        "cuda": "12.2",
+        "cudnn": "8",
+        "nccl": "2.16.5",
+        "horovod": {"nccl_built": False},
+    }
     without, with_nccl = doctor.check_gpus(seen), doctor.check_gpus({**seen, "horovod": {"nccl_built": True}})
     assert not without.ok and not without.essential and "make setup GPU=1" in without.fix
     assert "4 GPU(s)" in without.detail and "NCCL 2.16.5" in without.detail and "has no NCCL" in without.detail

@@ -16,8 +16,7 @@ import psutil
 import pytest
 
 from tests.conftest import run_course
-from tests.grading_support import (FIXTURE_COURSE, HOSTILE, by_cell, copy_tree, grade, rows, tagged_env,
-                                   tree_digest)
+from tests.grading_support import FIXTURE_COURSE, HOSTILE, by_cell, copy_tree, grade, rows, tagged_env, tree_digest
 
 NB = "99_fixture"
 pytestmark = pytest.mark.slow
@@ -30,8 +29,9 @@ def hostile(tmp_path_factory):
     submissions = copy_tree(HOSTILE, base / "class")
     before = tree_digest(submissions)
     tag = uuid.uuid4().hex
-    result = grade(submissions, base / "out", "--timeout", "10", "--memory", "500M", "--workers", "2",
-                   env=tagged_env(tag))
+    result = grade(
+        submissions, base / "out", "--timeout", "10", "--memory", "500M", "--workers", "2", env=tagged_env(tag)
+    )
     return submissions, base / "out", result, before, tag
 
 
@@ -208,17 +208,20 @@ def test_validate_passes_a_correct_notebook_and_reports_edited_checks():
     assert "NOTE  check ex1-check was changed" in edited.stdout
 
 
-@pytest.mark.parametrize("args,words", [
-    (["grade", "no/such/folder", "--out", "x", "--solutions", str(FIXTURE_COURSE)], "no submissions folder"),
-    (["grade", str(HOSTILE), "--out", str(HOSTILE / "good" / "out")], "inside the submissions folder"),
-    (["grade", str(HOSTILE), "--out", "x", "--memory", "lots"], "is not a size"),
-    (["grade", str(HOSTILE), "--out", "x", "--timeout", "0"], "--timeout must be"),
-    (["grade", str(HOSTILE), "--out", "x", "--solutions", "no/such/solutions"], "no solutions folder"),
-    (["validate", "no/such.ipynb"], "no notebook at"),
-    (["validate", str(HOSTILE / "malformed" / f"{NB}.ipynb")], "not valid notebook JSON"),
-    (["validate", str(HOSTILE / "not_a_notebook" / "notes.txt")], "is not a notebook"),
-    (["release", "--solutions", "no/such/solutions"], "no solutions folder"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["grade", "no/such/folder", "--out", "x", "--solutions", str(FIXTURE_COURSE)], "no submissions folder"),
+        (["grade", str(HOSTILE), "--out", str(HOSTILE / "good" / "out")], "inside the submissions folder"),
+        (["grade", str(HOSTILE), "--out", "x", "--memory", "lots"], "is not a size"),
+        (["grade", str(HOSTILE), "--out", "x", "--timeout", "0"], "--timeout must be"),
+        (["grade", str(HOSTILE), "--out", "x", "--solutions", "no/such/solutions"], "no solutions folder"),
+        (["validate", "no/such.ipynb"], "no notebook at"),
+        (["validate", str(HOSTILE / "malformed" / f"{NB}.ipynb")], "not valid notebook JSON"),
+        (["validate", str(HOSTILE / "not_a_notebook" / "notes.txt")], "is not a notebook"),
+        (["release", "--solutions", "no/such/solutions"], "no solutions folder"),
+    ],
+)
 def test_user_mistakes_are_one_line(args, words, tmp_path):
     result = run_course(*args, cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -266,8 +269,12 @@ def test_totals_per_student_and_only_graded_cells_of_solutions_trigger_regrading
 
     with open(tmp_path / "out" / "totals.csv", newline="") as handle:
         totals = {(r["student"], r["notebook"]): (r["points"], r["max_points"]) for r in csv.DictReader(handle)}
-    assert totals == {("good", NB): ("5", "5"), ("good", "TOTAL"): ("5", "5"),
-                      ("unanswered", NB): ("0", "5"), ("unanswered", "TOTAL"): ("0", "5")}
+    assert totals == {
+        ("good", NB): ("5", "5"),
+        ("good", "TOTAL"): ("5", "5"),
+        ("unanswered", NB): ("0", "5"),
+        ("unanswered", "TOTAL"): ("0", "5"),
+    }
 
     # the instructor rewords the exercise text: nothing is graded again
     path = solutions / f"{NB}.ipynb"
@@ -283,7 +290,8 @@ def test_totals_per_student_and_only_graded_cells_of_solutions_trigger_regrading
 
     before = fingerprint(path)
     check = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex1-check")
-    check["source"] = "".join(check["source"]).replace("### END HIDDEN TESTS",
-                                                      "assert mean_of([2, 4]) == 3\n### END HIDDEN TESTS")
+    check["source"] = "".join(check["source"]).replace(
+        "### END HIDDEN TESTS", "assert mean_of([2, 4]) == 3\n### END HIDDEN TESTS"
+    )
     path.write_text(json.dumps(nb, indent=1))
     assert fingerprint(path) != before

@@ -14,9 +14,10 @@ NB = "99_fixture"
 
 @pytest.mark.slow
 def test_a_sub_second_limit_stops_a_longer_cell(tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(4)\nprint('finished')")],
-                                  metadata={"kernelspec": {"name": "ddl-hpc", "display_name": "Python (DDL on HPC)",
-                                                           "language": "python"}})
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(4)\nprint('finished')")],
+        metadata={"kernelspec": {"name": "ddl-hpc", "display_name": "Python (DDL on HPC)", "language": "python"}},
+    )
     outcome = run(nb, str(tmp_path), 0.5, 2**30)
     assert outcome.timed_out == {0}, f"a 4 s cell ran to its end under a 0.5 s limit: {nb.cells[0].outputs}"
     printed = [o.get("text", "") for o in nb.cells[0].outputs if o.get("output_type") == "stream"]
@@ -49,16 +50,28 @@ def _kernel_that_fails_to_start(root, times: int) -> str:
         "open(counter, 'a').write('x')\n"
         f"if n < {times}:\n"
         "    sys.exit(1)\n"
-        "os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', *sys.argv[1:]])\n")
-    (spec_dir / "kernel.json").write_text(json.dumps(
-        {"argv": [sys.executable, str(launcher), "-f", "{connection_file}"], "display_name": "flaky",
-         "language": "python"}))
+        "os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', *sys.argv[1:]])\n"
+    )
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, str(launcher), "-f", "{connection_file}"],
+                "display_name": "flaky",
+                "language": "python",
+            }
+        )
+    )
     return "flaky"
 
 
 def _two_cells():
-    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# two cells"),
-                                           nbformat.v4.new_code_cell("x = 6 * 7"), nbformat.v4.new_code_cell("print(x)")])
+    return nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# two cells"),
+            nbformat.v4.new_code_cell("x = 6 * 7"),
+            nbformat.v4.new_code_cell("print(x)"),
+        ]
+    )
 
 
 @pytest.mark.slow

@@ -27,14 +27,20 @@ def expect_two_ranks_summed(result):
 
 def test_horovodrun_gloo_two_ranks():
     horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable))
-    result = subprocess.run([horovodrun, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, PROGRAM],
-                            capture_output=True, text=True, timeout=300, env=mpi.env())
+    result = subprocess.run(
+        [horovodrun, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, PROGRAM],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=mpi.env(),
+    )
     expect_two_ranks_summed(result)
 
 
 def test_mpiexec_two_ranks():
-    result = subprocess.run(mpi.command(2, sys.executable, PROGRAM), capture_output=True, text=True, timeout=300,
-                            env=mpi.env())
+    result = subprocess.run(
+        mpi.command(2, sys.executable, PROGRAM), capture_output=True, text=True, timeout=300, env=mpi.env()
+    )
     expect_two_ranks_summed(result)
 
 

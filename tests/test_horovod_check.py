@@ -31,10 +31,8 @@ def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("horovod-check")
     single_text, solution = notebook_scripts()
     faults = {  # the plain optimizer, checkpoints on every rank, steps of the whole set, no warm-up
-        "optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=LR))":
-            "optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=LR)",
-        "             hvd.callbacks.LearningRateWarmupCallback(initial_lr=LR, warmup_epochs=WARMUP)]":
-            "             tf.keras.callbacks.ModelCheckpoint('checkpoints/checkpoint-{epoch:03d}.h5')]",
+        "optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=LR))": "optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=LR)",
+        "             hvd.callbacks.LearningRateWarmupCallback(initial_lr=LR, warmup_epochs=WARMUP)]": "             tf.keras.callbacks.ModelCheckpoint('checkpoints/checkpoint-{epoch:03d}.h5')]",
         "steps = len(x_train) // BATCH": "steps = 600 // BATCH",
     }
     faulty = solution
@@ -67,8 +65,10 @@ def test_each_fault_is_named(runs):
     text = "\n".join(found)
     assert "the optimizer is not Horovod's" in text
     assert "the ranks end with different weights" in text
-    assert "rank 1 wrote checkpoints/checkpoint-001.h5, checkpoints/checkpoint-002.h5, checkpoints/checkpoint-003.h5" \
-           in text
+    assert (
+        "rank 1 wrote checkpoints/checkpoint-001.h5, checkpoints/checkpoint-002.h5, checkpoints/checkpoint-003.h5"
+        in text
+    )
     assert "each rank took 18 steps per epoch; the single process took 18" in text
     assert "no warm-up: the first epoch already ran at 0.1" in text
     with pytest.raises(AssertionError, match=r"problem\(s\) with faulty.py"):

@@ -47,6 +47,7 @@ def run(command: list[str], env: dict | None = None, cwd=None) -> subprocess.Com
 
 # ------------------------------------------------------------------------------------------- Horovod
 
+
 @pytest.mark.slow
 def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path):
     run(mpi.command(2, sys.executable, str(PROGRAMS / "hvd_same_as_one.py"), str(tmp_path)))
@@ -64,10 +65,26 @@ def summary_line(output: str) -> list[dict]:
 @pytest.mark.slow
 def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     timeline = tmp_path / "timeline.json"
-    args = ["-m", "course.horovod_mnist", "--limit", "400", "--batch", "50",
-            "--checkpoint-dir", str(tmp_path / "ckpt-{rank}"), "--log-dir", str(tmp_path / "tb-{rank}"),
-            "--save", str(tmp_path / "model-{rank}.h5"), "--summary", str(tmp_path / "summary-{rank}.json"),
-            "--results", str(tmp_path / "results-{rank}.csv"), "--momentum", "0.9"]
+    args = [
+        "-m",
+        "course.horovod_mnist",
+        "--limit",
+        "400",
+        "--batch",
+        "50",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt-{rank}"),
+        "--log-dir",
+        str(tmp_path / "tb-{rank}"),
+        "--save",
+        str(tmp_path / "model-{rank}.h5"),
+        "--summary",
+        str(tmp_path / "summary-{rank}.json"),
+        "--results",
+        str(tmp_path / "results-{rank}.csv"),
+        "--momentum",
+        "0.9",
+    ]
     env = dict(mpi.env(), HOROVOD_TIMELINE=str(timeline))
     first = run(mpi.command(2, sys.executable, *args, "--epochs", "2"), env=env, cwd=tmp_path)
 
@@ -87,8 +104,13 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     table = results.collect(tmp_path / "results-0.csv")
     assert table.problems == [] and len(table.rows) == 1, (table.problems, table.rows)
     (row,) = table.rows
-    assert (row["strategy"], row["workers"], row["engines"], row["epochs"], row["batch_size"]) == \
-        ("horovod", "2", "2", "2", "100")
+    assert (row["strategy"], row["workers"], row["engines"], row["epochs"], row["batch_size"]) == (
+        "horovod",
+        "2",
+        "2",
+        "2",
+        "100",
+    )
     assert row["network"] == "simple-mnist" and row["dataset"] in ("mnist", "digits") and row["hardware"]
     assert float(row["accuracy"]) == pytest.approx(report["test_accuracy"], abs=1e-6)
     assert float(row["elapsed_s"]) >= sum(report["epoch_times"]) * 0.99
@@ -109,7 +131,7 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     # The optimizer's state came back too (step count and momentum, saved with the checkpoint): 8 + 4 steps.
     assert report["optimizer_steps"] == 3 * 4, "the resumed optimizer started counting again from 0"
     assert (tmp_path / "ckpt-0" / "checkpoint-003.h5").is_file() and not (tmp_path / "ckpt-1").exists()
-    rows = results.collect(tmp_path / "results-0.csv").rows   # appended to, not rewritten: the epoch it trained
+    rows = results.collect(tmp_path / "results-0.csv").rows  # appended to, not rewritten: the epoch it trained
     assert [(r["workers"], r["epochs"]) for r in rows] == [("2", "2"), ("2", "1")]
 
 
@@ -117,46 +139,85 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
 def test_warmup_ramps_up_to_the_scaled_rate_and_each_rule_trains_in_one_launch(tmp_path):
     """2 ranks at one worker's rate 0.05, three rules in one launch: linear+warmup starts below the scaled rate 0.1
     and ends on it; none stays at 0.05; sqrt stays at 0.05 x sqrt(2). Rates are read from the optimizer."""
-    done = run(mpi.command(2, sys.executable, "-m", "course.horovod_mnist", "--limit", "200", "--batch", "25",
-                           "--scaling", "linear+warmup,none,sqrt", "--epochs", "3", "--lr", "0.05"), cwd=tmp_path)
+    done = run(
+        mpi.command(
+            2,
+            sys.executable,
+            "-m",
+            "course.horovod_mnist",
+            "--limit",
+            "200",
+            "--batch",
+            "25",
+            "--scaling",
+            "linear+warmup,none,sqrt",
+            "--epochs",
+            "3",
+            "--lr",
+            "0.05",
+        ),
+        cwd=tmp_path,
+    )
     reports = summary_line(done.stdout)
     assert [r["scaling"] for r in reports] == ["linear+warmup", "none", "sqrt"], done.stdout[-2000:]
     rates = reports[0]["learning_rates"]  # read from the optimizer at every step, mean per epoch
     assert len(rates) == 3 and reports[0]["warmup_epochs"] == 1, rates
     assert rates[0] < 0.1 - 1e-3, f"the first epoch should warm up below the scaled rate 0.1: {rates}"
-    assert rates[1] == pytest.approx(0.1, rel=1e-6) and rates[2] == pytest.approx(0.1, rel=1e-6), \
+    assert rates[1] == pytest.approx(0.1, rel=1e-6) and rates[2] == pytest.approx(0.1, rel=1e-6), (
         f"after the warm-up the rate should be the scaled 0.05 x 2 = 0.1: {rates}"
+    )
     assert reports[1]["learning_rates"] == pytest.approx([0.05] * 3, rel=1e-6)
-    assert reports[2]["learning_rates"] == pytest.approx([0.05 * 2 ** 0.5] * 3, rel=1e-6)
-    assert all(r["epochs_run"] == [1, 2, 3] and r["optimizer_steps"] == 3 * 4 for r in reports), \
+    assert reports[2]["learning_rates"] == pytest.approx([0.05 * 2**0.5] * 3, rel=1e-6)
+    assert all(r["epochs_run"] == [1, 2, 3] and r["optimizer_steps"] == 3 * 4 for r in reports), (
         "each rule trains a fresh model for all its epochs"
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--scaling", "linear,cubic"], "'cubic' is not a configuration"),
-    (["--scaling", "sqrt+decay"], "'sqrt+decay' is not a configuration"),
-    (["--scaling", "none,linear", "--checkpoint-dir", "ckpt"], "--checkpoint-dir need(s) one --scaling configuration"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--scaling", "linear,cubic"], "'cubic' is not a configuration"),
+        (["--scaling", "sqrt+decay"], "'sqrt+decay' is not a configuration"),
+        (
+            ["--scaling", "none,linear", "--checkpoint-dir", "ckpt"],
+            "--checkpoint-dir need(s) one --scaling configuration",
+        ),
+    ],
+)
 def test_bad_scaling_configurations_are_one_line_errors(argv, message):
-    done = subprocess.run([sys.executable, "-m", "course.horovod_mnist", *argv], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "course.horovod_mnist", *argv], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 @pytest.mark.slow
 def test_bad_results_file_stops_every_rank_before_training(tmp_path):
-    command = mpi.command(2, sys.executable, "-m", "course.horovod_mnist", "--limit", "400",
-                          "--results", str(tmp_path / "missing-folder" / "results.csv"))
-    env = dict(mpi.env(), TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = mpi.command(
+        2,
+        sys.executable,
+        "-m",
+        "course.horovod_mnist",
+        "--limit",
+        "400",
+        "--results",
+        str(tmp_path / "missing-folder" / "results.csv"),
+    )
+    env = dict(
+        mpi.env(), TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
     assert done.returncode != 0, done.stdout
     errors = [line for line in done.stderr.splitlines() if line.startswith("course: error:")]
-    assert errors == [f"course: error: cannot write results to {tmp_path / 'missing-folder' / 'results.csv'}: "
-                      f"the folder {tmp_path / 'missing-folder'} does not exist"], done.stderr[-3000:]
+    assert errors == [
+        f"course: error: cannot write results to {tmp_path / 'missing-folder' / 'results.csv'}: "
+        f"the folder {tmp_path / 'missing-folder'} does not exist"
+    ], done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "Epoch 1" not in done.stdout and "SUMMARY" not in done.stdout
 
 
 # ---------------------------------------------------------------------------------- MirroredStrategy
+
 
 @pytest.mark.slow
 def test_mirrored_two_logical_devices_equal_one_device(tmp_path):
@@ -170,27 +231,59 @@ def test_mirrored_two_logical_devices_equal_one_device(tmp_path):
 
 @pytest.mark.slow
 def test_mirrored_program_writes_tensorboard_logs_and_a_results_row(tmp_path):
-    result = run([sys.executable, "-m", "course.mirrored_resnet", "--replicas", "2", "--model", "mnist_cnn",
-                  "--dataset", "mnist", "--input-size", "28", "--batch", "8", "--steps", "2", "--epochs", "1",
-                  "--limit", "64", "--log-dir", str(tmp_path / "tb"), "--results", str(tmp_path / "results.csv")],
-                 env=dict(os.environ, COURSE_OFFLINE="1"))
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "course.mirrored_resnet",
+            "--replicas",
+            "2",
+            "--model",
+            "mnist_cnn",
+            "--dataset",
+            "mnist",
+            "--input-size",
+            "28",
+            "--batch",
+            "8",
+            "--steps",
+            "2",
+            "--epochs",
+            "1",
+            "--limit",
+            "64",
+            "--log-dir",
+            str(tmp_path / "tb"),
+            "--results",
+            str(tmp_path / "results.csv"),
+        ],
+        env=dict(os.environ, COURSE_OFFLINE="1"),
+    )
     assert any((tmp_path / "tb").rglob("events.out.tfevents.*")), f"no TensorBoard events:\n{result.stdout}"
     table = results.collect(tmp_path / "results.csv")
     assert table.problems == [] and len(table.rows) == 1, (table.problems, table.rows)
     (row,) = table.rows
-    assert (row["strategy"], row["workers"], row["engines"], row["batch_size"], row["accuracy"]) == \
-        ("mirrored", "2", "1", "16", "")
+    assert (row["strategy"], row["workers"], row["engines"], row["batch_size"], row["accuracy"]) == (
+        "mirrored",
+        "2",
+        "1",
+        "16",
+        "",
+    )
 
 
 def test_logical_cpus_after_tensorflow_started_is_a_clear_error(tmp_path):
-    code = ("import tensorflow as tf; tf.constant(1.0)\n"
-            "from course import training, UserError\n"
-            "try:\n    training.logical_cpus(2)\nexcept UserError as e:\n    print('USERERROR', e)\n")
+    code = (
+        "import tensorflow as tf; tf.constant(1.0)\n"
+        "from course import training, UserError\n"
+        "try:\n    training.logical_cpus(2)\nexcept UserError as e:\n    print('USERERROR', e)\n"
+    )
     result = run([sys.executable, "-c", code], env=dict(os.environ))
     assert "USERERROR" in result.stdout and "fresh process" in result.stdout
 
 
 # ------------------------------------------------------------------------------ pure helpers
+
 
 def test_summary_excludes_first_epoch():
     summary = perf.summarize([10.0, 2.0, 4.0, 3.0], images_per_epoch=600)

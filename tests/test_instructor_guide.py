@@ -61,7 +61,7 @@ def results_rows(path: Path) -> list[dict]:
 
 
 def test_every_command_block_runs_in_order(tmp_path, slurm):  # noqa: F811
-    checkout = tmp_path / "checkout"   # the course checkout: the fixture course as solutions/, the real .venv
+    checkout = tmp_path / "checkout"  # the course checkout: the fixture course as solutions/, the real .venv
     checkout.mkdir()
     (checkout / ".venv").symlink_to(ROOT / ".venv")
     shutil.copytree(FIXTURE_COURSE, checkout / "solutions")
@@ -71,18 +71,27 @@ def test_every_command_block_runs_in_order(tmp_path, slurm):  # noqa: F811
     shared = tmp_path / "shared" / "class-results"
     paths = {"/shared/class-results": str(shared), "SUBMISSIONS": str(submissions)}
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_CLUSTER_ID", "JPY_SESSION_NAME", "COURSE_DATA_DIR")}
-    env.update(mpi.env(), IPYTHONDIR=str(tmp_path / "ipython"), HOME=str(tmp_path / "home"),
-               KERAS_HOME=str(tmp_path / "home" / ".keras"), COURSE_OFFLINE="1", COURSE_JOBS_DIR=str(tmp_path / "jobs"))
+    env.update(
+        mpi.env(),
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        HOME=str(tmp_path / "home"),
+        KERAS_HOME=str(tmp_path / "home" / ".keras"),
+        COURSE_OFFLINE="1",
+        COURSE_JOBS_DIR=str(tmp_path / "jobs"),
+    )
     (tmp_path / "home").mkdir()
     outputs = []
     for section, block in blocks():
         script = block
         for given, here in paths.items():
             script = re.sub(rf"(?<![\w/]){re.escape(given)}", here, script)
-        shell = "set -eo pipefail\ncourse() { .venv/bin/python -m course \"$@\"; }\n" + script
-        done = subprocess.run(["bash", "-c", shell], cwd=checkout, env=env, capture_output=True, text=True,
-                              timeout=1200)
-        assert done.returncode == 0, f"{section}\n{script}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+        shell = 'set -eo pipefail\ncourse() { .venv/bin/python -m course "$@"; }\n' + script
+        done = subprocess.run(
+            ["bash", "-c", shell], cwd=checkout, env=env, capture_output=True, text=True, timeout=1200
+        )
+        assert done.returncode == 0, (
+            f"{section}\n{script}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+        )
         outputs.append((section, script, done.stdout))
 
     by_section = {}
@@ -124,12 +133,27 @@ def test_make_clean_keeps_the_gradebook_and_says_what_it_kept(tmp_path):
 def test_gitignore_keeps_student_data_and_class_output_out_of_git(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
-    made = ["SUBMISSIONS/alice/02_sgd.ipynb", "grades/grades.csv", "grades/totals.csv", "dry-run/index.html",
-            "run-output/index.html", "class-results/alice.csv", "class.csv", "class.png", "results.csv",
-            "build/nbgrader/gradebook.db", "course-horovod_1234.out"]
+    made = [
+        "SUBMISSIONS/alice/02_sgd.ipynb",
+        "grades/grades.csv",
+        "grades/totals.csv",
+        "dry-run/index.html",
+        "run-output/index.html",
+        "class-results/alice.csv",
+        "class.csv",
+        "class.png",
+        "results.csv",
+        "build/nbgrader/gradebook.db",
+        "course-horovod_1234.out",
+    ]
     for name in made:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
-    listed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=tmp_path,
-                            capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert listed.strip() == "?? .gitignore", listed

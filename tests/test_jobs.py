@@ -69,8 +69,17 @@ def test_inconsistent_requests_are_refused_before_submission(argv, message, reco
 
 def test_site_options_and_cores_per_gpu_rank_in_the_script():
     """--qos, --constraint, --exclusive and any other #SBATCH line reach the script; GPU ranks get cores."""
-    text = jobs.script(jobs.Request("horovod", nodes=2, gpus_per_node=4, qos="long", constraint="a100|h100",
-                                    exclusive=True, sbatch=["--reservation=workshop", "--mail-type=END"]))
+    text = jobs.script(
+        jobs.Request(
+            "horovod",
+            nodes=2,
+            gpus_per_node=4,
+            qos="long",
+            constraint="a100|h100",
+            exclusive=True,
+            sbatch=["--reservation=workshop", "--mail-type=END"],
+        )
+    )
     for line in ("--qos=long", "--constraint=a100|h100", "--exclusive", "--reservation=workshop", "--mail-type=END"):
         assert f"#SBATCH {line}\n" in text, line
     assert "#SBATCH --cpus-per-task=4\n" in text  # four cores per GPU rank: each feeds one GPU
@@ -156,8 +165,10 @@ def test_job_scripts_oversubscribe_only_when_asked():
     asked = jobs.script(jobs.Request("horovod", tasks_per_node=2, oversubscribe=True))
     assert "export OMPI_MCA_rmaps_base_oversubscribe=1" in asked
     assert "export OMPI_MCA_mpi_yield_when_idle=1" in asked, asked  # ranks sharing cores yield while they wait
-    for request, why in ((jobs.Request("horovod", tasks_per_node=2, launcher="srun", oversubscribe=True), "srun"),
-                         (jobs.Request("mirrored", oversubscribe=True), "several tasks")):
+    for request, why in (
+        (jobs.Request("horovod", tasks_per_node=2, launcher="srun", oversubscribe=True), "srun"),
+        (jobs.Request("mirrored", oversubscribe=True), "several tasks"),
+    ):
         with pytest.raises(UserError, match=why):
             jobs.script(request)
     printed = run_course("job", "horovod", "--tasks-per-node", "2", "--oversubscribe", "--print")
@@ -166,12 +177,24 @@ def test_job_scripts_oversubscribe_only_when_asked():
 
 # ------------------------------------------------------------------------------------------ real jobs
 
+
 @pytest.mark.slow
 def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records):  # noqa: F811
     """Submitted through the CLI: two ranks under mpiexec, both print the summed all-reduce [1+2, 10+10]."""
     env = _env(records)
-    submitted = run_course("job", str(PROGRAMS / "hvd_allreduce.py"), "--tasks-per-node", "2", "--time", "00:10:00",
-                           "--output-dir", str(tmp_path), "--submit", env=env, timeout=120)
+    submitted = run_course(
+        "job",
+        str(PROGRAMS / "hvd_allreduce.py"),
+        "--tasks-per-node",
+        "2",
+        "--time",
+        "00:10:00",
+        "--output-dir",
+        str(tmp_path),
+        "--submit",
+        env=env,
+        timeout=120,
+    )
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
     assert job_id.isdigit(), submitted.stdout
@@ -194,10 +217,15 @@ def test_a_sweep_as_a_job_array_appends_one_row_per_worker_count(slurm, tmp_path
     monkeypatch.setenv("COURSE_OFFLINE", "1")  # the job inherits it: the digits stand in for MNIST
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / ".keras"))
     table = tmp_path / "class.csv"
-    request = jobs.Request("train", ["--epochs", "1", "--limit", "120", "--batch-size", "20", "-n", "1",
-                                     "--results", str(table)],
-                           cpus_per_task=1, array=[1, 2], time="00:10:00", output_dir=str(tmp_path),
-                           workdir=str(tmp_path))
+    request = jobs.Request(
+        "train",
+        ["--epochs", "1", "--limit", "120", "--batch-size", "20", "-n", "1", "--results", str(table)],
+        cpus_per_task=1,
+        array=[1, 2],
+        time="00:10:00",
+        output_dir=str(tmp_path),
+        workdir=str(tmp_path),
+    )
     assert "#SBATCH --array=0-1\n" in jobs.script(request)
     job_id = jobs.submit(request)
     final = jobs.wait(job_id, timeout=600)
@@ -221,8 +249,7 @@ def _resubmitted(out: str) -> int | None:
 
 
 @pytest.mark.slow
-def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(
-        slurm, tmp_path, records):  # noqa: F811
+def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(slurm, tmp_path, records):  # noqa: F811
     """A one-minute Horovod job (2 ranks) warned 45 s before its limit (issue 15): its script resubmits itself,
     rank 0's checkpoint is written, and the next job resumes from it ("resumed from rank 0's checkpoint at epoch
     E") until one completes the epochs asked for, with as many optimizer steps as an uninterrupted run.
@@ -240,8 +267,15 @@ def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same
 
     # 374 steps of batch 2 per rank per epoch (the 1797 digits on 2 ranks): a few seconds an epoch on this node
     args = ["--epochs", str(EPOCHS), "--batch", "2", "--threads", "1", "--checkpoint-dir", "ckpt"]
-    request = jobs.Request("horovod", args, tasks_per_node=2, time="00:01:00", resubmit_on_timeout=45,
-                           output_dir=str(tmp_path), workdir=str(tmp_path))
+    request = jobs.Request(
+        "horovod",
+        args,
+        tasks_per_node=2,
+        time="00:01:00",
+        resubmit_on_timeout=45,
+        output_dir=str(tmp_path),
+        workdir=str(tmp_path),
+    )
     assert "#SBATCH --signal=B:USR1@45\n" in jobs.script(request)
     started, chain, job_id, epoch = time.monotonic(), [], jobs.submit(request), 0
     try:

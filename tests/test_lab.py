@@ -24,6 +24,7 @@ def test_lab_serves_the_course_kernel(tmp_path):
 
 
 def test_lab_refuses_a_missing_folder():
-    result = subprocess.run([sys.executable, "-m", "course", "lab", "--root", "/no/such/folder"], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "course", "lab", "--root", "/no/such/folder"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1 and result.stderr.strip() == "course: error: /no/such/folder is not a folder"

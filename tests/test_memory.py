@@ -14,8 +14,7 @@ MB = 2**20
 # allocate and touch `size` MB, say so, and hold it until stdin closes
 HOLD = "import sys; a = b'x' * ({size} * 2**20); print('ready', flush=True); sys.stdin.read()"
 # the same one level further down: a child whose own child allocates
-NESTED = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {code!r}], stdin=sys.stdin); "
-          "p.wait()")
+NESTED = "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {code!r}], stdin=sys.stdin); p.wait()"
 
 
 def start(code: str) -> subprocess.Popen:

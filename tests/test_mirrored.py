@@ -18,8 +18,14 @@ from tests.conftest import PROGRAMS, ROOT
 
 @pytest.mark.slow
 def test_checks_pass_right_answers_and_name_each_mistake():
-    done = subprocess.run([sys.executable, str(PROGRAMS / "mirrored_checks.py")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, env=dict(os.environ, COURSE_OFFLINE="1"))
+    done = subprocess.run(
+        [sys.executable, str(PROGRAMS / "mirrored_checks.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, COURSE_OFFLINE="1"),
+    )
     assert "RESULT " in done.stdout, done.stderr[-3000:]
     found = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert found["build right"] == ["pass", "MirroredVariable"]

@@ -41,8 +41,10 @@ BIN = str(Path(sys.executable).parent)
 
 def _missing() -> str:
     if os.geteuid() != 0:
-        return ("needs root to create the instructor and student Unix users (make test runs as root in CI); "
-                "as a normal user, nbgrader's exchange cannot be shown between users")
+        return (
+            "needs root to create the instructor and student Unix users (make test runs as root in CI); "
+            "as a normal user, nbgrader's exchange cannot be shown between users"
+        )
     for tool in ("useradd", "unshare", "setpriv", "mount"):
         if shutil.which(tool) is None:
             return f"needs {tool} (util-linux / passwd) to run the course as other Unix users"
@@ -52,36 +54,62 @@ def _missing() -> str:
 @dataclass
 class Course:
     base: Path
-    grading: Path        # the instructor's nbgrader course directory (COURSE_NBGRADER_ROOT)
+    grading: Path  # the instructor's nbgrader course directory (COURSE_NBGRADER_ROOT)
     exchange: Path
     homes: dict[str, Path]
     runs: dict[str, subprocess.CompletedProcess]
     feedback_files: dict[str, list[Path]]
 
 
-def run_as(who: str, course_base: Path, homes: dict[str, Path], argv: list[str], cwd: Path, env: dict | None = None,
-           check: bool = True) -> subprocess.CompletedProcess:
+def run_as(
+    who: str,
+    course_base: Path,
+    homes: dict[str, Path],
+    argv: list[str],
+    cwd: Path,
+    env: dict | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """Run ARGV as the Unix user of WHO (instructor, alice, bob), with the environment's Python reachable."""
     user, home = USERS[who], homes[who]
     script = f'set -e; cd {cwd}; exec setpriv --reuid={user} --regid={user} --clear-groups "$@"'
     if UNDER_ROOT is not None:
         stash = course_base / f".python-{who}"
-        script = (f"set -e; mkdir -p {stash}; mount --bind {UNDER_ROOT} {stash}; mount -t tmpfs -o mode=0755 tmpfs "
-                  f"/root; mkdir -p {UNDER_ROOT}; mount --move {stash} {UNDER_ROOT}; " + script)
-    environment = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home), "USER": user, "LOGNAME": user,
-                   "LANG": "C.UTF-8", "COURSE_PROFILE": "quick", "COURSE_OFFLINE": "1",
-                   **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}, **(env or {})}
-    result = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *argv],
-                            env=environment, capture_output=True, text=True, timeout=1800)
+        script = (
+            f"set -e; mkdir -p {stash}; mount --bind {UNDER_ROOT} {stash}; mount -t tmpfs -o mode=0755 tmpfs "
+            f"/root; mkdir -p {UNDER_ROOT}; mount --move {stash} {UNDER_ROOT}; " + script
+        )
+    environment = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "HOME": str(home),
+        "USER": user,
+        "LOGNAME": user,
+        "LANG": "C.UTF-8",
+        "COURSE_PROFILE": "quick",
+        "COURSE_OFFLINE": "1",
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+        **(env or {}),
+    }
+    result = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *argv],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if check:
-        assert result.returncode == 0, f"{who}: {' '.join(argv)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        assert result.returncode == 0, (
+            f"{who}: {' '.join(argv)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 
-def nbgrader_as(who: str, course: Course, *args: str, cwd: Path | None = None, env: dict | None = None,
-                check: bool = True) -> subprocess.CompletedProcess:
-    return run_as(who, course.base, course.homes, [sys.executable, "-m", "nbgrader", *args],
-                  cwd or course.homes[who], env, check)
+def nbgrader_as(
+    who: str, course: Course, *args: str, cwd: Path | None = None, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    return run_as(
+        who, course.base, course.homes, [sys.executable, "-m", "nbgrader", *args], cwd or course.homes[who], env, check
+    )
 
 
 def _users(base: Path, created: list[str]) -> dict[str, Path]:
@@ -100,8 +128,11 @@ def _users(base: Path, created: list[str]) -> dict[str, Path]:
 
 def hidden_lines() -> list[str]:
     """The instructor's hidden-test lines of notebook 02 that are not in the released notebook."""
-    public = {line.strip() for cell in nbformat.read(str(ROOT / "notebooks" / f"{NB}.ipynb"), as_version=4).cells
-              for line in cell.source.splitlines()}
+    public = {
+        line.strip()
+        for cell in nbformat.read(str(ROOT / "notebooks" / f"{NB}.ipynb"), as_version=4).cells
+        for line in cell.source.splitlines()
+    }
     lines, inside = [], False
     for cell in nbformat.read(str(ROOT / "solutions" / f"{NB}.ipynb"), as_version=4).cells:
         for line in cell.source.splitlines():
@@ -120,8 +151,11 @@ def visible_text(page: str) -> str:
 
 
 def _answers(source: Path) -> dict[str, str]:
-    return {c.metadata.nbgrader["grade_id"]: c.source for c in nbformat.read(str(source), as_version=4).cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
+    return {
+        c.metadata.nbgrader["grade_id"]: c.source
+        for c in nbformat.read(str(source), as_version=4).cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
 
 
 def _answer(fetched: Path, answers: dict[str, str], owner: str) -> None:
@@ -161,8 +195,9 @@ def exchange_course():
         for who in ("alice", "bob"):  # a student's nbgrader needs only the course id and the exchange
             config = homes[who] / ".jupyter" / "nbgrader_config.py"
             config.parent.mkdir()
-            config.write_text(f'c = get_config()\nc.CourseDirectory.course_id = "ddl-hpc"\n'
-                              f'c.Exchange.root = "{exchange}"\n')
+            config.write_text(
+                f'c = get_config()\nc.CourseDirectory.course_id = "ddl-hpc"\nc.Exchange.root = "{exchange}"\n'
+            )
             shutil.chown(config.parent, USERS[who], USERS[who])
         teach = {"COURSE_NBGRADER_ROOT": str(grading), "COURSE_NBGRADER_EXCHANGE": str(exchange)}
         # the instructor works from the checkout, which they cannot write to: everything goes under COURSE_NBGRADER_ROOT
@@ -173,16 +208,25 @@ def exchange_course():
             nbgrader_as(who, course, "fetch_assignment", ASSIGNMENT)
         wrong = json.loads((WRONG / f"{NB}.json").read_text())
         bobs = next(answer for answer in wrong if "ex2-answer" in answer)  # fails a hidden test
-        _answer(homes["alice"] / ASSIGNMENT / f"{NB}.ipynb", _answers(ROOT / "solutions" / f"{NB}.ipynb"), USERS["alice"])
-        _answer(homes["bob"] / ASSIGNMENT / f"{NB}.ipynb", {**_answers(ROOT / "solutions" / f"{NB}.ipynb"),
-                                                            "ex2-answer": bobs["ex2-answer"]}, USERS["bob"])
+        _answer(
+            homes["alice"] / ASSIGNMENT / f"{NB}.ipynb", _answers(ROOT / "solutions" / f"{NB}.ipynb"), USERS["alice"]
+        )
+        _answer(
+            homes["bob"] / ASSIGNMENT / f"{NB}.ipynb",
+            {**_answers(ROOT / "solutions" / f"{NB}.ipynb"), "ex2-answer": bobs["ex2-answer"]},
+            USERS["bob"],
+        )
         for who in ("alice", "bob"):
             nbgrader_as(who, course, "submit", ASSIGNMENT)
         inbound = exchange / "ddl-hpc" / "inbound"
         course.runs["bob lists inbound"] = run_as("bob", base, homes, ["ls", str(inbound)], homes["bob"], check=False)
-        course.runs["bob looks for alice's"] = run_as("bob", base, homes, [sys.executable, "-c", (
-            f"import glob; print(glob.glob('{inbound}/*') + glob.glob('{homes['alice']}/*'))")],
-            homes["bob"])
+        course.runs["bob looks for alice's"] = run_as(
+            "bob",
+            base,
+            homes,
+            [sys.executable, "-c", (f"import glob; print(glob.glob('{inbound}/*') + glob.glob('{homes['alice']}/*'))")],
+            homes["bob"],
+        )
         for step in ("collect", "autograde", "generate_feedback", "release_feedback"):
             nbgrader_as("instructor", course, step, ASSIGNMENT, cwd=ROOT, env=teach)
         for who in ("alice", "bob"):
@@ -191,8 +235,12 @@ def exchange_course():
         _FLOW.append(course)
         yield course
     finally:
-        subprocess.run([sys.executable, "-m", "course", "cluster", "stop", "--all"], capture_output=True, timeout=120,
-                       env={**os.environ, "IPYTHONDIR": str(base / "home" / "instructor" / ".ipython")})
+        subprocess.run(
+            [sys.executable, "-m", "course", "cluster", "stop", "--all"],
+            capture_output=True,
+            timeout=120,
+            env={**os.environ, "IPYTHONDIR": str(base / "home" / "instructor" / ".ipython")},
+        )
         shutil.rmtree(base, ignore_errors=True)
         for user in created:
             subprocess.run(["userdel", user], capture_output=True)
@@ -202,10 +250,14 @@ def test_the_gradebook_holds_the_right_scores(exchange_course):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{exchange_course.grading / 'gradebook.db'}", "ddl-hpc") as gb:
-        scores = {who: {g.name: (g.score, g.max_score) for g in
-                        gb.find_submission_notebook(NB, ASSIGNMENT, USERS[who]).grades} for who in ("alice", "bob")}
+        scores = {
+            who: {
+                g.name: (g.score, g.max_score) for g in gb.find_submission_notebook(NB, ASSIGNMENT, USERS[who]).grades
+            }
+            for who in ("alice", "bob")
+        }
     assert all(score == top for score, top in scores["alice"].values()), scores["alice"]
-    assert scores["bob"]["ex2-check"][0] == 0, scores["bob"]        # the plain mean fails the hidden test
+    assert scores["bob"]["ex2-check"][0] == 0, scores["bob"]  # the plain mean fails the hidden test
     assert scores["bob"]["ex1-check"][0] == scores["bob"]["ex1-check"][1], scores["bob"]  # his other answers are right
     assert set(scores["alice"]) == {"ex1-check", "ex2-check", "ex3-check"}
 

@@ -48,15 +48,25 @@ def test_two_submissions_in_a_row_do_not_share_engines(tmp_path):
 
     course = config_copy(tmp_path / "course")
     (course / "solutions").mkdir()
-    source = notebook([cell("# Isolation\n\nA notebook that starts an engine cluster.", "intro", "markdown"),
-                       cell(START, "start"), cell(FRESH, "fresh-engine", points=1),
-                       cell(ANSWER, "answer", solution=True), cell(CHECK, "answer-check", points=1)])
+    source = notebook(
+        [
+            cell("# Isolation\n\nA notebook that starts an engine cluster.", "intro", "markdown"),
+            cell(START, "start"),
+            cell(FRESH, "fresh-engine", points=1),
+            cell(ANSWER, "answer", solution=True),
+            cell(CHECK, "answer-check", points=1),
+        ]
+    )
     (course / "solutions" / f"{NB}.ipynb").write_text(__import__("nbformat").writes(source))
     ipython_dir = str(tmp_path / "ipython")
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_CLUSTER_ID", "JPY_SESSION_NAME")}
     root = tmp_path / "grading"
-    env.update(IPYTHONDIR=ipython_dir, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), COURSE_PROFILE="quick",
-               COURSE_NBGRADER_ROOT=str(root))
+    env.update(
+        IPYTHONDIR=ipython_dir,
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        COURSE_PROFILE="quick",
+        COURSE_NBGRADER_ROOT=str(root),
+    )
     try:
         assert run_course("nbgrader-setup", "--solutions", str(course / "solutions"), env=env).returncode == 0
         nbgrader("generate_assignment", ASSIGNMENT, cwd=course, env=env)
@@ -68,11 +78,15 @@ def test_two_submissions_in_a_row_do_not_share_engines(tmp_path):
         for student in ("alice", "bob"):  # two submissions in a row, as an instructor grades them
             nbgrader("autograde", ASSIGNMENT, "--student", student, cwd=course, env=env)
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-            scores = {(s, g.name): g.score for s in ("alice", "bob")
-                      for g in gb.find_submission_notebook(NB, ASSIGNMENT, s).grades}
+            scores = {
+                (s, g.name): g.score
+                for s in ("alice", "bob")
+                for g in gb.find_submission_notebook(NB, ASSIGNMENT, s).grades
+            }
         assert scores[("alice", "fresh-engine")] == 1 and scores[("alice", "answer-check")] == 0, scores
-        assert scores[("bob", "fresh-engine")] == 1, \
+        assert scores[("bob", "fresh-engine")] == 1, (
             f"bob's notebook saw alice's engine variables: {scores} (the two submissions shared a cluster)"
+        )
         assert scores[("bob", "answer-check")] == 1, scores
         deadline = time.monotonic() + 20
         while _leftovers(ipython_dir) and time.monotonic() < deadline:
@@ -81,5 +95,6 @@ def test_two_submissions_in_a_row_do_not_share_engines(tmp_path):
         records = sorted(p.name for p in (tmp_path / "ipython").rglob("course-record-*.json"))
         assert not records, f"clusters still on record after grading: {records}"
     finally:
-        subprocess.run([sys.executable, "-m", "course", "cluster", "stop", "--all"], env=env, capture_output=True,
-                       timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "course", "cluster", "stop", "--all"], env=env, capture_output=True, timeout=120
+        )

@@ -36,8 +36,13 @@ class RecordingValidator(Validator):
 
 def errors(notebook) -> list[str]:
     """'cell N: ExcName: message' for every code cell that raised."""
-    return [f"cell {i}: {out.ename}: {out.evalue}" for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"
-            for out in cell.get("outputs", []) if out.output_type == "error"]
+    return [
+        f"cell {i}: {out.ename}: {out.evalue}"
+        for i, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.output_type == "error"
+    ]
 
 
 @pytest.mark.slow
@@ -60,8 +65,10 @@ def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch
     assert errors(validator.executed) == [], f"{path.name} raised while running top to bottom"
     assert verdict == {}, f"nbgrader's validator rejects {path.name}: {verdict}"
     assert left_running == [], f"{path.name} left its cluster(s) {left_running} running: end it with a stop cell"
-    assert 0 < peak.peak < memory.BINDER_LIMIT, (f"{path.name} peaked at {memory.megabytes(peak.peak)}: Binder restarts "
-                                                 f"the kernel above {memory.megabytes(memory.BINDER_LIMIT)}")
+    assert 0 < peak.peak < memory.BINDER_LIMIT, (
+        f"{path.name} peaked at {memory.megabytes(peak.peak)}: Binder restarts "
+        f"the kernel above {memory.megabytes(memory.BINDER_LIMIT)}"
+    )
     if path.stem not in WITHOUT_FIGURES:  # what `course run` shows an instructor in its index
         assert run.figures_in(validator.executed), f"{path.name} publishes no key figure (course.run.key_figure)"
 
@@ -86,8 +93,14 @@ def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatc
     notebook = nbformat.read(str(path), as_version=4)
     stop_at = first_answer(notebook)
     notebook.cells = notebook.cells[: stop_at + 1]
-    client = NotebookClient(notebook, kernel_name=run.KERNEL, timeout=run.CELL_TIMEOUT, startup_timeout=180,
-                            allow_errors=True, resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        notebook,
+        kernel_name=run.KERNEL,
+        timeout=run.CELL_TIMEOUT,
+        startup_timeout=180,
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     try:
         client.execute()
     finally:
@@ -96,10 +109,16 @@ def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatc
     assert before == [], f"{path.name} fails before its first exercise (cell {stop_at})"
     raised = [out for out in notebook.cells[stop_at].get("outputs", []) if out.output_type == "error"]
     # on %%px cells the engines' NotImplementedError is shown first, then ipyparallel raises AlreadyDisplayedError
-    shown = "\n".join(str(out.get("text", "")) + "\n".join(out.get("traceback", [])) + str(out.get("data", ""))
-                      for out in notebook.cells[stop_at].get("outputs", []))
-    unexplained = [out.ename for out in raised if out.ename != "NotImplementedError" and not (
-        out.ename == "AlreadyDisplayedError" and "NotImplementedError" in shown)]
+    shown = "\n".join(
+        str(out.get("text", "")) + "\n".join(out.get("traceback", [])) + str(out.get("data", ""))
+        for out in notebook.cells[stop_at].get("outputs", [])
+    )
+    unexplained = [
+        out.ename
+        for out in raised
+        if out.ename != "NotImplementedError"
+        and not (out.ename == "AlreadyDisplayedError" and "NotImplementedError" in shown)
+    ]
     assert unexplained == [], f"{path.name}: the unanswered exercise in cell {stop_at} fails with {unexplained}"
 
 

@@ -7,9 +7,22 @@ import pytest
 from course import UserError, profile
 
 
-@pytest.mark.parametrize("module", ["course", "course.cli", "course.data", "course.doctor", "course.mpi",
-                                    "course.profile", "course.lab", "course.cluster", "course.models", "course.comm",
-                                    "course.grading"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "course",
+        "course.cli",
+        "course.data",
+        "course.doctor",
+        "course.mpi",
+        "course.profile",
+        "course.lab",
+        "course.cluster",
+        "course.models",
+        "course.comm",
+        "course.grading",
+    ],
+)
 def test_modules_import(module):
     assert importlib.import_module(module).__doc__
 

@@ -60,8 +60,13 @@ def test_split_across_two_mpi_ranks_gives_the_unsplit_output(tmp_path):
     from tests.conftest import PROGRAMS
 
     out = tmp_path / "split.npy"
-    result = subprocess.run(mpi.command(2, sys.executable, str(PROGRAMS / "split_check.py"), str(out), "3"),
-                            capture_output=True, text=True, timeout=600, env=mpi.env())
+    result = subprocess.run(
+        mpi.command(2, sys.executable, str(PROGRAMS / "split_check.py"), str(out), "3"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=mpi.env(),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "RANK 0 SENT (6, 8, 8, 64)" in result.stdout and "RANK 1 SAVED" in result.stdout
     tf.keras.utils.set_random_seed(11)

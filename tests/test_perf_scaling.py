@@ -47,7 +47,7 @@ def test_weak_scaling_table():
 
 
 def test_speedup_and_efficiency_scalars():
-    assert perf.speedup(45.0, 12.0) == pytest.approx(3.75)       # seed 004: ResNet50V2 on 1 and 4 V100s
+    assert perf.speedup(45.0, 12.0) == pytest.approx(3.75)  # seed 004: ResNet50V2 on 1 and 4 V100s
     assert perf.efficiency(3.75, 4) == pytest.approx(0.9375)
 
 
@@ -109,16 +109,21 @@ def test_timeline_spans_and_gantt(tmp_path):
     file.write_text("[\n" + ",\n".join(json.dumps(e) for e in TIMELINE) + ",\n")  # Horovod leaves it unterminated
     spans = perf.timeline_spans(file)
     top = [(s.tensor, s.phase, s.start, s.end) for s in spans if s.depth == 0]
-    assert top == [("grad_dense", "NEGOTIATE_ALLREDUCE", 0.0, 0.4), ("grad_dense", "ALLREDUCE", 0.4, 0.6),
-                   ("grad_conv", "NEGOTIATE_ALLREDUCE", 1.0, 1.1), ("grad_conv", "ALLREDUCE", 1.1, 2.0)]
+    assert top == [
+        ("grad_dense", "NEGOTIATE_ALLREDUCE", 0.0, 0.4),
+        ("grad_dense", "ALLREDUCE", 0.4, 0.6),
+        ("grad_conv", "NEGOTIATE_ALLREDUCE", 1.0, 1.1),
+        ("grad_conv", "ALLREDUCE", 1.1, 2.0),
+    ]
     assert [(s.phase, s.depth) for s in spans if s.depth] == [("MPI_ALLREDUCE", 1)]
     import matplotlib
 
     matplotlib.use("Agg")
     fig = plots.timeline_gantt(file)
     assert len(fig.axes[0].patches) == 4
-    fig = plots.scaling(perf.scaling_table(amdahl_times(0.1)), fit=perf.fit_amdahl(
-        perf.scaling_table(amdahl_times(0.1))))
+    fig = plots.scaling(
+        perf.scaling_table(amdahl_times(0.1)), fit=perf.fit_amdahl(perf.scaling_table(amdahl_times(0.1)))
+    )
     assert len(fig.axes) == 3
 
 
@@ -131,7 +136,7 @@ def test_one_scaling_plot_for_tables_and_labelled_epoch_times():
     time_ax, rate_ax, speedup_ax = fig.axes
     lines = {line.get_label(): line for line in speedup_ax.get_lines()}
     assert list(lines["a"].get_ydata()) == [1.0, 1.6, 2.0]
-    assert list(lines["b"].get_ydata()) == [2.0, 3.0]          # from its fewest workers: 3.0 x 2 / T(n)
+    assert list(lines["b"].get_ydata()) == [2.0, 3.0]  # from its fewest workers: 3.0 x 2 / T(n)
     assert list(lines["linear"].get_xdata()) == [1, 2, 4]
     assert [list(line.get_ydata()) for line in rate_ax.get_lines()] == [[150.0, 240.0, 300.0], [200.0, 300.0]]
     assert time_ax.get_xlabel() == "replicas" and list(time_ax.get_xticks()) == [1, 2, 4]
@@ -139,7 +144,7 @@ def test_one_scaling_plot_for_tables_and_labelled_epoch_times():
     one = plots.scaling(perf.scaling_table(amdahl_times(0.25)), fit=fit, title=None)
     amdahl = [line for line in one.axes[2].get_lines() if line.get_label().startswith("Amdahl")]
     assert amdahl and amdahl[0].get_label() == "Amdahl, f=0.25" and not one.texts
-    assert not one.axes[1].get_lines()                          # a table without images: no throughput line
+    assert not one.axes[1].get_lines()  # a table without images: no throughput line
     weak = plots.weak_scaling(perf.scaling_table({1: 2.0, 2: 2.5}, kind="weak"))
     assert list(weak.axes[1].get_lines()[0].get_ydata()) == [1.0, 0.8]
 
@@ -157,10 +162,16 @@ def test_timeline_breakdown_per_rank_by_hand():
     assert (b.negotiation, b.allreduce, b.compute) == pytest.approx((0.5, 1.1, 0.4))
     assert b.phases == {"MPI_ALLREDUCE": pytest.approx(0.1)}
     assert sorted(b.ranks) == [0, 1]
-    assert b.ranks[0] == {perf.NEGOTIATION: pytest.approx(0.4), perf.ALLREDUCE: pytest.approx(1.1),
-                          perf.COMPUTE: pytest.approx(0.5)}
-    assert b.ranks[1] == {perf.NEGOTIATION: pytest.approx(0.1), perf.ALLREDUCE: pytest.approx(1.1),
-                          perf.COMPUTE: pytest.approx(0.8)}
+    assert b.ranks[0] == {
+        perf.NEGOTIATION: pytest.approx(0.4),
+        perf.ALLREDUCE: pytest.approx(1.1),
+        perf.COMPUTE: pytest.approx(0.5),
+    }
+    assert b.ranks[1] == {
+        perf.NEGOTIATION: pytest.approx(0.1),
+        perf.ALLREDUCE: pytest.approx(1.1),
+        perf.COMPUTE: pytest.approx(0.8),
+    }
 
 
 def test_karp_flatt_gives_the_serial_fraction_of_one_measurement():

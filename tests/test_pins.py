@@ -65,5 +65,7 @@ def test_the_cpu_and_cuda_builds_are_alternatives_of_one_tensorflow():
     """Neither build is a dependency (one would overwrite the other); the two extras pin the same version."""
     assert not [d for d in PROJECT["dependencies"] if d.startswith(("tensorflow", "horovod"))]
     cpu, gpu = pins(EXTRAS["cpu"]), pins(EXTRAS["gpu"])
-    assert list(cpu) == ["tensorflow-cpu"] and list(gpu) == ["tensorflow"] and cpu["tensorflow-cpu"] == gpu["tensorflow"]
+    assert (
+        list(cpu) == ["tensorflow-cpu"] and list(gpu) == ["tensorflow"] and cpu["tensorflow-cpu"] == gpu["tensorflow"]
+    )
     assert EXTRAS["gpu"] == [f"tensorflow[and-cuda]{gpu['tensorflow']}"]

@@ -35,6 +35,7 @@ def test_digest_depends_on_the_question():
 
 
 def test_command_line_prints_the_key_entry():
-    out = subprocess.run([sys.executable, "-m", "course.quiz", "2", "A,B,D"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-m", "course.quiz", "2", "A,B,D"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == KEY[2]

@@ -31,10 +31,14 @@ def test_check_names_what_drifted_and_release_repairs_it(tmp_path):
     (notebooks / "98_old.ipynb").write_text("{}")
     result = run_course("release", "--check", *args)
     assert result.returncode == 1
-    assert result.stderr.strip() == ("course: error: notebooks/ is out of date: 99_fixture.ipynb (changed), "
-                                     "98_old.ipynb (no longer in course/, removed); run: python -m course release")
+    assert result.stderr.strip() == (
+        "course: error: notebooks/ is out of date: 99_fixture.ipynb (changed), "
+        "98_old.ipynb (no longer in course/, removed); run: python -m course release"
+    )
     repaired = run_course("release", *args)
-    assert repaired.stdout.strip() == "released: 99_fixture.ipynb (changed), 98_old.ipynb (no longer in course/, removed)"
+    assert (
+        repaired.stdout.strip() == "released: 99_fixture.ipynb (changed), 98_old.ipynb (no longer in course/, removed)"
+    )
     assert release(FIXTURE_COURSE, notebooks, check=True) == []
     assert not (notebooks / "98_old.ipynb").exists()
 
@@ -74,19 +78,28 @@ def test_nbgraders_own_generate_assignment_agrees_with_release(tmp_path):
     env = {**os.environ, "COURSE_NBGRADER_ROOT": str(grading)}
     before = tree_digest(checkout)
     no_tools = {**env, "PATH": "/usr/bin:/bin"}  # as from a shell that has not activated the environment
-    failed = subprocess.run([sys.executable, "-m", "nbgrader", "db", "student", "add", "alice"], cwd=checkout,
-                            env=no_tools, capture_output=True, text=True, timeout=600)
+    failed = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "db", "student", "add", "alice"],
+        cwd=checkout,
+        env=no_tools,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert failed.returncode != 0 and (grading / "gradebook.db").is_file()
     setup = run_course("nbgrader-setup", "--solutions", str(checkout / "solutions"), env=env)
     assert setup.returncode == 0, setup.stderr
     assert "repaired" in setup.stdout and "99-fixture, and ddl-hpc (the whole course)" in setup.stdout, setup.stdout
-    assert (grading / "source" / "ddl-hpc" / "99_fixture.ipynb").resolve() == checkout / "solutions" / "99_fixture.ipynb"
+    assert (
+        grading / "source" / "ddl-hpc" / "99_fixture.ipynb"
+    ).resolve() == checkout / "solutions" / "99_fixture.ipynb"
     nbgrader("generate_assignment", "99-fixture", cwd=checkout, env=env)
     nbgrader("db", "upgrade", cwd=checkout, env=env)  # fails on a gradebook without its schema version
     theirs = nbformat.read(str(grading / "release" / "99-fixture" / "99_fixture.ipynb"), as_version=4)
     ours = student_version(nbformat.read(str(FIXTURE_COURSE / "99_fixture.ipynb"), as_version=4), "99_fixture")
-    assert [(c.source, c.metadata.get("nbgrader")) for c in theirs.cells] == \
-           [(c.source, c.metadata.get("nbgrader")) for c in ours.cells]
+    assert [(c.source, c.metadata.get("nbgrader")) for c in theirs.cells] == [
+        (c.source, c.metadata.get("nbgrader")) for c in ours.cells
+    ]
     assert tree_digest(checkout) == before, "nbgrader or its configuration wrote into the checkout"
 
 
@@ -101,10 +114,13 @@ def test_one_assignment_per_notebook_and_the_whole_course():
 
 def test_the_guide_says_which_cells_need_manual_grading():
     """Formgrader's manual grading is where instructors spend their time: the guide must name those cells."""
-    manual = [f"{path.stem} {meta['grade_id']}" for path in sorted((ROOT / "solutions").glob("*.ipynb"))
-              for cell in nbformat.read(str(path), as_version=4).cells
-              for meta in [cell.metadata.get("nbgrader", {})]
-              if meta.get("task") or (meta.get("grade") and meta.get("solution"))]
+    manual = [
+        f"{path.stem} {meta['grade_id']}"
+        for path in sorted((ROOT / "solutions").glob("*.ipynb"))
+        for cell in nbformat.read(str(path), as_version=4).cells
+        for meta in [cell.metadata.get("nbgrader", {})]
+        if meta.get("task") or (meta.get("grade") and meta.get("solution"))
+    ]
     guide = " ".join((ROOT / "docs" / "instructor-guide.md").read_text().split())
     if not manual:
         assert "no cell of the course needs it today" in guide

@@ -12,8 +12,19 @@ import pytest
 from course import UserError, results
 from tests.conftest import run_course
 
-GOOD = {"strategy": "sync", "dataset": "mnist", "network": "lenet", "workers": 2, "epochs": 3, "batch_size": 64,
-        "elapsed_s": 12.5, "accuracy": 0.91, "engines": 2, "hardware": "2 CPU cores", "run": 1}
+GOOD = {
+    "strategy": "sync",
+    "dataset": "mnist",
+    "network": "lenet",
+    "workers": 2,
+    "epochs": 3,
+    "batch_size": 64,
+    "elapsed_s": 12.5,
+    "accuracy": 0.91,
+    "engines": 2,
+    "hardware": "2 CPU cores",
+    "run": 1,
+}
 
 
 def _rows(path: Path) -> list[dict]:
@@ -24,7 +35,7 @@ def _rows(path: Path) -> list[dict]:
 def test_append_creates_header_then_appends_and_never_overwrites(tmp_path):
     file = tmp_path / "r.csv"
     results.append_row(file, GOOD)
-    results.append_row(file, {**GOOD, "strategy": "2", "workers": 4})   # seed 000's numeric sync type
+    results.append_row(file, {**GOOD, "strategy": "2", "workers": 4})  # seed 000's numeric sync type
     text = file.read_text()
     assert text.splitlines()[0] == ",".join(results.FIELDS)
     rows = _rows(file)
@@ -33,10 +44,17 @@ def test_append_creates_header_then_appends_and_never_overwrites(tmp_path):
     assert rows[0]["date"] and rows[0]["learner"], "date and learner are filled in"
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"workers": 0}, "workers"), ({"workers": "two"}, "workers"), ({"accuracy": 91}, "percentage"),
-    ({"elapsed_s": -1}, "positive"), ({"strategy": None}, "strategy is missing"), ({"colour": "red"}, "unknown column"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"workers": 0}, "workers"),
+        ({"workers": "two"}, "workers"),
+        ({"accuracy": 91}, "percentage"),
+        ({"elapsed_s": -1}, "positive"),
+        ({"strategy": None}, "strategy is missing"),
+        ({"colour": "red"}, "unknown column"),
+    ],
+)
 def test_append_refuses_bad_rows_and_leaves_the_file_alone(tmp_path, change, message):
     file = tmp_path / "r.csv"
     results.append_row(file, GOOD)
@@ -57,8 +75,9 @@ def test_append_refuses_a_file_with_another_header(tmp_path):
 def _append_many(args):
     path, worker, count = args
     for i in range(count):
-        results.append_row(path, {**GOOD, "learner": f"w{worker}", "run": i + 1,
-                                  "hardware": "x" * 3000})   # long lines: a torn write would show
+        results.append_row(
+            path, {**GOOD, "learner": f"w{worker}", "run": i + 1, "hardware": "x" * 3000}
+        )  # long lines: a torn write would show
     return worker
 
 
@@ -93,10 +112,12 @@ def _class_folder(folder: Path) -> None:
     bad = folder / "carol.csv"
     header = ",".join(results.FIELDS)
     good_line = "2026-11-22T10:00:00,carol,async,mnist,lenet,2,3,64,15.0,0.88,,,2,,1"
-    bad_lines = ["2026-11-22T10:00:00,carol,async,mnist,lenet,zero,3,64,15.0,0.88,,,2,,1",      # line 3: workers
-                 "2026-11-22T10:00:00,carol,async,mnist,lenet,2,3,64,15.0,1.5,,,2,,1",         # line 4: accuracy
-                 "2026-11-22T10:00:00,carol,async,mnist",                                        # line 5: short
-                 "yesterday,carol,async,mnist,lenet,2,3,64,15.0,0.8,,,2,,1"]                     # line 6: date
+    bad_lines = [
+        "2026-11-22T10:00:00,carol,async,mnist,lenet,zero,3,64,15.0,0.88,,,2,,1",  # line 3: workers
+        "2026-11-22T10:00:00,carol,async,mnist,lenet,2,3,64,15.0,1.5,,,2,,1",  # line 4: accuracy
+        "2026-11-22T10:00:00,carol,async,mnist",  # line 5: short
+        "yesterday,carol,async,mnist,lenet,2,3,64,15.0,0.8,,,2,,1",
+    ]  # line 6: date
     bad.write_text("\n".join([header, good_line, *bad_lines]) + "\n")
     (folder / "notes.csv").write_text("name,comment\nx,y\n")
 
@@ -141,15 +162,32 @@ def test_cli_collect_of_an_empty_folder_is_one_line(tmp_path):
 def _workloads(folder: Path) -> None:
     """Three learners, four files: two workloads that must not be averaged together, one on the fallback data."""
     folder.mkdir(parents=True, exist_ok=True)
-    cpu = {"dataset": "mnist", "network": "simple-mnist", "hardware": "2 CPU cores", "strategy": "horovod",
-           "epochs": 1, "batch_size": 64}
+    cpu = {
+        "dataset": "mnist",
+        "network": "simple-mnist",
+        "hardware": "2 CPU cores",
+        "strategy": "horovod",
+        "epochs": 1,
+        "batch_size": 64,
+    }
     for name, rows in {
         "alice-1": [{**cpu, "learner": "alice", "workers": 1, "elapsed_s": 10, "images_per_s": 100}],
         "alice-2": [{**cpu, "learner": "alice", "workers": 2, "elapsed_s": 6, "images_per_s": 180}],
-        "bob": [{"learner": "bob", "strategy": "mirrored", "dataset": "digits", "network": "resnet50v2",
-                 "hardware": "4 GPU(s)", "workers": w, "elapsed_s": t} for w, t in ((1, 100), (2, 60))],
-        "carol": [{**cpu, "learner": "carol", "hardware": "4 GPU(s)", "workers": 2, "elapsed_s": 1,
-                   "images_per_s": 1000}],
+        "bob": [
+            {
+                "learner": "bob",
+                "strategy": "mirrored",
+                "dataset": "digits",
+                "network": "resnet50v2",
+                "hardware": "4 GPU(s)",
+                "workers": w,
+                "elapsed_s": t,
+            }
+            for w, t in ((1, 100), (2, 60))
+        ],
+        "carol": [
+            {**cpu, "learner": "carol", "hardware": "4 GPU(s)", "workers": 2, "elapsed_s": 1, "images_per_s": 1000}
+        ],
     }.items():
         for row in rows:
             results.append_row(folder / f"{name}.csv", row)
@@ -162,9 +200,9 @@ def test_summary_compares_runs_only_within_a_workload_with_speedup_and_efficienc
     assert len(groups) == 5, "the same strategy on other hardware is another workload"
     cpu2 = groups[("mnist", "2 CPU cores", "horovod", 2)]
     assert (cpu2["runs"], cpu2["speedup"], cpu2["efficiency"]) == (1, pytest.approx(1.8), pytest.approx(0.9))
-    mirrored = groups[("digits", "4 GPU(s)", "mirrored", 2)]   # no throughput recorded: elapsed 100 s -> 60 s
+    mirrored = groups[("digits", "4 GPU(s)", "mirrored", 2)]  # no throughput recorded: elapsed 100 s -> 60 s
     assert mirrored["speedup"] == pytest.approx(100 / 60) and mirrored["efficiency"] == pytest.approx(100 / 120)
-    gpu2 = groups[("mnist", "4 GPU(s)", "horovod", 2)]         # its own baseline, not the CPU runs
+    gpu2 = groups[("mnist", "4 GPU(s)", "horovod", 2)]  # its own baseline, not the CPU runs
     assert gpu2["speedup"] == pytest.approx(1.0) and gpu2["elapsed_s"] == pytest.approx(1)
     assert "digits" in table.show() and "speed-up" in table.show()
 
@@ -172,7 +210,7 @@ def test_summary_compares_runs_only_within_a_workload_with_speedup_and_efficienc
 def test_plot_counts_learners_and_captions_dataset_and_hardware(tmp_path):
     _workloads(tmp_path)
     fig = results.plot(results.collect(tmp_path), out=tmp_path / "class.png")
-    assert fig._suptitle.get_text() == "class results: 5 runs by 3 learners"   # 4 files, 3 learners
+    assert fig._suptitle.get_text() == "class results: 5 runs by 3 learners"  # 4 files, 3 learners
     caption = " ".join(t.get_text() for t in fig.texts)
     assert "offline fallback" in caption and "2 CPU cores" in caption and "4 GPU(s)" in caption, caption
     titles = [ax.get_title() for ax in fig.axes]

@@ -20,8 +20,11 @@ def notebook(path, *sources):
 
 def test_dry_run_reports_figures_failures_and_the_offline_fallback(tmp_path, offline_home):
     # no data anywhere and no network (offline_home): course.data falls back to scikit-learn's digits
-    good = notebook(tmp_path / "good.ipynb", "from course.run import key_figure\nkey_figure('speedup', 1.875, 'x')",
-                    "from course import data\n(x, y), _ = data.load('mnist', limit=64)")
+    good = notebook(
+        tmp_path / "good.ipynb",
+        "from course.run import key_figure\nkey_figure('speedup', 1.875, 'x')",
+        "from course import data\n(x, y), _ = data.load('mnist', limit=64)",
+    )
     bad = notebook(tmp_path / "bad.ipynb", "x = 1", "x / 0", "print('never')")
     out = tmp_path / "out"
     result = run_course("run", good, bad, "--out", str(out), timeout=600)
@@ -46,4 +49,3 @@ def test_unknown_notebook_is_one_line():
     assert result.returncode == 1
     assert result.stderr.startswith("course: error: no solution notebook '99_nonexistent'; available: 00_")
     assert len(result.stderr.strip().splitlines()) == 1
-

@@ -9,8 +9,17 @@ from course import jobs, sbatch_check
 from course.sbatch_check import Exercise
 from tests.slurm import slurm  # noqa: F401  (the session fixture)
 
-WANT = Exercise(nodes=2, gpus_per_node=8, cores_per_node=48, cpus_per_task=6, time="00:45:00", job_name="hvd-mnist",
-                folder="logs", module="course.horovod_mnist", epochs=4)
+WANT = Exercise(
+    nodes=2,
+    gpus_per_node=8,
+    cores_per_node=48,
+    cpus_per_task=6,
+    time="00:45:00",
+    job_name="hvd-mnist",
+    folder="logs",
+    module="course.horovod_mnist",
+    epochs=4,
+)
 
 RIGHT = """\
 #!/bin/bash
@@ -50,50 +59,93 @@ def _problems(text: str, folder) -> list[str]:
     return sbatch_check.problems(text, WANT, folder)
 
 
-@pytest.mark.parametrize("text", [RIGHT, SHORT_FORMS, RIGHT.replace("--ntasks-per-node=8", "--ntasks-per-n=8")],
-                         ids=["long forms", "short forms, srun, continuation", "unique prefix"])
+@pytest.mark.parametrize(
+    "text",
+    [RIGHT, SHORT_FORMS, RIGHT.replace("--ntasks-per-node=8", "--ntasks-per-n=8")],
+    ids=["long forms", "short forms, srun, continuation", "unique prefix"],
+)
 def test_right_scripts_have_nothing_to_fix(text, submit_dir):
     assert _problems(text, submit_dir) == []
 
 
 def test_course_jobs_reference_script_passes_the_same_check(submit_dir):
     """The script course.jobs generates (absolute paths, --chdir, its own mpiexec flags) is right too."""
-    text = jobs.script(jobs.Request("horovod", nodes=2, gpus_per_node=8, cpus_per_task=6, time="00:45:00",
-                                    job_name="hvd-mnist", output_dir=str(submit_dir / "logs"), args=["--epochs", "4"]))
+    text = jobs.script(
+        jobs.Request(
+            "horovod",
+            nodes=2,
+            gpus_per_node=8,
+            cpus_per_task=6,
+            time="00:45:00",
+            job_name="hvd-mnist",
+            output_dir=str(submit_dir / "logs"),
+            args=["--epochs", "4"],
+        )
+    )
     assert _problems(text, submit_dir) == []
 
 
 def test_short_and_long_forms_read_the_same():
     header = sbatch_check.read(SHORT_FORMS)
-    assert [header.get(n) for n in ("job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node", "time")] \
-        == ["hvd-mnist", "2", "8", "6", "a100:8", "45"]
+    assert [
+        header.get(n) for n in ("job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node", "time")
+    ] == ["hvd-mnist", "2", "8", "6", "a100:8", "45"]
     assert header.commands == [(8, "srun --mpi=pmix python -m course.horovod_mnist --epochs 4 --batch 64")]
     assert sbatch_check.read("#!/bin/bash\n#SBATCH -N 1\n#SBATCH -N 3\n").get("nodes") == "3"  # the last one wins
 
 
-@pytest.mark.parametrize("limit,expected", [("45", 2700), ("45:00", 2700), ("00:45:00", 2700), ("1-00", 86400),
-                                            ("1-02:03", 93780), ("0-00:45:30", 2730), ("45m", None), ("1h", None)])
+@pytest.mark.parametrize(
+    "limit,expected",
+    [
+        ("45", 2700),
+        ("45:00", 2700),
+        ("00:45:00", 2700),
+        ("1-00", 86400),
+        ("1-02:03", 93780),
+        ("0-00:45:30", 2730),
+        ("45m", None),
+        ("1h", None),
+    ],
+)
 def test_slurm_time_formats(limit, expected):
     assert sbatch_check.seconds(limit) == expected
 
 
 MISTAKES = [
-    ("--ntasks-per-node=8", "--ntasks-per-node=16", ["--ntasks-per-node is 16, the ranks of the whole job",
-                                                     "16 task(s) per node x 6 CPU(s) per task = 96 cores"]),
-    ("--ntasks-per-node=8", "--ntasks-per-node=4",
-     ["--ntasks-per-node is 4 but the nodes have 8 GPUs: one rank per GPU"]),
+    (
+        "--ntasks-per-node=8",
+        "--ntasks-per-node=16",
+        ["--ntasks-per-node is 16, the ranks of the whole job", "16 task(s) per node x 6 CPU(s) per task = 96 cores"],
+    ),
+    (
+        "--ntasks-per-node=8",
+        "--ntasks-per-node=4",
+        ["--ntasks-per-node is 4 but the nodes have 8 GPUs: one rank per GPU"],
+    ),
     ("#SBATCH --ntasks-per-node=8\n", "", ["no --ntasks-per-node: Slurm starts one task per node"]),
     ("--ntasks-per-node=8", "--ntasks=16", ["--ntasks=16 lets Slurm spread the tasks"]),
-    ("--ntasks-per-node=8", "--ntask-per-node=8", ["--ntask-per-node is not an option sbatch knows",
-                                                   "no --ntasks-per-node"]),
+    (
+        "--ntasks-per-node=8",
+        "--ntask-per-node=8",
+        ["--ntask-per-node is not an option sbatch knows", "no --ntasks-per-node"],
+    ),
     ("--gres=gpu:8", "--gres=gpu:16", ["--gres asks for 16 GPUs per node, the GPUs of the whole job"]),
     ("--gres=gpu:8", "--gpus=16", ["--gpus (-G) counts the GPUs of the whole job"]),
     ("#SBATCH --gres=gpu:8\n", "", ["no GPUs asked for"]),
-    ("--cpus-per-task=6", "--cpus-per-task=48", ["--cpus-per-task is 48 (that is a whole node's cores",
-                                                 "shared evenly by its 8 ranks give each fewer",
-                                                 "8 task(s) per node x 48 CPU(s)"]),
-    ("#SBATCH --cpus-per-task=6\n", "",
-     ["no --cpus-per-task (-c): each rank would get one core; a node's 48 cores shared evenly"]),
+    (
+        "--cpus-per-task=6",
+        "--cpus-per-task=48",
+        [
+            "--cpus-per-task is 48 (that is a whole node's cores",
+            "shared evenly by its 8 ranks give each fewer",
+            "8 task(s) per node x 48 CPU(s)",
+        ],
+    ),
+    (
+        "#SBATCH --cpus-per-task=6\n",
+        "",
+        ["no --cpus-per-task (-c): each rank would get one core; a node's 48 cores shared evenly"],
+    ),
     ("--nodes=2", "--nodes=1", ["--nodes is 1 but the exercise asks for 2 node(s)"]),
     ("--time=00:45:00", "--time=45m", ["--time '45m' is not a Slurm time limit"]),
     ("--time=00:45:00", "--time=00:30:00", ["--time 00:30:00 is 30 min, but the exercise asks for 45 min"]),
@@ -111,14 +163,18 @@ MISTAKES = [
     ("--bind-to none --map-by slot ", "", ["mpiexec binds each rank to one core"]),
     ("mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot", "horovodrun -np 16", ["horovodrun without -H"]),
     ("--epochs 4", "--epochs 3", ["trains 3 epoch(s) but the exercise asks for 4"]),
-    ("--epochs 4", "--epochs 4 --learning-rate 0.1", ["the training refuses its arguments: ",
-                                                      "unrecognized arguments: --learning-rate"]),
+    (
+        "--epochs 4",
+        "--epochs 4 --learning-rate 0.1",
+        ["the training refuses its arguments: ", "unrecognized arguments: --learning-rate"],
+    ),
     ("python -m course.horovod_mnist --epochs 4", "echo training", ["no launch line starts the ranks"]),
 ]
 
 
-@pytest.mark.parametrize("old,new,said", MISTAKES,
-                         ids=[f"{o.strip()[:24]} -> {n.strip()[:24]}" for o, n, _ in MISTAKES])
+@pytest.mark.parametrize(
+    "old,new,said", MISTAKES, ids=[f"{o.strip()[:24]} -> {n.strip()[:24]}" for o, n, _ in MISTAKES]
+)
 def test_each_mistake_is_named(old, new, said, submit_dir):
     assert old in RIGHT
     found = _problems(RIGHT.replace(old, new, 1), submit_dir)
@@ -146,8 +202,18 @@ def test_the_unanswered_stub_gets_every_option_named_but_never_the_answer(submit
     stub = "# YOUR CODE HERE\nraise NotImplementedError()\n"
     found = _problems(stub, submit_dir)
     text = "\n".join(found)
-    for missing in ("interpreter line", "no --nodes", "no --ntasks-per-node", "no GPUs", "no --cpus-per-task",
-                    "no --time", "no --output", "no --error", "no --job-name", "no launch line"):
+    for missing in (
+        "interpreter line",
+        "no --nodes",
+        "no --ntasks-per-node",
+        "no GPUs",
+        "no --cpus-per-task",
+        "no --time",
+        "no --output",
+        "no --error",
+        "no --job-name",
+        "no launch line",
+    ):
         assert missing in text, missing
     for answer in ("--ntasks-per-node=8", "gpu:8", "--cpus-per-task=6", "ntasks-per-node 8", "-c 6"):
         assert answer not in text
@@ -186,25 +252,34 @@ def test_sbatch_test_only_on_the_real_slurm(slurm, submit_dir):
 PROGRAM = ["/opt/env/bin/python", "-m", "course", "doctor", "--json"]
 
 
-@pytest.mark.parametrize("options", [["--ntasks=1", "--cpus-per-task=1", "--time=00:05:00"],
-                                     ["-n", "1", "-c", "1", "-t", "5"], ["-n1", "-c1", "-t5:00"],
-                                     ["--ntasks", "1", "--cpus-per-t", "1", "--time", "0:05:00"]])
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--ntasks=1", "--cpus-per-task=1", "--time=00:05:00"],
+        ["-n", "1", "-c", "1", "-t", "5"],
+        ["-n1", "-c1", "-t5:00"],
+        ["--ntasks", "1", "--cpus-per-t", "1", "--time", "0:05:00"],
+    ],
+)
 def test_an_srun_command_is_read_as_srun_reads_it(options):
     """Short and long forms, values after '=' or in the next word, unique prefixes: all mean the same to srun."""
     assert sbatch_check.srun_problems(["srun", *options, *PROGRAM], 1, 1, "00:05:00", PROGRAM) == []
 
 
-@pytest.mark.parametrize("words, named", [
-    (["srun", "-N", "1", "-c", "1", "-t", "5", *PROGRAM], "no --ntasks (-n)"),
-    (["srun", "-n", "2", "-c", "1", "-t", "5", *PROGRAM], "--ntasks is 2"),
-    (["srun", "-n", "1", "-t", "5", *PROGRAM], "no --cpus-per-task (-c)"),
-    (["srun", "-n", "1", "-c", "1", "-t", "50", *PROGRAM], "--time 50 is 50 min"),
-    (["srun", "-n", "1", "-c", "1", *PROGRAM], "no --time (-t)"),
-    (["srun", "-n", "1", "-c", "1", "-t", "5", "python", "-m", "course", "doctor", "--json"], "sys.executable"),
-    (["srun", "--tasks=1", "-c", "1", "-t", "5", *PROGRAM], "--tasks is not an option srun knows"),
-    (["mpirun", "-n", "1", *PROGRAM], "starting with 'srun'"),
-    ("srun -n 1 -c 1 -t 5", "a list of words"),
-])
+@pytest.mark.parametrize(
+    "words, named",
+    [
+        (["srun", "-N", "1", "-c", "1", "-t", "5", *PROGRAM], "no --ntasks (-n)"),
+        (["srun", "-n", "2", "-c", "1", "-t", "5", *PROGRAM], "--ntasks is 2"),
+        (["srun", "-n", "1", "-t", "5", *PROGRAM], "no --cpus-per-task (-c)"),
+        (["srun", "-n", "1", "-c", "1", "-t", "50", *PROGRAM], "--time 50 is 50 min"),
+        (["srun", "-n", "1", "-c", "1", *PROGRAM], "no --time (-t)"),
+        (["srun", "-n", "1", "-c", "1", "-t", "5", "python", "-m", "course", "doctor", "--json"], "sys.executable"),
+        (["srun", "--tasks=1", "-c", "1", "-t", "5", *PROGRAM], "--tasks is not an option srun knows"),
+        (["mpirun", "-n", "1", *PROGRAM], "starting with 'srun'"),
+        ("srun -n 1 -c 1 -t 5", "a list of words"),
+    ],
+)
 def test_each_mistake_in_an_srun_command_is_named(words, named):
     found = sbatch_check.srun_problems(words, 1, 1, "00:05:00", PROGRAM)
     assert any(named in problem for problem in found), found

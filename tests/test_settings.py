@@ -7,8 +7,13 @@ from tests.conftest import ROOT
 
 # Where the course reads or sets its variables: the package, the set-up and cluster scripts, Binder and the
 # instructor notebooks (the tests' own variables are not the course's).
-SOURCES = [*ROOT.glob("course/**/*.py"), *ROOT.glob("scripts/*.sh"), *ROOT.glob("binder/*"), ROOT / "Makefile",
-           *ROOT.glob("solutions/*.ipynb")]
+SOURCES = [
+    *ROOT.glob("course/**/*.py"),
+    *ROOT.glob("scripts/*.sh"),
+    *ROOT.glob("binder/*"),
+    ROOT / "Makefile",
+    *ROOT.glob("solutions/*.ipynb"),
+]
 NAME = re.compile(r"\bCOURSE_[A-Z][A-Z0-9_]*\b")
 
 

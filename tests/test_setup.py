@@ -28,8 +28,14 @@ def test_a_user_who_is_not_root_is_told_what_to_install():
     if subprocess.run(["dpkg", "-s", NOT_INSTALLED], capture_output=True).returncode == 0:
         pytest.skip(f"{NOT_INSTALLED} is installed on this machine, so nothing would be missing")
     # The script arrives on stdin: 'nobody' may not be allowed to read this checkout.
-    result = subprocess.run(["runuser", "-u", "nobody", "--", "bash", "-s", NOT_INSTALLED], cwd="/",
-                            input=open(SYSTEM).read(), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["runuser", "-u", "nobody", "--", "bash", "-s", NOT_INSTALLED],
+        cwd="/",
+        input=open(SYSTEM).read(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert f"sudo apt-get install -y {NOT_INSTALLED}" in result.stderr
     assert "module load" in result.stderr and "Traceback" not in result.stderr
@@ -48,8 +54,14 @@ def test_a_missing_compiler_is_named_with_the_packages():
         (tools / tool).symlink_to(os.path.realpath(shutil.which(tool)))
     (tools / "python3").symlink_to(shutil.which("python3"))
     with home:
-        result = subprocess.run(["runuser", "-u", "nobody", "--", "/bin/bash", "-c", f"PATH={tools}; bash -s"],
-                                cwd="/", input=open(SYSTEM).read(), capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            ["runuser", "-u", "nobody", "--", "/bin/bash", "-c", f"PATH={tools}; bash -s"],
+            cwd="/",
+            input=open(SYSTEM).read(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert result.returncode == 1, result.stdout + result.stderr
     install = next(line for line in result.stderr.splitlines() if "sudo apt-get install -y" in line)
     assert "g++" in install.split() and "make" not in install.split(), result.stderr
@@ -57,8 +69,9 @@ def test_a_missing_compiler_is_named_with_the_packages():
 
 def test_second_python_setup_changes_nothing():
     before = sorted(p.name for p in (ROOT / ".venv").iterdir())
-    result = subprocess.run(["bash", str(ROOT / "scripts" / "setup-python.sh")], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup-python.sh")], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "[setup]" not in result.stdout  # every step was skipped
     assert sorted(p.name for p in (ROOT / ".venv").iterdir()) == before
@@ -84,9 +97,27 @@ def _pypi_reachable() -> str:
 def _pip_report(tmp: Path, name: str, *args: str) -> list[dict]:
     """`pip install --dry-run --ignore-installed --report` of ARGS; the distributions pip would install."""
     report = tmp / f"{name}.json"
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-                             "--timeout", "30", "--retries", "1", "--report", str(report), *args],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--ignore-installed",
+            "--timeout",
+            "30",
+            "--retries",
+            "1",
+            "--report",
+            str(report),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(report.read_text())["install"]
 
@@ -117,9 +148,13 @@ def _resolve(course_requirements, extras: tuple[str, ...]) -> dict[str, dict]:
 def _cuda_wheels(tensorflow: dict) -> set[str]:
     """The nvidia-* wheels that tensorflow's requested extras bring (pip's report: requires_dist, requested_extras)."""
     extras = tensorflow.get("requested_extras") or []
-    return {Requirement(r).name for r in tensorflow["metadata"].get("requires_dist", [])
-            if Requirement(r).name.startswith("nvidia-") and Requirement(r).marker
-            and any(Requirement(r).marker.evaluate({"extra": e}) for e in extras)}
+    return {
+        Requirement(r).name
+        for r in tensorflow["metadata"].get("requires_dist", [])
+        if Requirement(r).name.startswith("nvidia-")
+        and Requirement(r).marker
+        and any(Requirement(r).marker.evaluate({"extra": e}) for e in extras)
+    }
 
 
 def test_plain_pip_install_needs_no_compiler_and_no_tensorflow(course_requirements):
@@ -148,11 +183,14 @@ def test_cpu_set_has_tensorflow_cpu_and_no_cuda(course_requirements):
 # The Horovod build, printed by the set-up script without running it. nvcc is a stand-in on PATH (this machine has
 # no CUDA 12 toolkit), NCCL a folder laid out like the nvidia-nccl-cu12 wheel's nvidia/nccl, found on PYTHONPATH.
 
+
 def _fake_nvcc(folder: Path, release: str) -> Path:
     (folder / "bin").mkdir(parents=True)
     nvcc = folder / "bin" / "nvcc"
-    nvcc.write_text('#!/bin/sh\ncase "$*" in *--version*) echo "Cuda compilation tools, release '
-                    f'{release}, V{release}.140" ;; *) echo "#\\$ _HERE_=$(dirname "$0")" ;; esac\n')
+    nvcc.write_text(
+        '#!/bin/sh\ncase "$*" in *--version*) echo "Cuda compilation tools, release '
+        f'{release}, V{release}.140" ;; *) echo "#\\$ _HERE_=$(dirname "$0")" ;; esac\n'
+    )
     nvcc.chmod(0o755)
     return folder
 
@@ -175,8 +213,9 @@ def _setup_env(tmp_path: Path, gpu: str | None, cuda: Path | None, nccl: bool) -
 
 
 def _print_build(env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", SETUP_PYTHON, "--print-horovod-build"], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        ["bash", SETUP_PYTHON, "--print-horovod-build"], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def _build_environment(line: str) -> tuple[dict, list[str]]:
@@ -184,7 +223,7 @@ def _build_environment(line: str) -> tuple[dict, list[str]]:
     words = shlex.split(line)
     assert words[0] == "env", line
     settings = [w for w in words[1:] if "=" in w.split("/")[0]]
-    return dict(w.split("=", 1) for w in settings), words[1 + len(settings):]
+    return dict(w.split("=", 1) for w in settings), words[1 + len(settings) :]
 
 
 def test_horovod_gpu_build_uses_nccl_from_the_wheel_and_the_cuda_toolkit(tmp_path):
@@ -208,11 +247,14 @@ def test_horovod_cpu_build_has_no_gpu_operations(tmp_path):
     assert env["HOROVOD_WITH_MPI"] == "1" and command[-1] == "horovod==0.28.1"
 
 
-@pytest.mark.parametrize("cuda, nccl, said", [
-    (None, True, "module load cuda"),
-    ("13.0", True, "is CUDA 13.0"),
-    ("12.2", False, "nvidia-nccl-cu12"),
-])
+@pytest.mark.parametrize(
+    "cuda, nccl, said",
+    [
+        (None, True, "module load cuda"),
+        ("13.0", True, "is CUDA 13.0"),
+        ("12.2", False, "nvidia-nccl-cu12"),
+    ],
+)
 def test_a_gpu_request_without_cuda_or_nccl_says_what_is_missing(tmp_path, cuda, nccl, said):
     toolkit = _fake_nvcc(tmp_path / "cuda", cuda) if cuda else None
     result = _print_build(_setup_env(tmp_path, "1", toolkit, nccl))
@@ -230,7 +272,12 @@ def test_a_gpu_set_up_without_cuda_stops_before_changing_anything(tmp_path):
     python.parent.mkdir(parents=True)
     python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit 1\n')
     python.chmod(0o755)
-    result = subprocess.run(["bash", str(tmp_path / "scripts" / "setup-python.sh")], capture_output=True, text=True,
-                            env=_setup_env(tmp_path, "1", None, nccl=False), timeout=60)
+    result = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "setup-python.sh")],
+        capture_output=True,
+        text=True,
+        env=_setup_env(tmp_path, "1", None, nccl=False),
+        timeout=60,
+    )
     assert result.returncode == 1 and "module load cuda" in result.stderr and len(result.stderr.splitlines()) == 1
     assert not calls.exists(), calls.read_text()

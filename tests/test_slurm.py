@@ -15,12 +15,30 @@ from tests.virtual_cluster import virtual_cluster  # noqa: F401  (the session fi
 
 
 def test_sbatch_lines_carry_site_options_and_refuse_what_is_not_an_option():
-    lines = speak.sbatch_lines(speak.Options(job_name="hvd", nodes=2, tasks_per_node=4, gpus_per_node=4,
-                                             time="01:00:00", qos="normal", constraint="a100", exclusive=True,
-                                             extra=["--reservation=workshop"]))
-    assert lines == ["#SBATCH --job-name=hvd", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
-                     "#SBATCH --gres=gpu:4", "#SBATCH --time=01:00:00", "#SBATCH --qos=normal",
-                     "#SBATCH --constraint=a100", "#SBATCH --exclusive", "#SBATCH --reservation=workshop"]
+    lines = speak.sbatch_lines(
+        speak.Options(
+            job_name="hvd",
+            nodes=2,
+            tasks_per_node=4,
+            gpus_per_node=4,
+            time="01:00:00",
+            qos="normal",
+            constraint="a100",
+            exclusive=True,
+            extra=["--reservation=workshop"],
+        )
+    )
+    assert lines == [
+        "#SBATCH --job-name=hvd",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gres=gpu:4",
+        "#SBATCH --time=01:00:00",
+        "#SBATCH --qos=normal",
+        "#SBATCH --constraint=a100",
+        "#SBATCH --exclusive",
+        "#SBATCH --reservation=workshop",
+    ]
     for bad in ("reservation=workshop", "--x\n#SBATCH --y", ""):
         with pytest.raises(UserError, match="not an sbatch option"):
             speak.check_extra(bad)
@@ -43,12 +61,15 @@ def test_partitions_of_the_virtual_cluster(on_virtual_cluster):
     assert (part.name, part.nodes, part.cpus_per_node, part.gpus_per_node) == ("vc", 2, cpus, 0)
 
 
-@pytest.mark.parametrize("request_, message", [
-    (dict(nodes=3, tasks_per_node=1), "--nodes 3 is more than partition vc has (2 node(s))"),
-    (dict(nodes=2, tasks_per_node=8), "8 task(s) per node"),
-    (dict(nodes=1, tasks_per_node=1, gpus_per_node=1), "--gpus-per-node 1"),
-    (dict(nodes=1, tasks_per_node=1, partition="gpu"), "no partition 'gpu' here"),
-])
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        (dict(nodes=3, tasks_per_node=1), "--nodes 3 is more than partition vc has (2 node(s))"),
+        (dict(nodes=2, tasks_per_node=8), "8 task(s) per node"),
+        (dict(nodes=1, tasks_per_node=1, gpus_per_node=1), "--gpus-per-node 1"),
+        (dict(nodes=1, tasks_per_node=1, partition="gpu"), "no partition 'gpu' here"),
+    ],
+)
 def test_requests_that_cannot_fit_are_refused(on_virtual_cluster, request_, message):
     with pytest.raises(UserError) as refused:
         speak.check_fits(**request_)
@@ -58,8 +79,13 @@ def test_requests_that_cannot_fit_are_refused(on_virtual_cluster, request_, mess
 
 def test_job_state_and_cancel_on_a_real_job(slurm, tmp_path):  # noqa: F811
     script = tmp_path / "sleep.sh"
-    script.write_text("#!/bin/sh\n" + "\n".join(speak.sbatch_lines(speak.Options(
-        job_name="course-sleep", output=str(tmp_path / "%j.out"), time="00:05:00"))) + "\nsleep 600\n")
+    script.write_text(
+        "#!/bin/sh\n"
+        + "\n".join(
+            speak.sbatch_lines(speak.Options(job_name="course-sleep", output=str(tmp_path / "%j.out"), time="00:05:00"))
+        )
+        + "\nsleep 600\n"
+    )
     job_id = speak.submit(str(script))
     assert speak.job(job_id).state in ("PENDING", "RUNNING", "CONFIGURING")
     assert str(job_id) in speak.my_jobs("course-sleep") and str(job_id) not in speak.my_jobs("ipengine-")

@@ -22,7 +22,10 @@ SOLUTIONS = course_notebooks(ROOT / "solutions")
 # Answers the course's own package also implements, because the notebooks use or compare against it (reported to
 # the notebook owners; anything else found in the copy fails): Horovod's standard GPU pinning in course.training,
 # and the relaxed-sync fold in course.averaging that notebook 04 then runs at scale.
-LIBRARY = {("05_horovod ex1-answer", "course/training.py"), ("04_parameter_averaging ex3-answer", "course/averaging.py")}
+LIBRARY = {
+    ("05_horovod ex1-answer", "course/training.py"),
+    ("04_parameter_averaging ex3-answer", "course/averaging.py"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +68,22 @@ def _secrets() -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]
 
 def _distinctive(line: str, public: set[str]) -> bool:
     """A line that would give something away: not an import, not trivial, not in the released notebooks."""
-    return (len(line) >= 12 and not line.startswith(("import ", "from ", "#")) and line not in public)
+    return len(line) >= 12 and not line.startswith(("import ", "from ", "#")) and line not in public
 
 
 def test_the_copy_has_what_a_learner_needs_and_nothing_of_the_instructors(copy):
-    for needed in ("course/__init__.py", "course/data.py", "environment.yml", "binder/postBuild", "binder/start",
-                   "README.md", "Makefile", "scripts/setup-python.sh", "scripts/setup-system.sh", "pyproject.toml"):
+    for needed in (
+        "course/__init__.py",
+        "course/data.py",
+        "environment.yml",
+        "binder/postBuild",
+        "binder/start",
+        "README.md",
+        "Makefile",
+        "scripts/setup-python.sh",
+        "scripts/setup-system.sh",
+        "pyproject.toml",
+    ):
         assert (copy / needed).is_file(), f"the student copy lacks {needed}"
     assert sorted(p.name for p in (copy / "notebooks").glob("*.ipynb")) == [p.name for p in SOLUTIONS]
     names = {str(p.relative_to(copy)) for p in copy.rglob("*")}
@@ -87,8 +100,12 @@ def test_the_copy_has_what_a_learner_needs_and_nothing_of_the_instructors(copy):
 
 
 def test_no_solution_code_or_hidden_test_is_anywhere_in_the_copy(copy):
-    public = {line.strip() for nb in (copy / "notebooks").glob("*.ipynb")
-              for cell in nbformat.read(str(nb), as_version=4).cells for line in cell.source.splitlines()}
+    public = {
+        line.strip()
+        for nb in (copy / "notebooks").glob("*.ipynb")
+        for cell in nbformat.read(str(nb), as_version=4).cells
+        for line in cell.source.splitlines()
+    }
     files = {}
     for path in copy.rglob("*"):
         if path.is_file() and ".git" not in path.parts:
@@ -133,9 +150,11 @@ def test_building_again_refreshes_a_copy_and_refuses_other_folders(copy, tmp_pat
 def test_notebook_00_from_the_copy_completed_with_the_solutions_gets_full_marks(copy, tmp_path):
     """Run on the copy's own package (PYTHONPATH), graded by the instructor's grader against solutions/."""
     name = "00_environment_and_cluster"
-    answers = {c.metadata.nbgrader["grade_id"]: c.source
-               for c in nbformat.read(str(ROOT / "solutions" / f"{name}.ipynb"), as_version=4).cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
+    answers = {
+        c.metadata.nbgrader["grade_id"]: c.source
+        for c in nbformat.read(str(ROOT / "solutions" / f"{name}.ipynb"), as_version=4).cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
     nb = nbformat.read(str(copy / "notebooks" / f"{name}.ipynb"), as_version=4)
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")

@@ -15,9 +15,25 @@ matplotlib.use("Agg")
 
 from course import UserError, cluster  # noqa: E402
 from course import tasks  # noqa: E402
-from course.tasks import (COLLECTION_IN, COLLECTION_INOUT, COMMUTATIVE, FILE_IN, FILE_INOUT, FILE_OUT, IN,  # noqa: E402
-                          INOUT, OUT, compss_barrier, compss_delete_object, compss_open, compss_wait_on, constraint,
-                          runtime, task, worker)
+from course.tasks import (
+    COLLECTION_IN,
+    COLLECTION_INOUT,
+    COMMUTATIVE,
+    FILE_IN,
+    FILE_INOUT,
+    FILE_OUT,
+    IN,  # noqa: E402
+    INOUT,
+    OUT,
+    compss_barrier,
+    compss_delete_object,
+    compss_open,
+    compss_wait_on,
+    constraint,
+    runtime,
+    task,
+    worker,
+)
 from tests.conftest import PROGRAMS  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -49,8 +65,11 @@ def run_program(source: str, sequential: bool = False) -> str:
     """Run a program as __main__ and return what it printed; sequential: without any task runtime."""
     namespace = {"__name__": "__main__"}
     if sequential:  # the original sequential program: no decorators, waits are the identity
-        source = "\n".join(line for line in source.splitlines()
-                           if not line.lstrip().startswith(("@task", "from pycompss", "@constraint")))
+        source = "\n".join(
+            line
+            for line in source.splitlines()
+            if not line.lstrip().startswith(("@task", "from pycompss", "@constraint"))
+        )
         namespace.update(compss_wait_on=lambda x: x, compss_barrier=lambda: None)
     else:
         source = swap_imports(source)
@@ -65,6 +84,7 @@ def parents(record: dict) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- the seed programs
+
 
 @pytest.mark.parametrize("name", ["simple1", "simple2", "simple3", "simple4", "accumulate"])
 def test_seed_program_prints_the_sequential_result(fresh, name):
@@ -107,6 +127,7 @@ def test_simple4_chains_multiplies_through_inout(fresh):
 
 # ---------------------------------------------------------------------------- data semantics
 
+
 def test_inout_later_tasks_see_the_new_version_and_readers_keep_theirs(fresh):
     @task(box=INOUT)
     def append(box, value):
@@ -132,6 +153,7 @@ def test_inout_numpy_block_and_future_updated_in_place(fresh):
     @task(returns=1)
     def ones(n):
         import numpy as np
+
         return np.ones(n)
 
     @task(x=INOUT)
@@ -152,7 +174,7 @@ def test_synchronised_tells_a_stale_object_from_the_value_compss_wait_on_returne
     block, untouched = np.zeros(2), np.zeros(2)
     add_one(block)
     assert not tasks.synchronised(block) and not tasks.synchronised([[untouched, block]])
-    compss_wait_on(block)                       # the result discarded: the notebook's block is still the old one
+    compss_wait_on(block)  # the result discarded: the notebook's block is still the old one
     assert not tasks.synchronised(block) and block.tolist() == [0.0, 0.0]
     fetched = compss_wait_on(block)
     assert tasks.synchronised(fetched) and fetched.tolist() == [1.0, 1.0]
@@ -165,7 +187,7 @@ def test_synchronised_tells_a_stale_object_from_the_value_compss_wait_on_returne
     future = two()
     assert not tasks.synchronised(future) and not tasks.synchronised((1, future))
     assert tasks.synchronised(compss_wait_on(future))
-    assert tasks.waits() == 3                   # the program's compss_wait_on calls since reset()
+    assert tasks.waits() == 3  # the program's compss_wait_on calls since reset()
     tasks.reset()
     assert tasks.waits() == 0
 
@@ -174,6 +196,7 @@ def test_commutative_updates_run_one_at_a_time_in_any_order(fresh):
     @task(log=COMMUTATIVE)
     def record(log, i):
         import time
+
         time.sleep(0.3)
         log.append(i)
 
@@ -190,23 +213,28 @@ def test_commutative_updates_run_one_at_a_time_in_any_order(fresh):
     final = compss_wait_on(log)
     assert sorted(final[:4]) == [0, 1, 2, 3] and final[4] == 99
     runs = sorted((r["start"], r["end"]) for r in tasks.history() if r["name"] == "record")
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(runs, runs[1:])), \
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(runs, runs[1:])), (
         f"commutative updates overlapped: {runs}"
+    )
 
 
 def test_independent_tasks_overlap_on_different_engines(fresh):
     @task(returns=1)
     def nap(i):
         import time
+
         time.sleep(1.0)
         return i
 
     results = [nap(i) for i in range(4)]
     assert compss_wait_on(results) == [0, 1, 2, 3]
     records = tasks.history()
-    overlapping = [(a["engine"], b["engine"]) for a in records for b in records
-                   if a["number"] < b["number"] and a["engine"] != b["engine"]
-                   and a["start"] < b["end"] and b["start"] < a["end"]]
+    overlapping = [
+        (a["engine"], b["engine"])
+        for a in records
+        for b in records
+        if a["number"] < b["number"] and a["engine"] != b["engine"] and a["start"] < b["end"] and b["start"] < a["end"]
+    ]
     assert overlapping, f"no two tasks ran at the same time on different engines: {records}"
     assert tasks.stats().engines == 2
 
@@ -214,14 +242,17 @@ def test_independent_tasks_overlap_on_different_engines(fresh):
 def test_chains_of_updates_spread_over_the_engines_and_each_stays_on_one(fresh):
     """Blocks made by one task all live on one engine; their chains of INOUT updates (a blocked multiply's
     k-loops) must not all follow them there, but each chain, once placed, keeps its block where it is."""
+
     @task(returns=4)
     def make():
         import numpy as np
+
         return tuple(np.zeros(3) for _ in range(4))
 
     @task(c=INOUT)
     def add(c, k):
         import time
+
         time.sleep(0.3)  # both engines are free when the first updates are placed
         c += k
 
@@ -233,8 +264,9 @@ def test_chains_of_updates_spread_over_the_engines_and_each_stays_on_one(fresh):
     records = tasks.history()
     chains = [[r for r in records[1:] if r["number"] % 4 == i % 4] for i in range(1, 5)]
     assert all(len(chain) == 3 for chain in chains), records
-    assert len({chain[0]["engine"] for chain in chains}) == 2, \
+    assert len({chain[0]["engine"] for chain in chains}) == 2, (
         f"every chain of updates ran where its block was made (engine {records[0]['engine']}): {records}"
+    )
     assert all(len({r["engine"] for r in chain}) == 1 for chain in chains), f"a chain changed engine: {records}"
 
 
@@ -305,14 +337,16 @@ def test_out_parameter_is_filled_by_the_task(fresh):
     assert compss_wait_on(s) == 6
     assert compss_wait_on(block).tolist() == [7.0, 7.0, 7.0]
     assert tasks.history()[1]["parents"] == [(0, "IN")]
-    assert out == [] and block.tolist() == [0.0, 0.0, 0.0], \
+    assert out == [] and block.tolist() == [0.0, 0.0, 0.0], (
         "the notebook's own objects are not changed behind its back (as in PyCOMPSs)"
+    )
 
 
 def test_file_inout_appends_in_the_order_of_the_calls(fresh, tmp_path):
     @task(path=FILE_INOUT)
     def append(path, text, delay):
         import time
+
         time.sleep(delay)
         with open(path, "a") as f:
             f.write(text + "\n")
@@ -330,6 +364,7 @@ def test_barrier_alone_waits_for_every_task(fresh, tmp_path):
     @task(path=FILE_OUT)
     def slow_write(path, i):
         import time
+
         time.sleep(1.0)
         with open(path, "w") as f:
             f.write(str(i))
@@ -381,11 +416,13 @@ def test_results_move_between_engines_not_through_the_notebook(fresh, monkeypatc
     @task(returns=1)
     def produce(n):
         import numpy as np
+
         return np.arange(n)
 
     @task(returns=1)
     def consume(x):
         import time
+
         time.sleep(0.3)  # keeps both engines busy, so some consumers run away from the producer
         return int(x.sum())
 
@@ -397,17 +434,20 @@ def test_results_move_between_engines_not_through_the_notebook(fresh, monkeypatc
     data = produce(1000)
     sums = [consume(data) for _ in range(4)]
     records = tasks.history()  # waits for every task; fetches no value
-    assert all(op == "put" and key.startswith("fn:") for op, key in seen), \
+    assert all(op == "put" and key.startswith("fn:") for op, key in seen), (
         f"only the task functions may go through the notebook before compss_wait_on: {seen}"
+    )
     home = records[0]["engine"]
     consumers = records[1:]
     assert all(r["parents"] == [(0, "IN")] for r in consumers)
     away = sorted((r for r in consumers if r["engine"] != home), key=lambda r: r["start"])
     assert away, f"every consumer ran on the producer's engine {home}: {records}"
-    assert [r["fetched"] for r in consumers if r["engine"] == home] == [0] * (len(consumers) - len(away)), \
+    assert [r["fetched"] for r in consumers if r["engine"] == home] == [0] * (len(consumers) - len(away)), (
         "a consumer on the producer's engine finds the result there"
-    assert [r["fetched"] for r in away] == [1] + [0] * (len(away) - 1), \
+    )
+    assert [r["fetched"] for r in away] == [1] + [0] * (len(away) - 1), (
         f"the first consumer on engine {away[0]['engine']} fetches the result from its peer once, later ones reuse it"
+    )
     assert compss_wait_on(sums) == [499500] * 4
 
 
@@ -460,8 +500,10 @@ def test_graph_trace_and_stats(fresh):
 
 # ---------------------------------------------------------------------------- errors
 
+
 def test_direction_for_a_missing_parameter_fails_at_decoration():
     with pytest.raises(UserError, match="'x' is not a parameter of f1"):
+
         @task(x=IN)
         def f1(i):
             return i * 2
@@ -469,6 +511,7 @@ def test_direction_for_a_missing_parameter_fails_at_decoration():
 
 def test_unknown_direction_fails_at_decoration():
     with pytest.raises(UserError, match="parameter 'c' has direction 'INOUT'"):
+
         @task(c="INOUT")
         def f(c):
             pass
@@ -519,10 +562,12 @@ def test_bad_call_is_a_user_error(fresh):
 
 # ---------------------------------------------------------------------------- versions and failures
 
+
 def test_a_file_reader_keeps_its_version_and_the_graph_says_which(fresh, tmp_path):
     @task(path=FILE_IN, returns=1)
     def slow_read(path):
         import time
+
         time.sleep(1.0)
         with open(path) as f:
             return f.read()
@@ -541,8 +586,11 @@ def test_a_file_reader_keeps_its_version_and_the_graph_says_which(fresh, tmp_pat
     compss_barrier()
     assert log.read_text() == "abc"
     files = [r["files"] for r in tasks.history()]
-    assert files == [[("log.txt", 0, "reads")], [("log.txt", 0, "reads"), ("log.txt", 1, "writes")],
-                     [("log.txt", 1, "reads"), ("log.txt", 2, "writes")]]
+    assert files == [
+        [("log.txt", 0, "reads")],
+        [("log.txt", 0, "reads"), ("log.txt", 1, "writes")],
+        [("log.txt", 1, "reads"), ("log.txt", 2, "writes")],
+    ]
     labels = [t.get_text() for t in tasks.graph().axes[0].texts]
     assert "r log.txt v1\nw log.txt v2" in labels, f"the graph shows which version each task read and wrote: {labels}"
 
@@ -575,6 +623,7 @@ def test_barrier_raises_a_failure_that_stops_the_application_and_warns_about_oth
 
 def test_bad_on_failure_is_a_user_error():
     with pytest.raises(UserError, match="on_failure='SKIP'; use one of RETRY, CANCEL_SUCCESSORS, FAIL, IGNORE"):
+
         @task(on_failure="SKIP")
         def f(x):
             return x

@@ -27,10 +27,20 @@ def run_script(name: str, workdir: Path, timeout: float = 180) -> subprocess.Com
         if module.name != script.name and "/" in name:
             (script.parent / module.name).write_text(module.read_text())
     script.write_text(source.replace("from pycompss.", "from course.tasks."))
-    env = dict(os.environ, IPYTHONDIR=str(workdir / ".ipython"), PYTHONPATH=str(ROOT),
-               COURSE_CLUSTER_ID=f"test-prog-{name.replace('/', '-')}")
-    return subprocess.run([sys.executable, str(script.relative_to(workdir))], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = dict(
+        os.environ,
+        IPYTHONDIR=str(workdir / ".ipython"),
+        PYTHONPATH=str(ROOT),
+        COURSE_CLUSTER_ID=f"test-prog-{name.replace('/', '-')}",
+    )
+    return subprocess.run(
+        [sys.executable, str(script.relative_to(workdir))],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_readers_keep_the_version_they_were_given(tmp_path):
@@ -39,8 +49,14 @@ def test_readers_keep_the_version_they_were_given(tmp_path):
     assert done.returncode == 0, done.stderr
     keys = ("first", "second", "third", "before", "after", "file")
     lines = [line for line in done.stdout.splitlines() if line.split(":")[0] in keys]
-    assert lines == ["first: 'one\\n'", "second: 'one\\ntwo\\n'", "third: 'three\\n'",
-                     "before: [1]", "after: [1, 2]", "file: 'three\\n'"], done.stdout + done.stderr
+    assert lines == [
+        "first: 'one\\n'",
+        "second: 'one\\ntwo\\n'",
+        "third: 'three\\n'",
+        "before: [1]",
+        "after: [1, 2]",
+        "file: 'three\\n'",
+    ], done.stdout + done.stderr
     assert (tmp_path / "log.txt").read_text() == "three\n"
 
 
@@ -55,8 +71,9 @@ def test_work_pending_at_exit_runs_and_its_files_come_back(tmp_path):
     assert C.shape == (n * size, n * size) and A.any() and B.any()
     zero = [(i, j) for i in range(n) for j in range(n) if not np.loadtxt(tmp_path / f"C_{i}{j}.txt").any()]
     assert np.array_equal(C, A @ B), f"C blocks still zero: {zero}"
-    assert not [p for p in tmp_path.rglob("*") if ".course-tasks" in p.parts and p.is_file()], \
+    assert not [p for p in tmp_path.rglob("*") if ".course-tasks" in p.parts and p.is_file()], (
         "no version files are left beside the user's files"
+    )
 
 
 def test_failed_tasks_follow_their_on_failure_policy_and_the_program_fails(tmp_path):
@@ -106,8 +123,14 @@ def test_the_rest_of_the_api_programs_import(tmp_path):
 
 @pytest.mark.parametrize("module", ["ompss", "container", "http", "multinode"])
 def test_unsupported_decorators_are_refused_at_import_in_one_line(tmp_path, module):
-    done = subprocess.run([sys.executable, "-c", f"from course.tasks.api.{module} import {module}"], cwd=tmp_path,
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", f"from course.tasks.api.{module} import {module}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=60,
+    )
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"@{module}" in lines[0] and "use " in lines[0], done.stderr

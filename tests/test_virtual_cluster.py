@@ -68,8 +68,11 @@ def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tm
 
     program = tmp_path / "allreduce.py"
     program.write_text(MPI_PROGRAM)
-    done = run(["salloc", "-N2", "-n2", "mpiexec", "-n", "2", *mpi.JOB_FLAGS, sys.executable, str(program)],
-               mpi.env(virtual_cluster), timeout=180)
+    done = run(
+        ["salloc", "-N2", "-n2", "mpiexec", "-n", "2", *mpi.JOB_FLAGS, sys.executable, str(program)],
+        mpi.env(virtual_cluster),
+        timeout=180,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = sorted(line.split() for line in done.stdout.splitlines() if line.startswith("RANK"))
     assert [line[1] for line in lines] == ["0", "1"], done.stdout
@@ -77,10 +80,13 @@ def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tm
     assert all(line[5:] == ["3.0", "3.0"] for line in lines), done.stdout
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--nodes", "3", "--tasks-per-node", "1"], "--nodes 3 is more than partition vc has (2 node(s))"),
-    (["--nodes", "2", "--tasks-per-node", str(CPUS + 1)], f"{CPUS + 1} task(s) per node"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--nodes", "3", "--tasks-per-node", "1"], "--nodes 3 is more than partition vc has (2 node(s))"),
+        (["--nodes", "2", "--tasks-per-node", str(CPUS + 1)], f"{CPUS + 1} task(s) per node"),
+    ],
+)
 def test_requests_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, tmp_path, argv, message):  # noqa: F811
     env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"))
     done = run_course("job", "horovod", *argv, "--submit", env=env, timeout=120)
@@ -88,16 +94,22 @@ def test_requests_the_nodes_cannot_run_are_refused_before_submission(virtual_clu
     assert not (tmp_path / "records").exists() or not list((tmp_path / "records").iterdir())
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["-n", str(2 * CPUS + 2), "--tasks-per-node", str(CPUS + 1)],
-     f"{CPUS + 1} task(s) per node x 1 CPU(s) per task = {CPUS + 1} CPUs"),
-    (["-n", str(2 * CPUS + 1)], f"is more than partition vc has (2 node(s) x {CPUS} CPUs)"),
-    (["-n", "2", "--sbatch", "exclusive"], "not an sbatch option"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["-n", str(2 * CPUS + 2), "--tasks-per-node", str(CPUS + 1)],
+            f"{CPUS + 1} task(s) per node x 1 CPU(s) per task = {CPUS + 1} CPUs",
+        ),
+        (["-n", str(2 * CPUS + 1)], f"is more than partition vc has (2 node(s) x {CPUS} CPUs)"),
+        (["-n", "2", "--sbatch", "exclusive"], "not an sbatch option"),
+    ],
+)
 def test_slurm_engines_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, argv, message):  # noqa: F811
     before = _ipengine_jobs(virtual_cluster)
-    done = run_course("cluster", "start", "--engines", "slurm", "--id", "vc-refused", *argv, env=virtual_cluster,
-                      timeout=120)
+    done = run_course(
+        "cluster", "start", "--engines", "slurm", "--id", "vc-refused", *argv, env=virtual_cluster, timeout=120
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
     assert _ipengine_jobs(virtual_cluster) == before
 
@@ -134,8 +146,12 @@ def test_cluster_stop_all_cancels_a_two_node_engine_job(virtual_cluster):  # noq
 
 def test_not_root_is_told_why_with_exit_3(tmp_path):
     """Where it cannot run, it says why on stderr and exits 3 (the fixture then skips with that reason)."""
-    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(SCRIPT),
-                           "start"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(SCRIPT), "start"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "needs root" in done.stderr and not done.stdout
 
@@ -143,7 +159,7 @@ def test_not_root_is_told_why_with_exit_3(tmp_path):
 def guide_block(heading: str) -> str:
     """The first bash block after `heading` in the instructor guide."""
     text = (ROOT / "docs" / "instructor-guide.md").read_text()
-    after = text[text.index(heading):]
+    after = text[text.index(heading) :]
     return after.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
@@ -152,10 +168,15 @@ def test_the_guides_rehearsal_runs_in_order_and_stop_leaves_nothing_behind(virtu
     every daemon, namespace, link and /etc/hosts line that start made is gone."""
     block = guide_block("### Rehearsing a multi-node workshop on one machine")
     (tmp_path / "scripts").symlink_to(ROOT / "scripts")
-    env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"), PYTHONPATH=str(ROOT),
-               PATH=f"{Path(sys.executable).parent}:{virtual_cluster['PATH']}")
-    done = subprocess.run(["bash", "-e", "-c", block], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=600)
+    env = dict(
+        virtual_cluster,
+        COURSE_JOBS_DIR=str(tmp_path / "records"),
+        PYTHONPATH=str(ROOT),
+        PATH=f"{Path(sys.executable).parent}:{virtual_cluster['PATH']}",
+    )
+    done = subprocess.run(
+        ["bash", "-e", "-c", block], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(done.stdout.splitlines()[:2]) == ["vc1", "vc2"], done.stdout  # srun -N2 hostname
     # course job horovod --nodes 2 --tasks-per-node 1: both ranks train in one job, one on each node

@@ -29,8 +29,9 @@ def exports(text: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def virtual_cluster(slurm) -> dict[str, str]:  # noqa: F811
     """Start the two-node cluster (idempotent); returns os.environ plus what its clients need."""
-    started = subprocess.run(["bash", str(SCRIPT), "start", "--nodes", "2"], capture_output=True, text=True,
-                             timeout=180)
+    started = subprocess.run(
+        ["bash", str(SCRIPT), "start", "--nodes", "2"], capture_output=True, text=True, timeout=180
+    )
     if started.returncode == 3:
         pytest.skip(started.stderr.strip())
     assert started.returncode == 0, f"virtual cluster did not start: {started.stdout}{started.stderr}"

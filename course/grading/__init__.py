@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-ASSIGNMENT = "ddl-hpc"          # the nbgrader assignment id of the course (see nbgrader_config.py)
-CELL_TIMEOUT = 300              # seconds per cell: generous for the quick profile's training cells
-MEMORY_LIMIT = "4G"             # per kernel, counting the processes it starts (engines)
+ASSIGNMENT = "ddl-hpc"  # the nbgrader assignment id of the course (see nbgrader_config.py)
+CELL_TIMEOUT = 300  # seconds per cell: generous for the quick profile's training cells
+MEMORY_LIMIT = "4G"  # per kernel, counting the processes it starts (engines)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -67,11 +67,19 @@ def size_words(n: int) -> str:
     return f"{n} bytes"
 
 
-def row(student: str, notebook: str, status: str, message: str, cell: str = "", points: Any = 0,
-        max_points: Any = 0) -> dict:
+def row(
+    student: str, notebook: str, status: str, message: str, cell: str = "", points: Any = 0, max_points: Any = 0
+) -> dict:
     """One row of grades.csv (FIELDS): a graded cell's score, or a note about the whole notebook (cell "")."""
-    return dict(student=student, notebook=notebook, cell=cell, points=points, max_points=max_points,
-                status=status, message=message)
+    return dict(
+        student=student,
+        notebook=notebook,
+        cell=cell,
+        points=points,
+        max_points=max_points,
+        status=status,
+        message=message,
+    )
 
 
 def number(x: float) -> float | int:

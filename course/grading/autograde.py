@@ -41,7 +41,7 @@ class Cell:
     solution: bool
     locked: bool
     points: float
-    checksum: str       # of the released cell (what a learner has)
+    checksum: str  # of the released cell (what a learner has)
     full_checksum: str  # of the instructor's cell, hidden tests included (what nbgrader stores)
 
 
@@ -52,7 +52,7 @@ class Spec:
     notebook: str
     cells: list[Cell]
     gradebook: str  # path of a gradebook file holding this notebook (copied per submission)
-    released: str   # the released notebook as text (to identify misnamed submissions)
+    released: str  # the released notebook as text (to identify misnamed submissions)
 
     @property
     def graded(self) -> list[Cell]:
@@ -81,6 +81,7 @@ class Result:
     rows: list[dict] = field(default_factory=list)
     feedback: str = ""
     machinery: str = ""  # why the grading machinery (not the submission) failed: not a score, never cached
+
 
 MACHINERY_ERRORS = ("ClusterDown",)  # raised by course.cluster when its processes fail, whatever the learner wrote
 
@@ -114,9 +115,18 @@ def gradebook(source: Path, workdir: Path) -> Spec:
     for cell in released.cells:
         meta = cell.metadata.get("nbgrader", {})
         if "grade_id" in meta:
-            cells.append(Cell(meta["grade_id"], cell.cell_type, bool(meta.get("grade")), bool(meta.get("solution")),
-                              bool(meta.get("locked")), float(meta.get("points", 0) or 0),
-                              meta.get("checksum") or compute_checksum(cell), full.get(meta["grade_id"], "")))
+            cells.append(
+                Cell(
+                    meta["grade_id"],
+                    cell.cell_type,
+                    bool(meta.get("grade")),
+                    bool(meta.get("solution")),
+                    bool(meta.get("locked")),
+                    float(meta.get("points", 0) or 0),
+                    meta.get("checksum") or compute_checksum(cell),
+                    full.get(meta["grade_id"], ""),
+                )
+            )
     return Spec(notebook, cells, str(db), render(released))
 
 
@@ -150,8 +160,11 @@ def parse(data: bytes) -> NotebookNode:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise Problem("invalid", f"the file is not valid notebook JSON (line {exc.lineno}, column {exc.colno}: "
-                                 f"{exc.msg}); it may be cut short or edited outside Jupyter") from None
+        raise Problem(
+            "invalid",
+            f"the file is not valid notebook JSON (line {exc.lineno}, column {exc.colno}: "
+            f"{exc.msg}); it may be cut short or edited outside Jupyter",
+        ) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         raise Problem("invalid", "the file is JSON but not a Jupyter notebook (it has no list of cells)")
     try:
@@ -173,8 +186,14 @@ def parse(data: bytes) -> NotebookNode:
 
 
 def _metadata(cell: Cell) -> dict:
-    meta = {"grade": cell.grade, "solution": cell.solution, "locked": cell.locked, "grade_id": cell.grade_id,
-            "schema_version": 3, "checksum": cell.checksum}
+    meta = {
+        "grade": cell.grade,
+        "solution": cell.solution,
+        "locked": cell.locked,
+        "grade_id": cell.grade_id,
+        "schema_version": 3,
+        "checksum": cell.checksum,
+    }
     if cell.grade:
         meta["points"] = cell.points
     return meta
@@ -197,8 +216,9 @@ class MarkNotRun(Preprocessor):
         outcome, reason = resources["course"]["outcome"], resources["course"]["stop"]
         for index, cell in enumerate(nb.cells):
             if cell.cell_type == "code" and cell.source.strip() and index not in outcome.executed:
-                cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=reason or "not run",
-                                                       traceback=[])]
+                cell.outputs = [
+                    nbformat.v4.new_output("error", ename="NotRun", evalue=reason or "not run", traceback=[])
+                ]
         return nb, resources
 
 
@@ -228,8 +248,9 @@ def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
         source = known[grade_id]
         if cell.cell_type != source.cell_type:
             per_cell[grade_id] = f"its cell type was changed to {cell.cell_type}; the instructor's type was used"
-        elif source.locked and compute_checksum(nbformat.from_dict({**cell, "metadata": {
-                **cell.metadata, "nbgrader": _metadata(source)}})) not in (source.checksum, source.full_checksum):
+        elif source.locked and compute_checksum(
+            nbformat.from_dict({**cell, "metadata": {**cell.metadata, "nbgrader": _metadata(source)}})
+        ) not in (source.checksum, source.full_checksum):
             kind = "test cell" if source.grade else "locked cell"
             per_cell[grade_id] = f"this {kind} was edited; the instructor's version was used"
         elif any(meta.get(k) != v for k, v in _metadata(source).items() if k not in ("checksum", "schema_version")):
@@ -279,8 +300,9 @@ def grade(job: Job) -> Result:
     except Problem as problem:
         return _whole(job, problem.status, problem.message)
     except Exception as exc:  # the last line of defence: one bad submission never stops the class
-        return _whole(job, "error", f"the grader could not grade this file: {type(exc).__name__}: "
-                                    f"{explain.one_line(exc)}")
+        return _whole(
+            job, "error", f"the grader could not grade this file: {type(exc).__name__}: {explain.one_line(exc)}"
+        )
 
 
 def _whole(job: Job, status: str, message: str) -> Result:
@@ -293,11 +315,24 @@ def _whole(job: Job, status: str, message: str) -> Result:
 
 def steps() -> tuple[list[type], list[type]]:
     """The preprocessors that run before the submission is executed, and after: nbgrader's own, and ours."""
-    from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds, LimitOutput,
-                                        OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+    from nbgrader.preprocessors import (
+        CheckCellMetadata,
+        ClearOutput,
+        DeduplicateIds,
+        LimitOutput,
+        OverwriteCells,
+        OverwriteKernelspec,
+        SaveAutoGrades,
+    )
 
-    before_run = [RestoreInstructorCells, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-                  CheckCellMetadata]
+    before_run = [
+        RestoreInstructorCells,
+        ClearOutput,
+        DeduplicateIds,
+        OverwriteKernelspec,
+        OverwriteCells,
+        CheckCellMetadata,
+    ]
     after_run = [MarkNotRun, LimitOutput, SaveAutoGrades]
     return before_run, after_run
 
@@ -315,8 +350,11 @@ def _grade(job: Job) -> Result:
         with Gradebook(url) as gb:
             gb.add_student(job.student)
             gb.add_submission(ASSIGNMENT, job.student)
-        resources = {"nbgrader": {"notebook": spec.notebook, "assignment": ASSIGNMENT, "student": job.student,
-                                  "db_url": url}, "metadata": {"path": str(work)}, "course": {"spec": spec}}
+        resources = {
+            "nbgrader": {"notebook": spec.notebook, "assignment": ASSIGNMENT, "student": job.student, "db_url": url},
+            "metadata": {"path": str(work)},
+            "course": {"spec": spec},
+        }
         log = quiet_log()
         before_run, after_run = steps()
         for step in before_run:
@@ -330,8 +368,10 @@ def _grade(job: Job) -> Result:
             nb, resources = step(log=log).preprocess(nb, resources)
         notes, per_cell = resources["course"]["notes"], resources["course"]["per_cell"]
         with Gradebook(url) as gb:
-            scores = {g.name: (g.auto_score, g.max_score)
-                      for g in gb.find_submission_notebook(spec.notebook, ASSIGNMENT, job.student).grades}
+            scores = {
+                g.name: (g.auto_score, g.max_score)
+                for g in gb.find_submission_notebook(spec.notebook, ASSIGNMENT, job.student).grades
+            }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     broken = _machinery_failure(nb)
@@ -342,8 +382,14 @@ def _grade(job: Job) -> Result:
     rows = _rows(job, nb, scores, outcome, per_cell)
     if outcome.stopped:
         notes.insert(0, stop)
-        rows.append(row(job.student, spec.notebook,
-                        {"memory": "memory", "timeout": "timeout"}.get(outcome.stopped, "crashed"), stop))
+        rows.append(
+            row(
+                job.student,
+                spec.notebook,
+                {"memory": "memory", "timeout": "timeout"}.get(outcome.stopped, "crashed"),
+                stop,
+            )
+        )
     if outcome.truncated:
         labels = ", ".join(_label(nb, i) for i in sorted(outcome.truncated))
         notes.append(f"output was cut at {size_words(MAX_OUTPUT)} per cell in {labels}")
@@ -359,17 +405,21 @@ def _machinery_failure(nb: NotebookNode) -> str:
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.get("output_type") == "error" and (
-                    output.get("ename") in MACHINERY_ERRORS or "ClusterDown" in str(output.get("evalue", ""))):
+                output.get("ename") in MACHINERY_ERRORS or "ClusterDown" in str(output.get("evalue", ""))
+            ):
                 return f"{_label(nb, index)}: {output.get('ename')}: {explain.one_line(output.get('evalue', ''))}"
     return ""
 
 
 def _machinery(job: Job, detail: str) -> Result:
     """Rows for a submission the grading machinery failed on: status error, no points (not the learner's score)."""
-    message = (f"not graded: the grading machinery failed, not this submission ({detail}); "
-               f"it was not saved, so the next `course grade` grades it again")
-    rows = [row(job.student, job.spec.notebook, "error", message, c.grade_id, "", number(c.points))
-            for c in job.spec.graded]
+    message = (
+        f"not graded: the grading machinery failed, not this submission ({detail}); "
+        f"it was not saved, so the next `course grade` grades it again"
+    )
+    rows = [
+        row(job.student, job.spec.notebook, "error", message, c.grade_id, "", number(c.points)) for c in job.spec.graded
+    ]
     return Result(rows, _feedback(job, rows, [message]), machinery=detail)
 
 
@@ -391,8 +441,17 @@ def _rows(job: Job, nb: NotebookNode, scores: dict, outcome: Outcome, per_cell: 
     for source in job.spec.graded:
         index = where.get(source.grade_id)
         if index is None:  # could not be put back (should not happen): zero, and say so
-            rows.append(row(job.student, job.spec.notebook, "missing", "this test cell is missing", source.grade_id, 0,
-                            number(source.points)))
+            rows.append(
+                row(
+                    job.student,
+                    job.spec.notebook,
+                    "missing",
+                    "this test cell is missing",
+                    source.grade_id,
+                    0,
+                    number(source.points),
+                )
+            )
             continue
         cell = nb.cells[index]
         auto, maximum = scores.get(source.grade_id, (0, source.points))
@@ -411,16 +470,20 @@ def _rows(job: Job, nb: NotebookNode, scores: dict, outcome: Outcome, per_cell: 
             status, points, message = "passed", auto, ""
         else:
             points = auto
-            status = "timeout" if error is not None and error.ename == "CellTimeoutError" else (
-                "partial" if auto > 0 else "failed")
+            status = (
+                "timeout"
+                if error is not None and error.ename == "CellTimeoutError"
+                else ("partial" if auto > 0 else "failed")
+            )
             message = explain.cell_error_words(cell, job.timeout) or "failed"
             trouble = _answer_trouble(nb, index, job.timeout)
             if trouble and error is not None and error.ename != "AssertionError":
                 message += f" (answer {trouble})"
         if source.grade_id in per_cell:
             message = f"{message}; {per_cell[source.grade_id]}" if message else per_cell[source.grade_id]
-        rows.append(row(job.student, job.spec.notebook, status, message, source.grade_id, number(points),
-                        number(maximum)))
+        rows.append(
+            row(job.student, job.spec.notebook, status, message, source.grade_id, number(points), number(maximum))
+        )
     return rows
 
 
@@ -429,8 +492,11 @@ def _feedback(job: Job, rows: list[dict], notes: list[str], nb: NotebookNode | N
     graded = [r for r in rows if r["cell"]]
     got = sum(float(r["points"] or 0) for r in graded)
     total = sum(float(r["max_points"]) for r in graded)
-    score = (f"{number(got)} / {number(total)} points" if all(r["points"] != "" for r in graded)
-             else f"not graded yet (out of {number(total)} points): see the note below")
+    score = (
+        f"{number(got)} / {number(total)} points"
+        if all(r["points"] != "" for r in graded)
+        else f"not graded yet (out of {number(total)} points): see the note below"
+    )
     lines = [f"Feedback for {job.student} on {job.spec.notebook} (file: {job.file})", f"Score: {score}", ""]
     width = max([len(r["cell"]) for r in graded] + [4])
     for r in graded:

@@ -33,8 +33,18 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
     if args.timeout is not None:
         check_timeout(args.timeout)
-    print(grade(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout, workers=args.workers,
-                memory=args.memory, regrade=args.regrade, progress=sys.stderr.isatty()))
+    print(
+        grade(
+            args.submissions,
+            args.out,
+            solutions=args.solutions,
+            timeout=args.timeout,
+            workers=args.workers,
+            memory=args.memory,
+            regrade=args.regrade,
+            progress=sys.stderr.isatty(),
+        )
+    )
     return 0
 
 
@@ -42,7 +52,9 @@ def cmd_student_copy(args: argparse.Namespace) -> int:
     from course.student import build
 
     written = build(args.out, args.solutions)
-    print(f"wrote the student copy to {args.out}: {', '.join(written)} (no solutions/, hidden tests or instructor guide)")
+    print(
+        f"wrote the student copy to {args.out}: {', '.join(written)} (no solutions/, hidden tests or instructor guide)"
+    )
     return 0
 
 
@@ -66,9 +78,13 @@ def cmd_nbgrader_setup(args: argparse.Namespace) -> int:
 def add_grading(commands) -> None:
     """Add release, validate and grade to the course's command line."""
     release = commands.add_parser("release", help="generate the student notebooks/ from solutions/ (nbgrader)")
-    release.add_argument("--check", action="store_true", help="only check that notebooks/ is up to date (exit 1 if not)")
+    release.add_argument(
+        "--check", action="store_true", help="only check that notebooks/ is up to date (exit 1 if not)"
+    )
     release.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
-    release.add_argument("--notebooks", default=None, metavar="DIR", help="where student notebooks go (default notebooks/)")
+    release.add_argument(
+        "--notebooks", default=None, metavar="DIR", help="where student notebooks go (default notebooks/)"
+    )
     release.set_defaults(func=cmd_release)
 
     validate = commands.add_parser("validate", help="run your notebook and see which checks pass and why")
@@ -87,11 +103,15 @@ def add_grading(commands) -> None:
     grade.add_argument("--regrade", action="store_true", help="grade everything again, not only what changed")
     grade.set_defaults(func=cmd_grade)
 
-    setup = commands.add_parser("nbgrader-setup", help="prepare nbgrader's course directory: one assignment per notebook")
+    setup = commands.add_parser(
+        "nbgrader-setup", help="prepare nbgrader's course directory: one assignment per notebook"
+    )
     setup.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
     setup.set_defaults(func=cmd_nbgrader_setup)
 
-    copy = commands.add_parser("student-copy", help="write the course as learners get it (no solutions or hidden tests)")
+    copy = commands.add_parser(
+        "student-copy", help="write the course as learners get it (no solutions or hidden tests)"
+    )
     copy.add_argument("out", metavar="OUT", help="a new or empty folder, or an earlier student copy to refresh")
     copy.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
     copy.set_defaults(func=cmd_student_copy)

@@ -162,15 +162,19 @@ class LimitedExecute(Execute):
 
     def output(self, outs, msg, display_id, cell_index):
         if msg["msg_type"] in ("stream", "display_data", "execute_result", "update_display_data"):
-            size = sum(len(str(v)) for v in msg["content"].get("data", {}).values()) + len(msg["content"].get("text", ""))
+            size = sum(len(str(v)) for v in msg["content"].get("data", {}).values()) + len(
+                msg["content"].get("text", "")
+            )
             total = self._output_bytes.get(cell_index, 0) + size
             self._output_bytes[cell_index] = total
             if total > self.max_output_bytes:
                 if cell_index not in self.outcome.truncated:
                     self.outcome.truncated.add(cell_index)
-                    note = NotebookNode(output_type="stream", name="stdout",
-                                        text=f"\n[output truncated by the grader: more than "
-                                             f"{size_words(self.max_output_bytes)}]\n")
+                    note = NotebookNode(
+                        output_type="stream",
+                        name="stdout",
+                        text=f"\n[output truncated by the grader: more than {size_words(self.max_output_bytes)}]\n",
+                    )
                     outs.append(note)
                 return None
         return super().output(outs, msg, display_id, cell_index)
@@ -202,9 +206,15 @@ def _run_once(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_na
     outcome = Outcome()
     watchdog = Watchdog(memory, hang_after=timeout + GRACE)
     # nbclient's `timeout` is whole seconds (0 would mean no limit); `timeout_func` gives it the exact limit.
-    executor = LimitedExecute(timeout=max(1, math.ceil(timeout)), timeout_func=lambda cell: timeout,
-                              iopub_timeout=30, watchdog=watchdog, outcome=outcome, log=quiet_log(),
-                              **({"kernel_name": kernel_name} if kernel_name else {}))
+    executor = LimitedExecute(
+        timeout=max(1, math.ceil(timeout)),
+        timeout_func=lambda cell: timeout,
+        iopub_timeout=30,
+        watchdog=watchdog,
+        outcome=outcome,
+        log=quiet_log(),
+        **({"kernel_name": kernel_name} if kernel_name else {}),
+    )
     resources = {"metadata": {"path": cwd}}
     watchdog.start()
     warnings.filterwarnings("ignore", module="nbgrader")
@@ -217,8 +227,10 @@ def _run_once(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_na
     try:
         executor.preprocess(nb, resources)
     except NoSuchKernel as exc:
-        raise UserError(f"the notebook's kernel {exc.name!r} is not installed here; "
-                        f"run `make setup` (it registers the ddl-hpc kernel)") from None
+        raise UserError(
+            f"the notebook's kernel {exc.name!r} is not installed here; "
+            f"run `make setup` (it registers the ddl-hpc kernel)"
+        ) from None
     except (DeadKernelError, CellTimeoutError, RuntimeError, TimeoutError) as exc:
         outcome.stopped = watchdog.reason or "died"
         outcome.stopped_cell = watchdog.reason_cell if watchdog.reason else watchdog.cell

@@ -21,8 +21,11 @@ def first_error(cell: NotebookNode) -> NotebookNode | None:
 
 def stderr_text(cell: NotebookNode) -> str:
     """What the cell wrote to stderr (nbgrader counts that as a failed check)."""
-    return "".join(o.get("text", "") for o in cell.get("outputs", [])
-                   if o.get("output_type") == "stream" and o.get("name") == "stderr")
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    )
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -69,8 +72,9 @@ def stop_words(outcome: Outcome, cell_label: str, timeout: float, memory: int) -
     if outcome.stopped == "memory":
         return f"the kernel was stopped{where}: it used more than {size_words(memory)} of memory"
     if outcome.stopped == "timeout":
-        return (f"the kernel was stopped{where}: a cell kept running past its {timeout:g} s limit "
-                f"and ignored the interrupt")
+        return (
+            f"the kernel was stopped{where}: a cell kept running past its {timeout:g} s limit and ignored the interrupt"
+        )
     if outcome.stopped == "nostart":
         return f"the grader could not start a kernel ({outcome.detail}); no cell ran, grade it again"
     return f"the kernel died{where} (a crash, os._exit, or a killed process); later cells did not run"

@@ -56,8 +56,11 @@ def _normal(name: str) -> str:
 def _grade_ids(data: bytes) -> set[str]:
     try:
         raw = json.loads(data.decode("utf-8"))
-        return {c["metadata"]["nbgrader"]["grade_id"] for c in raw["cells"]
-                if isinstance(c, dict) and "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
+        return {
+            c["metadata"]["nbgrader"]["grade_id"]
+            for c in raw["cells"]
+            if isinstance(c, dict) and "grade_id" in c.get("metadata", {}).get("nbgrader", {})
+        }
     except Exception:
         return set()
 
@@ -95,8 +98,14 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
     empty_folders: set[str] = set()
     for entry in sorted(p for p in submissions.iterdir() if not p.name.startswith(".")):
         if not entry.is_dir():
-            result.rows.append(row("", entry.name, "misplaced",
-                                   f"{entry.name} is not in a student folder; put it in {submissions.name}/<student>/"))
+            result.rows.append(
+                row(
+                    "",
+                    entry.name,
+                    "misplaced",
+                    f"{entry.name} is not in a student folder; put it in {submissions.name}/<student>/",
+                )
+            )
             continue
         student = entry.name
         result.students.append(student)
@@ -110,8 +119,9 @@ def plan(submissions: Path, solutions: Path, workdir: Path, timeout: float, memo
                 specs[name] = autograde.gradebook(sources[name], workdir)
     for student, chosen in wanted.items():
         for name, (file, data, how) in chosen.items():
-            result.jobs.append(autograde.Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory,
-                                             how))
+            result.jobs.append(
+                autograde.Job(student, f"{student}/{file.name}", specs[name], data, timeout, memory, how)
+            )
         result.rows += _missing(student, set(chosen), specs, student in empty_folders)
     return result, {name: fingerprint(p) for name, p in sources.items()}
 
@@ -126,29 +136,54 @@ def _course(solutions: Path) -> tuple[dict[str, Path], list[str], dict[str, set[
     return sources, sorted(sources), {name: _grade_ids(path.read_bytes()) for name, path in sources.items()}
 
 
-def _choose(student: str, files: list[Path], names: list[str], ids: dict[str, set[str]],
-            rows: list[dict]) -> dict[str, tuple[Path, bytes, str]]:
+def _choose(
+    student: str, files: list[Path], names: list[str], ids: dict[str, set[str]], rows: list[dict]
+) -> dict[str, tuple[Path, bytes, str]]:
     """The file graded for each course notebook in a student's folder; a row in `rows` for each file that is not."""
     chosen: dict[str, tuple[Path, bytes, str]] = {}
     for file in files:
         if file.suffix.lower() != ".ipynb":
-            rows.append(row(student, file.name, "not a notebook",
-                            f"{file.name} is not a notebook (.ipynb), so it was not graded"))
+            rows.append(
+                row(
+                    student,
+                    file.name,
+                    "not a notebook",
+                    f"{file.name} is not a notebook (.ipynb), so it was not graded",
+                )
+            )
             continue
         data = file.read_bytes()
         name, how = identify(file, data, names, ids)
         if name is None:
-            rows.append(row(student, file.stem, "unknown",
-                            f"{file.name} is not a notebook of this course, so it was not graded; "
-                            f"the course notebooks are: {', '.join(n + '.ipynb' for n in names)}"))
+            rows.append(
+                row(
+                    student,
+                    file.stem,
+                    "unknown",
+                    f"{file.name} is not a notebook of this course, so it was not graded; "
+                    f"the course notebooks are: {', '.join(n + '.ipynb' for n in names)}",
+                )
+            )
             continue
         if name in chosen and (how or not chosen[name][2]):
-            rows.append(row(student, name, "warning", f"{file.name} was not graded: "
-                            f"{chosen[name][0].name} was graded for {name}"))
+            rows.append(
+                row(
+                    student,
+                    name,
+                    "warning",
+                    f"{file.name} was not graded: {chosen[name][0].name} was graded for {name}",
+                )
+            )
             continue
         if name in chosen:
-            rows.append(row(student, name, "warning", f"{chosen[name][0].name} was not graded: "
-                            f"{file.name} was graded for {name}"))
+            rows.append(
+                row(
+                    student,
+                    name,
+                    "warning",
+                    f"{chosen[name][0].name} was not graded: {file.name} was graded for {name}",
+                )
+            )
         chosen[name] = (file, data, how)
     return chosen
 
@@ -175,9 +210,16 @@ def fingerprint(source: Path) -> str:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("grade") or (meta.get("locked") and cell.get("cell_type") == "code"):
             source_text = cell.get("source", "")
-            kept.append([meta.get("grade_id"), cell.get("cell_type"), bool(meta.get("grade")),
-                         bool(meta.get("solution")), meta.get("points", 0),
-                         "".join(source_text) if isinstance(source_text, list) else source_text])
+            kept.append(
+                [
+                    meta.get("grade_id"),
+                    cell.get("cell_type"),
+                    bool(meta.get("grade")),
+                    bool(meta.get("solution")),
+                    meta.get("points", 0),
+                    "".join(source_text) if isinstance(source_text, list) else source_text,
+                ]
+            )
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
 
 
@@ -189,8 +231,10 @@ def _check_kernel(source: Path) -> None:
     try:
         KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
-        raise UserError(f"{source.name} runs on the Jupyter kernel {name!r}, which is not installed here; "
-                        f"run `make setup` (it registers the course kernel)") from None
+        raise UserError(
+            f"{source.name} runs on the Jupyter kernel {name!r}, which is not installed here; "
+            f"run `make setup` (it registers the course kernel)"
+        ) from None
 
 
 def _key(job: Job, solution_hash: str) -> str:
@@ -226,8 +270,7 @@ def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, 
     try:
         while pending:
             size = 1 if alone else workers
-            with ProcessPoolExecutor(size, mp_context=context, initializer=_init_worker,
-                                     initargs=(threads,)) as pool:
+            with ProcessPoolExecutor(size, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
                 batch = pending[:1] if alone else pending
                 futures = {pool.submit(_work, jobs[i]): i for i in batch}
                 broken = []
@@ -269,12 +312,26 @@ def totals(rows: list[dict], students: list[str]) -> list[dict]:
     for student, notebooks in per.items():
         ungraded = [name for name, (_, _, failed) in notebooks.items() if failed]
         for name, (got, total, failed) in sorted(notebooks.items()):
-            out.append(dict(student=student, notebook=name, points="" if failed else number(got), max_points=number(total),
-                            note="not graded: the grading machinery failed; run course grade again" if failed else ""))
+            out.append(
+                dict(
+                    student=student,
+                    notebook=name,
+                    points="" if failed else number(got),
+                    max_points=number(total),
+                    note="not graded: the grading machinery failed; run course grade again" if failed else "",
+                )
+            )
         got = sum(v[0] for v in notebooks.values())
         total = sum(v[1] for v in notebooks.values())
-        out.append(dict(student=student, notebook="TOTAL", points="" if ungraded else number(got), max_points=number(total),
-                        note=f"incomplete: {', '.join(ungraded)} not graded yet" if ungraded else ""))
+        out.append(
+            dict(
+                student=student,
+                notebook="TOTAL",
+                points="" if ungraded else number(got),
+                max_points=number(total),
+                note=f"incomplete: {', '.join(ungraded)} not graded yet" if ungraded else "",
+            )
+        )
     return out
 
 
@@ -295,9 +352,16 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: float | None = None,
-          workers: int | None = None, memory: str | int | None = None, regrade: bool = False,
-          progress: bool = True) -> str:
+def grade(
+    submissions: Path,
+    out: Path,
+    solutions: Path | None = None,
+    timeout: float | None = None,
+    workers: int | None = None,
+    memory: str | int | None = None,
+    regrade: bool = False,
+    progress: bool = True,
+) -> str:
     """Grade a class folder into OUT; returns the summary line."""
     import tempfile
 
@@ -328,21 +392,30 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: 
     with tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
         the_plan, hashes = plan(submissions, solutions, Path(workdir), timeout, memory_bytes)
         keys = [_key(job, hashes[job.spec.notebook]) for job in the_plan.jobs]
-        todo = [i for i, job in enumerate(the_plan.jobs)
-                if state.get(job.file, {}).get("key") != keys[i]]
+        todo = [i for i, job in enumerate(the_plan.jobs) if state.get(job.file, {}).get("key") != keys[i]]
         fresh = run_jobs([the_plan.jobs[i] for i in todo], workers, progress) if todo else {}
     new_state = {}
     for n, i in enumerate(todo):
         job = the_plan.jobs[i]
         # a failure of the grading machinery is kept for this run's report but never reused: no key
-        new_state[job.file] = {"key": "" if fresh[n].machinery else keys[i], "notebook": job.spec.notebook,
-                               "rows": fresh[n].rows, "feedback": fresh[n].feedback}
+        new_state[job.file] = {
+            "key": "" if fresh[n].machinery else keys[i],
+            "notebook": job.spec.notebook,
+            "rows": fresh[n].rows,
+            "feedback": fresh[n].feedback,
+        }
     for i, job in enumerate(the_plan.jobs):
         if job.file not in new_state:
             new_state[job.file] = state[job.file]
     rows = [r for entry in new_state.values() for r in entry["rows"]] + the_plan.rows
     order = {s: n for n, s in enumerate(the_plan.students)}
-    rows.sort(key=lambda r: (order.get(r["student"], -1), r["notebook"], r["cell"] == "", ))
+    rows.sort(
+        key=lambda r: (
+            order.get(r["student"], -1),
+            r["notebook"],
+            r["cell"] == "",
+        )
+    )
     _write(out / "grades.csv", _csv(rows))
     _write(out / "totals.csv", _csv(totals(rows, the_plan.students), TOTALS))
     for file, entry in new_state.items():
@@ -351,12 +424,15 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, timeout: 
     for file, entry in state.items():  # feedback for submissions that are gone
         if file not in new_state:
             stale = out / "feedback" / file.split("/", 1)[0] / f"{entry.get('notebook', '')}.txt"
-            if stale.is_file() and not any(e["notebook"] == entry.get("notebook") and k.split("/")[0] == file.split("/")[0]
-                                           for k, e in new_state.items()):
+            if stale.is_file() and not any(
+                e["notebook"] == entry.get("notebook") and k.split("/")[0] == file.split("/")[0]
+                for k, e in new_state.items()
+            ):
                 stale.unlink()
     _write(state_path, json.dumps(new_state, indent=1, sort_keys=True))
-    return _summary(rows, the_plan, len(todo), time.monotonic() - started, out, workers, timeout, memory_bytes,
-                    size_words)
+    return _summary(
+        rows, the_plan, len(todo), time.monotonic() - started, out, workers, timeout, memory_bytes, size_words
+    )
 
 
 def _summary(rows, the_plan, graded, seconds, out, workers, timeout, memory, size_words) -> str:
@@ -372,10 +448,16 @@ def _summary(rows, the_plan, graded, seconds, out, workers, timeout, memory, siz
             per[(r["student"], r["notebook"])] = (got + float(r["points"]), total + float(r["max_points"]))
     full = sum(1 for key, (got, total) in per.items() if total and got >= total and key not in ungraded)
     problems = sum(1 for r in rows if r["status"] not in ("passed", "failed", "partial", "warning"))
-    failed = (f"; {len(ungraded)} notebook(s) NOT GRADED because the grading machinery failed (see their rows): "
-              f"run course grade again" if ungraded else "")
-    return (f"graded {graded} submission(s) in {seconds:.0f} s on {workers} worker(s)"
-            f"{f', reused {reused} unchanged' if reused else ''}; {len(the_plan.students)} student(s), "
-            f"{full} of {len(per | dict.fromkeys(ungraded))} notebook(s) with full marks, {problems} row(s) with problems "
-            f"(limits: {timeout:g} s per cell, {size_words(memory)} per kernel); "
-            f"wrote {out / 'grades.csv'} and {out / 'feedback'}/{failed}")
+    failed = (
+        f"; {len(ungraded)} notebook(s) NOT GRADED because the grading machinery failed (see their rows): "
+        f"run course grade again"
+        if ungraded
+        else ""
+    )
+    return (
+        f"graded {graded} submission(s) in {seconds:.0f} s on {workers} worker(s)"
+        f"{f', reused {reused} unchanged' if reused else ''}; {len(the_plan.students)} student(s), "
+        f"{full} of {len(per | dict.fromkeys(ungraded))} notebook(s) with full marks, {problems} row(s) with problems "
+        f"(limits: {timeout:g} s per cell, {size_words(memory)} per kernel); "
+        f"wrote {out / 'grades.csv'} and {out / 'feedback'}/{failed}"
+    )

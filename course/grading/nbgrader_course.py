@@ -20,8 +20,11 @@ from course.grading import ASSIGNMENT, CELL_TIMEOUT, ROOT
 
 ENV_ROOT = "COURSE_NBGRADER_ROOT"
 ENV_EXCHANGE = "COURSE_NBGRADER_EXCHANGE"
-FEEDBACK = ["nbgrader.preprocessors.GetGrades", "course.grading.feedback.HideHiddenTests",
-            "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+FEEDBACK = [
+    "nbgrader.preprocessors.GetGrades",
+    "course.grading.feedback.HideHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
 
 
 def course_root(checkout: Path = ROOT) -> Path:
@@ -71,8 +74,9 @@ def setup(root: Path | None = None, solutions: Path | None = None) -> list[str]:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UserError(f"cannot create {folder} ({exc.strerror}); choose a folder you can write to with "
-                            f"{ENV_ROOT}=DIR") from None
+            raise UserError(
+                f"cannot create {folder} ({exc.strerror}); choose a folder you can write to with {ENV_ROOT}=DIR"
+            ) from None
         for source in notebooks:
             link = folder / source.name
             if link.is_symlink() and link.resolve() == source.resolve():

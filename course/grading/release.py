@@ -35,8 +35,16 @@ def course_notebooks(solutions: Path) -> list[Path]:
 
 
 def _preprocessors(db_url: str | None) -> list:
-    from nbgrader.preprocessors import (CheckCellMetadata, ClearHiddenTests, ClearMarkScheme, ClearOutput,
-                                        ClearSolutions, ComputeChecksums, LockCells, SaveCells)
+    from nbgrader.preprocessors import (
+        CheckCellMetadata,
+        ClearHiddenTests,
+        ClearMarkScheme,
+        ClearOutput,
+        ClearSolutions,
+        ComputeChecksums,
+        LockCells,
+        SaveCells,
+    )
 
     log = quiet_log()
     before = [LockCells, ClearSolutions, ClearOutput, CheckCellMetadata, ComputeChecksums]
@@ -106,6 +114,5 @@ def release(solutions: Path | None = None, notebooks: Path | None = None, check:
         if not check:
             (notebooks / name).unlink()
     if check and changes:
-        raise UserError(f"{notebooks.name}/ is out of date: {', '.join(changes)}; "
-                        f"run: python -m course release")
+        raise UserError(f"{notebooks.name}/ is out of date: {', '.join(changes)}; run: python -m course release")
     return changes

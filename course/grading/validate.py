@@ -31,8 +31,11 @@ def validate(path: Path, timeout: float | None = None, memory: str | None = None
     outcome, stop = _run(nb, path, timeout, memory_bytes)
     passed, got, total, results = _check_lines(checks, outcome, stop, timeout)
     header = f"{path.name}: {passed} of {len(checks)} checks pass ({got:g} of {total:g} points)"
-    footer = ("All visible checks pass. Hidden tests are added when it is graded."
-              if passed == len(checks) else "Fix the failing checks above, then validate again.")
+    footer = (
+        "All visible checks pass. Hidden tests are added when it is graded."
+        if passed == len(checks)
+        else "Fix the failing checks above, then validate again."
+    )
     return passed == len(checks), [header, *notes, *results, *_answer_notes(nb, outcome, timeout), footer]
 
 
@@ -60,8 +63,10 @@ def _changed_notes(nb: Any) -> list[str]:
         meta = cell.metadata.get("nbgrader", {})
         if is_locked(cell) and meta.get("checksum") and compute_checksum(cell) != meta["checksum"]:
             what = "check" if is_grade(cell) else "locked cell"
-            lines.append(f"  NOTE  {what} {meta.get('grade_id', index + 1)} was changed: grading uses the "
-                         f"original, so get a fresh copy of it from notebooks/")
+            lines.append(
+                f"  NOTE  {what} {meta.get('grade_id', index + 1)} was changed: grading uses the "
+                f"original, so get a fresh copy of it from notebooks/"
+            )
     return lines
 
 
@@ -80,8 +85,9 @@ def _run(nb: Any, path: Path, timeout: float, memory_bytes: int) -> tuple[Any, s
     return outcome, stop
 
 
-def _check_lines(checks: list[tuple[int, Any]], outcome: Any, stop: str,
-                 timeout: float) -> tuple[int, float, float, list[str]]:
+def _check_lines(
+    checks: list[tuple[int, Any]], outcome: Any, stop: str, timeout: float
+) -> tuple[int, float, float, list[str]]:
     """A PASS or FAIL line for each check: (checks passed, points got, points in all, lines)."""
     from nbgrader.utils import determine_grade
 
@@ -115,6 +121,8 @@ def _answer_notes(nb: Any, outcome: Any, timeout: float) -> list[str]:
         if is_solution(cell) and index in outcome.executed:
             error = explain.first_error(cell)
             if error is not None:
-                lines.append(f"  note  answer {cell.metadata.nbgrader.get('grade_id', index + 1)}: "
-                             f"{explain.error_words(error.ename, error.evalue, timeout)}")
+                lines.append(
+                    f"  note  answer {cell.metadata.nbgrader.get('grade_id', index + 1)}: "
+                    f"{explain.error_words(error.ename, error.evalue, timeout)}"
+                )
     return lines

@@ -16,24 +16,39 @@ from course import UserError
 from course.tasks.runtime import TaskFunction
 
 
-def binary(binary: str, working_dir: str | None = None, args: str | None = None,
-           fail_by_exit_value: bool = True, **_ignored: Any) -> Callable:
+def binary(
+    binary: str,
+    working_dir: str | None = None,
+    args: str | None = None,
+    fail_by_exit_value: bool = True,
+    **_ignored: Any,
+) -> Callable:
     """`@binary(binary="prog", args="-n {{n}} {{path}}")` above `@task(...)`: each call runs `prog` as a task."""
     return _decorator("@binary", dict(binary=binary, working_dir=working_dir, args=args, fail=fail_by_exit_value))
 
 
-def mpi(binary: str | None = None, processes: int | str = 1, runner: str = "mpirun", working_dir: str | None = None,
-        args: str | None = None, fail_by_exit_value: bool = True, **_ignored: Any) -> Callable:
+def mpi(
+    binary: str | None = None,
+    processes: int | str = 1,
+    runner: str = "mpirun",
+    working_dir: str | None = None,
+    args: str | None = None,
+    fail_by_exit_value: bool = True,
+    **_ignored: Any,
+) -> Callable:
     """`@mpi(binary="prog", processes=4)` above `@task(...)`: runs `mpiexec -n 4 prog ...` (the course's flags)."""
     if binary is None:
-        raise UserError("@mpi without binary= (a Python function run on several MPI ranks) is not supported here; "
-                        "put the MPI code in a script and use @mpi(binary='python', args='script.py ...')")
+        raise UserError(
+            "@mpi without binary= (a Python function run on several MPI ranks) is not supported here; "
+            "put the MPI code in a script and use @mpi(binary='python', args='script.py ...')"
+        )
     try:
         n = int(processes)
     except (TypeError, ValueError):
         raise UserError(f"@mpi: processes={processes!r}; give a whole number") from None
-    return _decorator("@mpi", dict(binary=binary, working_dir=working_dir, args=args, fail=fail_by_exit_value,
-                                   processes=n))
+    return _decorator(
+        "@mpi", dict(binary=binary, working_dir=working_dir, args=args, fail=fail_by_exit_value, processes=n)
+    )
 
 
 def _decorator(name: str, config: dict) -> Callable:
@@ -71,9 +86,15 @@ def run_program(config: dict, *args: Any, **kwargs: Any) -> int:
         for name, stream in streams.items():
             mode = "r" if stream == "STDIN" else ("a" if name in config["append"] else "w")
             files[stream.lower()] = open(values[name], mode)
-        done = subprocess.run(command, cwd=config["working_dir"], env=env, stdin=files.get("stdin"),
-                              stdout=files.get("stdout", subprocess.PIPE), stderr=files.get("stderr", subprocess.PIPE),
-                              text=True)
+        done = subprocess.run(
+            command,
+            cwd=config["working_dir"],
+            env=env,
+            stdin=files.get("stdin"),
+            stdout=files.get("stdout", subprocess.PIPE),
+            stderr=files.get("stderr", subprocess.PIPE),
+            text=True,
+        )
     finally:
         for f in files.values():
             f.close()

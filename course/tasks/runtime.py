@@ -32,9 +32,23 @@ from course.tasks import parameter as P
 from course.tasks import worker
 
 IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
-TASK_OPTIONS = {"returns", "priority", "is_replicated", "is_distributed", "computing_nodes", "on_failure",
-                "time_out", "cache_returns", "target_direction", "varargs_type", "numba", "is_reduce",
-                "chunk_size", "processes", "processes_per_node"}
+TASK_OPTIONS = {
+    "returns",
+    "priority",
+    "is_replicated",
+    "is_distributed",
+    "computing_nodes",
+    "on_failure",
+    "time_out",
+    "cache_returns",
+    "target_direction",
+    "varargs_type",
+    "numba",
+    "is_reduce",
+    "chunk_size",
+    "processes",
+    "processes_per_node",
+}
 SETUP_TIMEOUT = 120.0
 ON_FAILURE = ("RETRY", "CANCEL_SUCCESSORS", "FAIL", "IGNORE")  # PyCOMPSs's policies; RETRY is its default
 MAX_DEPTH = 1 << 30  # PyCOMPSs's default Depth: nested lists are collections all the way down
@@ -155,10 +169,20 @@ class _Call:
     def spec(self, digest: str, returns: list[str]) -> dict:
         """What the engine runs: worker.execute's argument."""
         tf = self.tf
-        return {"name": f"{self.fname}#{self.task.number}", "digest": digest, "call": self.layout,
-                "inputs": self.inputs, "groups": self.groups, "updates": self.updates,
-                "collection_updates": self.collection_updates, "copy": self.copies, "returns": returns,
-                "nreturns": tf.nreturns, "on_failure": tf.on_failure, "defaults": tf.defaults}
+        return {
+            "name": f"{self.fname}#{self.task.number}",
+            "digest": digest,
+            "call": self.layout,
+            "inputs": self.inputs,
+            "groups": self.groups,
+            "updates": self.updates,
+            "collection_updates": self.collection_updates,
+            "copy": self.copies,
+            "returns": returns,
+            "nreturns": tf.nreturns,
+            "on_failure": tf.on_failure,
+            "defaults": tf.defaults,
+        }
 
 
 class Runtime:
@@ -199,8 +223,10 @@ class Runtime:
             try:
                 infos[e] = ar.get(timeout=SETUP_TIMEOUT)
             except Exception as exc:  # noqa: BLE001
-                raise UserError(f"engine {e} did not answer the task runtime's set-up ({type(exc).__name__}: "
-                                f"{exc}); restart the cluster") from None
+                raise UserError(
+                    f"engine {e} did not answer the task runtime's set-up ({type(exc).__name__}: "
+                    f"{exc}); restart the cluster"
+                ) from None
         per_host = defaultdict(int)
         for info in infos.values():
             per_host[info["host"]] += 1
@@ -213,8 +239,7 @@ class Runtime:
         self.peers = {e: info["address"] for e, info in infos.items()}
         worker.STATE["peers"] = self.peers
         paths = program_paths()
-        configured = [self.client[e].apply_async(worker.configure, self.peers, infos[e]["slots"], paths)
-                      for e in ids]
+        configured = [self.client[e].apply_async(worker.configure, self.peers, infos[e]["slots"], paths) for e in ids]
         for ar in configured:
             ar.get(timeout=SETUP_TIMEOUT)
         self.ids = ids
@@ -236,8 +261,10 @@ class Runtime:
         """The tracked datum for `value` (a Future or an object a task already saw), registering it if asked."""
         if isinstance(value, Future):
             if not value.datum.key.startswith(self.session + ":"):
-                raise UserError(f"task {fname}: argument {name!r} is a Future from before reset(); "
-                                "call the task that makes it again")
+                raise UserError(
+                    f"task {fname}: argument {name!r} is a Future from before reset(); "
+                    "call the task that makes it again"
+                )
             return value.datum
         datum = self.objects.get(id(value))
         if datum is None and register:
@@ -260,8 +287,9 @@ class Runtime:
             try:
                 self._put(engine, datum.current_key(), datum.obj)
             except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
-                raise UserError(f"task {fname}: argument {name!r} ({type(datum.obj).__name__}) cannot be sent "
-                                f"to an engine: {exc}") from None
+                raise UserError(
+                    f"task {fname}: argument {name!r} ({type(datum.obj).__name__}) cannot be sent to an engine: {exc}"
+                ) from None
             datum.uploaded, datum.location = True, engine
         return ("d", datum.current_key(), datum.location), []
 
@@ -286,12 +314,16 @@ class Runtime:
             return ref
         inner = max(collection - 1, 0)
         if isinstance(value, (list, tuple)) and (collection or any(_holds_data(v, self) for v in value)):
-            return ("l", "tuple" if isinstance(value, tuple) else "list",
-                    [self._input(v, f"{name}[{i}]", fname, inner, deps, edges, label)
-                     for i, v in enumerate(value)])
+            return (
+                "l",
+                "tuple" if isinstance(value, tuple) else "list",
+                [self._input(v, f"{name}[{i}]", fname, inner, deps, edges, label) for i, v in enumerate(value)],
+            )
         if isinstance(value, dict) and (collection or any(_holds_data(v, self) for v in value.values())):
-            return ("m", [(k, self._input(v, f"{name}[{k!r}]", fname, inner, deps, edges, label))
-                          for k, v in value.items()])
+            return (
+                "m",
+                [(k, self._input(v, f"{name}[{k!r}]", fname, inner, deps, edges, label)) for k, v in value.items()],
+            )
         if _immutable(value):
             return ("v", value)
         datum = self._datum_of(value, name, fname, register=True)
@@ -301,9 +333,11 @@ class Runtime:
 
     def _writable(self, value: Any, name: str, fname: str, direction: P.ParameterDirection) -> Datum:
         if _immutable(value) and not isinstance(value, Future):
-            raise UserError(f"task {fname}: parameter {name!r} is {direction.name} but its value is a "
-                            f"{type(value).__name__}, which cannot be updated in place; pass a mutable object "
-                            "(a list, a NumPy array) or return the new value instead")
+            raise UserError(
+                f"task {fname}: parameter {name!r} is {direction.name} but its value is a "
+                f"{type(value).__name__}, which cannot be updated in place; pass a mutable object "
+                "(a list, a NumPy array) or return the new value instead"
+            )
         return self._datum_of(value, name, fname, register=True)
 
     def submit(self, tf: "TaskFunction", args: tuple, kwargs: dict) -> Any:
@@ -344,11 +378,16 @@ class Runtime:
         """COLLECTION_FILE_*: a list of paths, each a file of this direction."""
         label = direction.name
         if not isinstance(value, (list, tuple)):
-            raise UserError(f"task {call.fname}: parameter {pname!r} is {label} and needs a list of paths, "
-                            f"not a {type(value).__name__}")
+            raise UserError(
+                f"task {call.fname}: parameter {pname!r} is {label} and needs a list of paths, "
+                f"not a {type(value).__name__}"
+            )
         paths = [_path(v, f"{pname}[{i}]", call.fname, label) for i, v in enumerate(value)]
-        call.inputs[pname] = ("l", "list", [self._file(p, pname, direction, call.task, call.deps, call.edges)
-                                            for p in paths])
+        call.inputs[pname] = (
+            "l",
+            "list",
+            [self._file(p, pname, direction, call.task, call.deps, call.edges) for p in paths],
+        )
         if direction.write:
             call.collection_updates[pname] = [self.files[os.path.abspath(p)].current_key() for p in paths]
 
@@ -364,10 +403,13 @@ class Runtime:
         label = direction.name
         wanted = dict if label.startswith("DICTIONARY") else (list, tuple)
         if not isinstance(value, wanted):
-            raise UserError(f"task {call.fname}: parameter {pname!r} is {label} and needs a "
-                            f"{'dict' if wanted is dict else 'list'}, not a {type(value).__name__}")
-        refs, keys, shared = self._collection_write(value, pname, call.fname, call.task, call.deps, call.edges, label,
-                                                    call.tf.depths.get(pname, MAX_DEPTH))
+            raise UserError(
+                f"task {call.fname}: parameter {pname!r} is {label} and needs a "
+                f"{'dict' if wanted is dict else 'list'}, not a {type(value).__name__}"
+            )
+        refs, keys, shared = self._collection_write(
+            value, pname, call.fname, call.task, call.deps, call.edges, label, call.tf.depths.get(pname, MAX_DEPTH)
+        )
         if shared:
             call.copies.append(pname)
         call.inputs[pname] = refs
@@ -398,8 +440,7 @@ class Runtime:
         call.depend(writers, direction.name)
         if datum.readers:
             call.copies.append(pname)
-        if self.locality and call.follow is None and datum.updated and datum.writer is not None \
-                and datum.group is None:
+        if self.locality and call.follow is None and datum.updated and datum.writer is not None and datum.group is None:
             call.follow = datum.writer  # an update runs where the version it updates is: the object stays put
         datum.updated = True  # (not the first update: the scheduler places it, so that where the tasks
         # that made the objects happened to run does not pin every later chain of updates to one engine)
@@ -443,8 +484,9 @@ class Runtime:
         for group in self.open_groups:
             self.groups[group].append(task)
 
-    def _file(self, path: str, pname: str, direction: P.ParameterDirection, task: Task, deps: list,
-              edges: list) -> tuple:
+    def _file(
+        self, path: str, pname: str, direction: P.ParameterDirection, task: Task, deps: list, edges: list
+    ) -> tuple:
         """A file parameter. Each write makes a new version in its own file (PyCOMPSs renames them too), so a
         task that reads an earlier version keeps reading it while later tasks write; the user's path gets
         the newest version back at compss_wait_on_file/compss_open, compss_barrier and the program's end."""
@@ -455,8 +497,10 @@ class Runtime:
         source, ref = None, None
         if direction.read:
             if datum.writer is None and not os.path.exists(path):
-                raise UserError(f"task {task.name}: parameter {pname!r} is {label} but {path} does not exist "
-                                "and no earlier task writes it")
+                raise UserError(
+                    f"task {task.name}: parameter {pname!r} is {label} but {path} does not exist "
+                    "and no earlier task writes it"
+                )
             ref, writers = self._read(datum, datum.label, task.name)
             ref = ref if ref[0] == "d" else None
             deps += writers
@@ -468,8 +512,12 @@ class Runtime:
         if not direction.write:
             return ("f", source, ref) if ref else ("v", source)
         self._write(datum, task)
-        datum.vpath = os.path.join(os.path.dirname(path), VERSIONS, self.session,
-                                   f"v{datum.version}-{datum.key.rsplit(':', 1)[1]}-{datum.label}")
+        datum.vpath = os.path.join(
+            os.path.dirname(path),
+            VERSIONS,
+            self.session,
+            f"v{datum.version}-{datum.key.rsplit(':', 1)[1]}-{datum.label}",
+        )
         task.files.append((datum.label, datum.version, "writes"))
         return ("dw" if direction.kind == "directory" else "fw", datum.vpath, source, ref)
 
@@ -491,15 +539,17 @@ class Runtime:
         deep (PyCOMPSs's Depth); deeper lists are single objects, and basic values (numbers, strings) travel
         by value and are not updated, as in PyCOMPSs. Keys mirror the nesting."""
         if isinstance(value, dict):  # DICTIONARY_*: the values are the elements (keys travel as they are)
-            refs, keys, shared = self._collection_write(list(value.values()), name, fname, task, deps, edges, label,
-                                                        depth)
+            refs, keys, shared = self._collection_write(
+                list(value.values()), name, fname, task, deps, edges, label, depth
+            )
             return ("m", list(zip(value, refs[2]))), ("m", list(zip(value, keys))), shared
         refs, keys, shared = [], [], False
         for i, item in enumerate(value):
             iname = f"{name}[{i}]"
             if isinstance(item, (list, tuple, dict)) and not isinstance(item, Future) and depth > 1:
-                sub_refs, sub_keys, sub_shared = self._collection_write(item, iname, fname, task, deps, edges, label,
-                                                                        depth - 1)
+                sub_refs, sub_keys, sub_shared = self._collection_write(
+                    item, iname, fname, task, deps, edges, label, depth - 1
+                )
                 refs.append(sub_refs)
                 keys.append(sub_keys)
                 shared = shared or sub_shared
@@ -522,8 +572,12 @@ class Runtime:
             target = getattr(tf.function, "func", tf.function)  # @binary/@mpi: a partial of course.tasks.external
             module = sys.modules.get(getattr(target, "__module__", None) or "")
             source = getattr(module, "__file__", None) or ""
-            if module is not None and module.__name__ not in ("__main__", "builtins") and \
-                    not module.__name__.startswith("course.") and "-packages" not in source:
+            if (
+                module is not None
+                and module.__name__ not in ("__main__", "builtins")
+                and not module.__name__.startswith("course.")
+                and "-packages" not in source
+            ):
                 # the learner's own module may not be importable on the engines: send its functions by value
                 cloudpickle.register_pickle_by_value(module)
             try:
@@ -543,14 +597,21 @@ class Runtime:
         if not need:
             return None
         cores, gpus, memory = need.get("cores", 1), need.get("gpus", 0), need.get("memory_gb", 0)
-        ok = [e for e, info in self.engines.items()
-              if info["slots"] >= cores and info["gpu_slots"] >= gpus and (not memory or info["memory_gb"] >= memory)]
+        ok = [
+            e
+            for e, info in self.engines.items()
+            if info["slots"] >= cores and info["gpu_slots"] >= gpus and (not memory or info["memory_gb"] >= memory)
+        ]
         if not ok:
-            have = ", ".join(f"engine {e}: {i['slots']} cores, {i['gpu_slots']} GPUs, {i['memory_gb']:.1f} GB"
-                             for e, i in sorted(self.engines.items()))
-            raise UserError(f"task {tf.name} needs {cores} cores, {gpus} GPUs"
-                            f"{f', {memory} GB' if memory else ''} but no engine has that ({have}); "
-                            "start fewer engines per node (or one per GPU), or relax the @constraint")
+            have = ", ".join(
+                f"engine {e}: {i['slots']} cores, {i['gpu_slots']} GPUs, {i['memory_gb']:.1f} GB"
+                for e, i in sorted(self.engines.items())
+            )
+            raise UserError(
+                f"task {tf.name} needs {cores} cores, {gpus} GPUs"
+                f"{f', {memory} GB' if memory else ''} but no engine has that ({have}); "
+                "start fewer engines per node (or one per GPU), or relax the @constraint"
+            )
         return ok if len(ok) < len(self.engines) else None
 
     # --- synchronisation ---------------------------------------------------------------------
@@ -564,8 +625,10 @@ class Runtime:
             if parent.error is not None or (parent.meta and not parent.meta.get("ok", True)):
                 self._check(parent)
         exc = task.error
-        raise TaskError(f"task {task} could not run on the cluster: {type(exc).__name__}: {exc} "
-                        "(an engine may have died: check course.cluster.current().status() and restart it)")
+        raise TaskError(
+            f"task {task} could not run on the cluster: {type(exc).__name__}: {exc} "
+            "(an engine may have died: check course.cluster.current().status() and restart it)"
+        )
 
     def value(self, datum: Datum) -> Any:
         """The current value of a datum, fetched from the engine that holds it."""
@@ -640,10 +703,15 @@ class Runtime:
                 raise_failed(meta["failure"])
             elif task.failed() or meta.get("ignored"):
                 task.reported = True
-                what = "ignored (on_failure='IGNORE')" if meta.get("ignored") else \
-                    "its successors are cancelled (on_failure='CANCEL_SUCCESSORS')"
-                print(f"course.tasks: task {task} failed with {meta.get('ignored') or meta.get('error')}; {what}",
-                      file=sys.stderr)
+                what = (
+                    "ignored (on_failure='IGNORE')"
+                    if meta.get("ignored")
+                    else "its successors are cancelled (on_failure='CANCEL_SUCCESSORS')"
+                )
+                print(
+                    f"course.tasks: task {task} failed with {meta.get('ignored') or meta.get('error')}; {what}",
+                    file=sys.stderr,
+                )
 
     def barrier_group(self, name: str) -> None:
         """Wait for a TaskGroup's tasks; raise a COMPSsException one of them raised (the rest of the group is
@@ -712,8 +780,9 @@ def _arguments(tf: "TaskFunction", args: tuple, kwargs: dict) -> list[tuple[str,
     bound.apply_defaults()
     arguments = []
     for pname, param in tf.signature.parameters.items():
-        kind = {param.VAR_POSITIONAL: "varpos", param.VAR_KEYWORD: "varkw",
-                param.KEYWORD_ONLY: "kw"}.get(param.kind, "pos")
+        kind = {param.VAR_POSITIONAL: "varpos", param.VAR_KEYWORD: "varkw", param.KEYWORD_ONLY: "kw"}.get(
+            param.kind, "pos"
+        )
         value = bound.arguments.get(pname, () if kind == "varpos" else {} if kind == "varkw" else None)
         arguments.append((kind, pname, value))
     return arguments
@@ -916,8 +985,10 @@ class TaskFunction:
             if key in TASK_OPTIONS:
                 continue
             if key not in params:
-                raise UserError(f"@task on {self.name}: {key!r} is not a parameter of {self.name}{self.signature}; "
-                                "give directions only for the function's own parameters")
+                raise UserError(
+                    f"@task on {self.name}: {key!r} is not a parameter of {self.name}{self.signature}; "
+                    "give directions only for the function's own parameters"
+                )
             if isinstance(value, dict):
                 if P.Depth in value:
                     self.depths[key] = _depth(self.name, key, value[P.Depth])
@@ -926,8 +997,10 @@ class TaskFunction:
                 if stream in (P.STDIN, P.STDOUT, P.STDERR) and isinstance(value, P.ParameterDirection):
                     value = P.DIRECTIONS.get(f"{value.name}_{stream}", value)
             if not isinstance(value, P.ParameterDirection):
-                raise UserError(f"@task on {self.name}: parameter {key!r} has direction {value!r}, which is not one "
-                                f"of {', '.join(P.DIRECTIONS)}")
+                raise UserError(
+                    f"@task on {self.name}: parameter {key!r} has direction {value!r}, which is not one "
+                    f"of {', '.join(P.DIRECTIONS)}"
+                )
             self.directions[key] = value
         self.nreturns, self.returns_sequence = _count_returns(self.name, returns)
         self.__doc__, self.__name__, self.__wrapped__ = function.__doc__, function.__name__, function
@@ -959,8 +1032,10 @@ def set_on_failure(tf: "TaskFunction", management: Any, defaults: dict | None = 
         raise UserError(f"@task on {tf.name}: on_failure={management!r}; use one of {', '.join(ON_FAILURE)}")
     unknown = sorted(set(defaults or {}) - set(tf.signature.parameters) - {"returns"})
     if unknown:
-        raise UserError(f"@on_failure on {tf.name}: {', '.join(unknown)} is not a parameter of {tf.name}; "
-                        "give defaults for returns= or for the task's own parameters")
+        raise UserError(
+            f"@on_failure on {tf.name}: {', '.join(unknown)} is not a parameter of {tf.name}; "
+            "give defaults for returns= or for the task's own parameters"
+        )
     tf.on_failure = management
     tf.defaults = dict(defaults or {})
 
@@ -996,16 +1071,26 @@ def task(*args: Any, **options: Any) -> Any:
     return decorate
 
 
-CONSTRAINT_KEYS = {"computing_units", "processors", "memory_size", "processor_architecture",
-                   "operating_system_type", "host_queues", "app_software", "storage_size", "wall_clock_limit"}
+CONSTRAINT_KEYS = {
+    "computing_units",
+    "processors",
+    "memory_size",
+    "processor_architecture",
+    "operating_system_type",
+    "host_queues",
+    "app_software",
+    "storage_size",
+    "wall_clock_limit",
+}
 
 
 def constraint(**options: Any) -> Callable:
     """`@constraint(computing_units=N, processors=[{"processorType": "GPU", "computingUnits": 1}])`."""
     unknown = sorted(set(options) - CONSTRAINT_KEYS)
     if unknown:
-        raise UserError(f"@constraint: unknown option(s) {', '.join(unknown)}; supported: computing_units, "
-                        "processors, memory_size")
+        raise UserError(
+            f"@constraint: unknown option(s) {', '.join(unknown)}; supported: computing_units, processors, memory_size"
+        )
     need: dict[str, float] = {}
     try:
         if "computing_units" in options:

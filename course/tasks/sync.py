@@ -97,6 +97,7 @@ def synchronised(obj: Any) -> bool:
     (its new version is on the engines; `obj = compss_wait_on(obj)` brings it back), also inside lists,
     tuples and dicts. Checks use it to tell a learner that a result of compss_wait_on was not assigned."""
     from course.tasks.runtime import Future, _immutable
+
     if isinstance(obj, Future):
         return False
     rt = runtime.current(start=False)

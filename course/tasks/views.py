@@ -19,22 +19,25 @@ def history(wait: bool = True) -> list[dict]:
     records = []
     for t in rt.tasks:
         meta = t.meta if (wait or t.done()) and t.wait() else None
-        records.append({
-            "number": t.number, "name": t.name,
-            "parents": [(p.number, label) for p, label in t.edges],
-            "engine": meta["engine"] if meta else None,
-            "fetch": meta["fetch"] - t0 if meta else None,
-            "start": meta["start"] - t0 if meta else None,
-            "end": meta["end"] - t0 if meta else None,
-            "ok": bool(meta and meta.get("ok")),
-            "error": (meta or {}).get("error") or (f"{type(t.error).__name__}: {t.error}" if t.error else None),
-            "fetched": (meta or {}).get("fetched", 0),
-            "on_failure": t.on_failure,
-            "cancelled": bool((meta or {}).get("cancelled")),  # an input's task failed: this one did not run
-            "ignored": (meta or {}).get("ignored"),  # on_failure="IGNORE": the error its defaults replaced
-            "retried": bool((meta or {}).get("retried")),
-            "files": list(t.files),  # (file, version, "reads"/"writes"): each write makes a new version
-        })
+        records.append(
+            {
+                "number": t.number,
+                "name": t.name,
+                "parents": [(p.number, label) for p, label in t.edges],
+                "engine": meta["engine"] if meta else None,
+                "fetch": meta["fetch"] - t0 if meta else None,
+                "start": meta["start"] - t0 if meta else None,
+                "end": meta["end"] - t0 if meta else None,
+                "ok": bool(meta and meta.get("ok")),
+                "error": (meta or {}).get("error") or (f"{type(t.error).__name__}: {t.error}" if t.error else None),
+                "fetched": (meta or {}).get("fetched", 0),
+                "on_failure": t.on_failure,
+                "cancelled": bool((meta or {}).get("cancelled")),  # an input's task failed: this one did not run
+                "ignored": (meta or {}).get("ignored"),  # on_failure="IGNORE": the error its defaults replaced
+                "retried": bool((meta or {}).get("retried")),
+                "files": list(t.files),  # (file, version, "reads"/"writes"): each write makes a new version
+            }
+        )
     return records
 
 
@@ -51,9 +54,11 @@ class Stats:
     engines: int
 
     def __str__(self) -> str:
-        return (f"{self.tasks} tasks on {self.engines} engine(s): work {self.work:.3f} s, critical path "
-                f"{self.critical_path:.3f} s, average parallelism {self.parallelism:.2f} (work / critical path); "
-                f"elapsed {self.elapsed:.3f} s, achieved parallelism {self.achieved:.2f} (work / elapsed)")
+        return (
+            f"{self.tasks} tasks on {self.engines} engine(s): work {self.work:.3f} s, critical path "
+            f"{self.critical_path:.3f} s, average parallelism {self.parallelism:.2f} (work / critical path); "
+            f"elapsed {self.elapsed:.3f} s, achieved parallelism {self.achieved:.2f} (work / elapsed)"
+        )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
@@ -77,8 +82,15 @@ def stats() -> Stats:
     work = sum(duration.values())
     span = max(finish.values())
     elapsed = max(r["end"] for r in records) - min(r["fetch"] for r in records)
-    return Stats(len(records), work, span, work / span if span > 0 else 1.0, elapsed,
-                 work / elapsed if elapsed > 0 else 1.0, len({r["engine"] for r in records}))
+    return Stats(
+        len(records),
+        work,
+        span,
+        work / span if span > 0 else 1.0,
+        elapsed,
+        work / elapsed if elapsed > 0 else 1.0,
+        len({r["engine"] for r in records}),
+    )
 
 
 def _colours(names: list[str]) -> dict[str, Any]:
@@ -114,22 +126,40 @@ def graph(ax: Any = None, labels: bool | None = None) -> Any:
     show_edge_labels = len(edges) <= 24 if labels is None else labels
     for src, dst, label in edges:
         (x0, y0), (x1, y1) = pos[src], pos[dst]
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops=dict(arrowstyle="-|>", color="0.45", shrinkA=9, shrinkB=9, lw=1))
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops=dict(arrowstyle="-|>", color="0.45", shrinkA=9, shrinkB=9, lw=1),
+        )
         if show_edge_labels:
-            ax.text((x0 + x1) / 2, (y0 + y1) / 2, label, fontsize=7, color="0.3", ha="center", va="center",
-                    bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
+            ax.text(
+                (x0 + x1) / 2,
+                (y0 + y1) / 2,
+                label,
+                fontsize=7,
+                color="0.3",
+                ha="center",
+                va="center",
+                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8),
+            )
     failed = {r["number"] for r in records if r["error"]}
     for r in records:
         x, y = pos[r["number"]]
-        ax.scatter([x], [y], s=380, color=colours[r["name"]], edgecolors="red" if r["number"] in failed else "black",
-                   linewidths=2 if r["number"] in failed else 0.8, zorder=3)
+        ax.scatter(
+            [x],
+            [y],
+            s=380,
+            color=colours[r["name"]],
+            edgecolors="red" if r["number"] in failed else "black",
+            linewidths=2 if r["number"] in failed else 0.8,
+            zorder=3,
+        )
         if len(records) <= 40:
             ax.text(x, y, str(r["number"]), fontsize=7, ha="center", va="center", zorder=4, color="white")
         if show_edge_labels and r["files"]:  # which version of each file the task read or wrote
             versions = "\n".join(f"{'r' if how == 'reads' else 'w'} {name} v{v}" for name, v, how in r["files"])
-            ax.text(x, y - 0.22, versions,
-                    fontsize=6, color="0.25", ha="center", va="top", zorder=4)
+            ax.text(x, y - 0.22, versions, fontsize=6, color="0.25", ha="center", va="top", zorder=4)
     for name, colour in colours.items():
         ax.scatter([], [], s=80, color=colour, edgecolors="black", label=name)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="function", frameon=False)
@@ -158,10 +188,25 @@ def trace(ax: Any = None) -> Any:
     for r in records:
         y = row[r["engine"]]
         if r["start"] - r["fetch"] > 0:
-            ax.barh(y, r["start"] - r["fetch"], left=r["fetch"], height=0.6, color="white",
-                    edgecolor=colours[r["name"]], hatch="///", lw=0.5)
-        ax.barh(y, max(r["end"] - r["start"], 1e-4), left=r["start"], height=0.6, color=colours[r["name"]],
-                edgecolor="red" if r["error"] else "black", lw=0.5)
+            ax.barh(
+                y,
+                r["start"] - r["fetch"],
+                left=r["fetch"],
+                height=0.6,
+                color="white",
+                edgecolor=colours[r["name"]],
+                hatch="///",
+                lw=0.5,
+            )
+        ax.barh(
+            y,
+            max(r["end"] - r["start"], 1e-4),
+            left=r["start"],
+            height=0.6,
+            color=colours[r["name"]],
+            edgecolor="red" if r["error"] else "black",
+            lw=0.5,
+        )
     handles = [Patch(facecolor=colour, edgecolor="black", label=name) for name, colour in colours.items()]
     handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="///", label="waiting for inputs"))
     ax.set_yticks(range(len(engines)), [f"engine {e}" for e in engines])
@@ -169,8 +214,9 @@ def trace(ax: Any = None) -> Any:
     ax.set_xlabel("seconds since the first task")
     ax.set_title(f"Execution trace: {len(records)} tasks on {len(engines)} engine(s)")
     if colours:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="function",
-                  frameon=False)
+        ax.legend(
+            handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="function", frameon=False
+        )
     ax.figure.tight_layout()
     return ax.figure
 

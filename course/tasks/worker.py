@@ -32,7 +32,13 @@ class Failed:
     """Stored in place of a value that a failed task should have produced; carries the failure along."""
 
     def __init__(self, task: str, exc_type: str, message: str, remote_tb: str, exc_bytes: bytes | None):
-        self.task, self.exc_type, self.message, self.remote_tb, self.exc_bytes = task, exc_type, message, remote_tb, exc_bytes
+        self.task, self.exc_type, self.message, self.remote_tb, self.exc_bytes = (
+            task,
+            exc_type,
+            message,
+            remote_tb,
+            exc_bytes,
+        )
 
 
 class _Locks:
@@ -135,8 +141,11 @@ def _serve(listener) -> None:
 def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None) -> dict:
     """Start (once) this engine's data server; returns where it listens and what the engine has."""
     if STATE["address"] is None or STATE["authkey"] != authkey:
-        host = bind or os.environ.get("COURSE_TASKS_BIND") or (
-            "127.0.0.1" if socket.gethostname() == master_host else socket.gethostbyname(socket.gethostname()))
+        host = (
+            bind
+            or os.environ.get("COURSE_TASKS_BIND")
+            or ("127.0.0.1" if socket.gethostname() == master_host else socket.gethostbyname(socket.gethostname()))
+        )
         listener = Listener((host, 0), authkey=authkey)
         threading.Thread(target=_serve, args=(listener,), daemon=True, name="course-tasks-data").start()
         STATE.update(address=listener.address, authkey=authkey)
@@ -151,12 +160,21 @@ def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None
     gpus = len(visible_gpus())
     try:
         import psutil
+
         memory = psutil.virtual_memory().total
     except ImportError:
         memory = 0
-    return {"engine": engine, "host": socket.gethostname(), "pid": os.getpid(), "address": STATE["address"],
-            "cores": cores, "gpus": gpus, "gpus_pinned": visible is not None, "memory": memory,
-            "env_cores": os.environ.get("COURSE_ENGINE_CORES")}
+    return {
+        "engine": engine,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "address": STATE["address"],
+        "cores": cores,
+        "gpus": gpus,
+        "gpus_pinned": visible is not None,
+        "memory": memory,
+        "env_cores": os.environ.get("COURSE_ENGINE_CORES"),
+    }
 
 
 def configure(peers: dict, threads: int, paths: list | tuple = ()) -> None:
@@ -164,6 +182,7 @@ def configure(peers: dict, threads: int, paths: list | tuple = ()) -> None:
     modules from `paths` (the program's own folder, as runcompss puts it on the workers' path)."""
     STATE["peers"] = dict(peers)
     import sys
+
     for path in reversed(paths):
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -174,6 +193,7 @@ def configure(peers: dict, threads: int, paths: list | tuple = ()) -> None:
             os.environ.setdefault(var, str(threads))
         try:
             from threadpoolctl import threadpool_limits
+
             threadpool_limits(threads)
         except ImportError:
             pass
@@ -281,8 +301,11 @@ def _store_outputs(spec: dict, args: dict, result: Any) -> None:
         STORE[keys[0]] = result
     elif nret > 1:
         if not isinstance(result, (tuple, list)) or len(result) != nret:
-            got = f"{type(result).__name__} of length {len(result)}" if isinstance(result, (tuple, list)) \
+            got = (
+                f"{type(result).__name__} of length {len(result)}"
+                if isinstance(result, (tuple, list))
                 else type(result).__name__
+            )
             raise TypeError(f"task {spec['name']} declares returns={nret} but returned {got}")
         for key, value in zip(keys, result):
             STORE[key] = value
@@ -397,8 +420,11 @@ def execute(spec: dict) -> dict:
 def _run(function, spec: dict, args: dict, meta: dict) -> Any:
     """Call the task function; under on_failure=RETRY a failed call runs once more from the same inputs."""
     retry = spec["on_failure"] == "RETRY"
-    written = [n for n in (*spec["updates"], *spec["collection_updates"])
-               if spec["inputs"].get(n, ("",))[0] not in ("fw", "dw")]
+    written = [
+        n
+        for n in (*spec["updates"], *spec["collection_updates"])
+        if spec["inputs"].get(n, ("",))[0] not in ("fw", "dw")
+    ]
     snapshot = _snapshot({n: args[n] for n in written if n in args}) if retry else None
     while True:
         positional, keywords = _call(spec, args)

@@ -18,8 +18,9 @@ checked = also = 0
 # Checked beside the two counted ones: the library-collective all-reduce, and a server that is not rank 0.
 EXTRA = {
     "reduce_scatter_allgather": collectives.reduce_scatter_allgather,
-    "parameter_server_allreduce(server=last)":
-        lambda comm, x, op: collectives.parameter_server_allreduce(comm, x, op, server=size - 1),
+    "parameter_server_allreduce(server=last)": lambda comm, x, op: collectives.parameter_server_allreduce(
+        comm, x, op, server=size - 1
+    ),
 }
 for dtype in (np.float64, np.float32, np.int32, np.int64):
     for n in (1, 2, 3, 5, 7, 100, 1001, 65537):
@@ -33,7 +34,11 @@ for dtype in (np.float64, np.float32, np.int32, np.int64):
             functions = {name: getattr(collectives, name) for name in ("ring_allreduce", "parameter_server_allreduce")}
             for name, function in {**functions, **EXTRA}.items():
                 got = function(world, data, op)
-                if got.dtype != expected.dtype or got.shape != expected.shape or not np.allclose(got, expected, rtol=0, atol=tolerance):
+                if (
+                    got.dtype != expected.dtype
+                    or got.shape != expected.shape
+                    or not np.allclose(got, expected, rtol=0, atol=tolerance)
+                ):
                     print(f"RANK {rank} MISMATCH {name} dtype={np.dtype(dtype).name} n={n} op={op}", flush=True)
                     sys.exit(1)
                 if name in functions:
@@ -48,15 +53,19 @@ if not np.array_equal(collectives.ring_allreduce(world, matrix), np.arange(12.0)
 total = np.arange(12.0).reshape(3, 4) * size * (size + 1) / 2
 # The ring reads a non-contiguous view as it is and leaves its input unchanged (it works in its own output).
 kept = matrix.copy()
-for name, got, want in (("ring transposed", collectives.ring_allreduce(world, matrix.T), total.T),
-                        ("ring input unchanged", matrix, kept)):
+for name, got, want in (
+    ("ring transposed", collectives.ring_allreduce(world, matrix.T), total.T),
+    ("ring input unchanged", matrix, kept),
+):
     if got.shape != want.shape or not np.array_equal(got, want):
         print(f"RANK {rank} MISMATCH {name}", flush=True)
         sys.exit(1)
     also += 1
-for name, got, want in (("2-D", collectives.reduce_scatter_allgather(world, matrix), total),
-                        ("transposed", collectives.reduce_scatter_allgather(world, matrix.T), total.T),
-                        ("COMM_SELF", collectives.reduce_scatter_allgather(MPI.COMM_SELF, matrix), matrix)):
+for name, got, want in (
+    ("2-D", collectives.reduce_scatter_allgather(world, matrix), total),
+    ("transposed", collectives.reduce_scatter_allgather(world, matrix.T), total.T),
+    ("COMM_SELF", collectives.reduce_scatter_allgather(MPI.COMM_SELF, matrix), matrix),
+):
     if got.shape != want.shape or not np.array_equal(got, want):
         print(f"RANK {rank} MISMATCH reduce_scatter_allgather {name}", flush=True)
         sys.exit(1)

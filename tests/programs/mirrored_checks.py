@@ -7,7 +7,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from course import training
 
-training.replica_devices(2)                      # before TensorFlow starts
+training.replica_devices(2)  # before TensorFlow starts
 import tensorflow as tf  # noqa: E402
 
 from course import mirrored  # noqa: E402
@@ -30,12 +30,16 @@ def make_step(per_replica_mean=False):
         with tf.GradientTape() as tape:
             probabilities = model(images, training=True)
             per_image = tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities)
-            loss = (tf.reduce_mean(per_image) if per_replica_mean
-                    else tf.nn.compute_average_loss(per_image, global_batch_size=global_batch))
+            loss = (
+                tf.reduce_mean(per_image)
+                if per_replica_mean
+                else tf.nn.compute_average_loss(per_image, global_batch_size=global_batch)
+            )
         gradients = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, axis=1), labels), tf.float32))
         return loss, correct
+
     return replica_step
 
 
@@ -59,6 +63,7 @@ def make_train(step, reduce="sum"):
                 total_loss, total_correct, steps = total_loss + float(loss), total_correct + float(correct), steps + 1
             history.append({"loss": total_loss / steps, "accuracy": total_correct / (steps * global_batch)})
         return history
+
     return train
 
 
@@ -78,8 +83,10 @@ cases = {
     "optimizer outside scope": lambda: mirrored.check_build(lambda s, m, lr: build(s, m, lr, optimizer_in_scope=False)),
     "step per-replica mean": lambda: mirrored.check_step(mean_step),
     "loop per-replica mean": lambda: mirrored.check_same_as_one_device(
-        mirrored.compare_replicas(build, make_train(mean_step))),
+        mirrored.compare_replicas(build, make_train(mean_step))
+    ),
     "loop no reduce": lambda: mirrored.check_same_as_one_device(
-        mirrored.compare_replicas(build, make_train(right, reduce="none"))),
+        mirrored.compare_replicas(build, make_train(right, reduce="none"))
+    ),
 }
 print("RESULT " + json.dumps({name: outcome(check) for name, check in cases.items()}), flush=True)

@@ -10,7 +10,7 @@ import numpy as np
 from course import training
 
 out, global_batch, steps, lr = sys.argv[1], 16, 3, 0.05
-devices = training.logical_cpus(2)                 # before TensorFlow starts
+devices = training.logical_cpus(2)  # before TensorFlow starts
 import tensorflow as tf  # noqa: E402
 
 from course import models  # noqa: E402

@@ -19,7 +19,7 @@ world = MPI.COMM_WORLD
 rank = world.Get_rank()
 cut = int(sys.argv[2])
 tf.keras.utils.set_random_seed(11)
-model = models.mnist_cnn()                              # every rank builds the same weights from the seed
+model = models.mnist_cnn()  # every rank builds the same weights from the seed
 x = np.random.default_rng(5).random((6, 28, 28, 1)).astype(np.float32)
 front, back = parallelism.split_sequential(model, cut)
 if rank == 0:

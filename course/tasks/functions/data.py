@@ -20,8 +20,9 @@ def _fragment(dim: int, rows: int, seed: int, distribution: str) -> Any:
     return rng.random((rows, dim))
 
 
-def generator(size: tuple[int, int], num_frag: int, seed: int = 0, distribution: str = "random",
-              wait: bool = False) -> list:
+def generator(
+    size: tuple[int, int], num_frag: int, seed: int = 0, distribution: str = "random", wait: bool = False
+) -> list:
     """`num_frag` fragments of a (size[0] x size[1]) random dataset, each made by a task (Futures unless wait)."""
     if distribution not in ("random", "normal", "uniform"):
         raise ValueError(f"distribution {distribution!r}: use random, normal or uniform")
@@ -41,4 +42,4 @@ def chunks(lst: list, n: int, balanced: bool = False) -> Iterator[list]:
             start = end
     else:
         for i in range(0, len(lst), n):
-            yield lst[i:i + n]
+            yield lst[i : i + n]

@@ -1,4 +1,5 @@
 """COMMUTATIVE and COLLECTION_IN: partial sums folded into one total in any order, one at a time."""
+
 import time
 
 from pycompss.api.api import compss_barrier, compss_wait_on
@@ -24,7 +25,7 @@ def combine(parts):
 
 if __name__ == "__main__":
     data = list(range(40))
-    parts = [partial(data[i:i + 10]) for i in range(0, 40, 10)]
+    parts = [partial(data[i : i + 10]) for i in range(0, 40, 10)]
     total = [0]
     for p in parts:
         add(total, p)

@@ -1,14 +1,34 @@
 """The rest of the API real programs import: groups, exceptions, functions, dictionaries, files, binaries."""
+
 import os
 
-from pycompss.api.api import (TaskGroup, compss_barrier, compss_barrier_group, compss_delete_object, compss_open,
-                              compss_wait_on, compss_wait_on_directory)
+from pycompss.api.api import (
+    TaskGroup,
+    compss_barrier,
+    compss_barrier_group,
+    compss_delete_object,
+    compss_open,
+    compss_wait_on,
+    compss_wait_on_directory,
+)
 from pycompss.api.binary import binary
 from pycompss.api.exceptions import COMPSsException
 from pycompss.api.implement import implement
 from pycompss.api.mpi import mpi
-from pycompss.api.parameter import (COLLECTION_FILE_IN, COLLECTION_FILE_OUT, DICTIONARY_INOUT, DIRECTORY_OUT, FILE,
-                                    FILE_OUT, FILE_OUT_STDOUT, IN_DELETE, STDOUT, Depth, StdIOStream, Type)
+from pycompss.api.parameter import (
+    COLLECTION_FILE_IN,
+    COLLECTION_FILE_OUT,
+    DICTIONARY_INOUT,
+    DIRECTORY_OUT,
+    FILE,
+    FILE_OUT,
+    FILE_OUT_STDOUT,
+    IN_DELETE,
+    STDOUT,
+    Depth,
+    StdIOStream,
+    Type,
+)
 from pycompss.api.task import task
 from pycompss.functions.data import chunks, generator
 from pycompss.functions.elapsed_time import timeit

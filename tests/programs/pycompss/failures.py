@@ -1,4 +1,5 @@
 """What a failed task does to the program, for each on_failure policy."""
+
 from pycompss.api.api import compss_barrier, compss_wait_on
 from pycompss.api.on_failure import on_failure
 from pycompss.api.task import task

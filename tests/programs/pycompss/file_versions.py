@@ -1,4 +1,5 @@
 """Write after read: a task that updates a file or an object must not change what earlier readers see."""
+
 import time
 
 from pycompss.api.api import compss_open, compss_wait_on

@@ -1,4 +1,5 @@
 """Blocked matrix multiply on files, as the tutorial writes it: the program ends without waiting for its tasks."""
+
 import time
 
 import numpy as np
@@ -31,4 +32,4 @@ if __name__ == "__main__":
         for j in range(MSIZE):
             for k in range(MSIZE):
                 multiply(block_name("A", i, k), block_name("B", k, j), block_name("C", i, j), 0.3)
-    print("submitted", MSIZE ** 3, "tasks")
+    print("submitted", MSIZE**3, "tasks")

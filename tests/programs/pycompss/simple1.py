@@ -1,4 +1,5 @@
 """Seed 000, exercise 1 (simple1) parallelised with 4 COMPSs tasks: f1, f2, f3 independent, f4 joins them."""
+
 from pycompss.api.api import compss_wait_on
 from pycompss.api.parameter import IN
 from pycompss.api.task import task

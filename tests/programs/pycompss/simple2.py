@@ -1,4 +1,5 @@
 """Seed 000, exercise 2 (simple2) with 3 COMPSs tasks: f4 stays in the main program after waiting on each value."""
+
 from pycompss.api.api import compss_wait_on
 from pycompss.api.task import task
 

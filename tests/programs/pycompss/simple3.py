@@ -1,4 +1,5 @@
 """Seed 000, exercise 3 (simple3): one independent `increment` task per element, then one wait on the list."""
+
 from pycompss.api.api import compss_wait_on
 from pycompss.api.task import task
 

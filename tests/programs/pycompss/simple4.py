@@ -1,4 +1,5 @@
 """Seed 000, exercise 4 (simple4): blocked matrix multiply, C[i][j] += A[i][k] @ B[k][j] with c INOUT."""
+
 import numpy as np
 from pycompss.api.api import compss_wait_on
 from pycompss.api.parameter import IN, INOUT
@@ -19,6 +20,7 @@ def initialize_variables():
 @task(a=IN, b=IN, c=INOUT)
 def multiply(a, b, c):
     import numpy as np  # noqa: F401 - as in the seed
+
     c += a @ b
 
 

@@ -1,4 +1,5 @@
 """Tasks on methods, collections with Depth, and a module of the program's own imported inside a task."""
+
 import numpy as np
 from pycompss.api.api import compss_barrier, compss_wait_on
 from pycompss.api.parameter import COLLECTION_IN, COLLECTION_INOUT, IN, Depth, Type
