@@ -1,4 +1,4 @@
-"""The course's performance figures: scaling (time, throughput, speedup), weak scaling, and Horovod timelines.
+"""The course's performance figures: scaling (time, throughput, speedup), weak scaling, step splits, timelines.
 
 What they draw is measured and computed by `course.perf` (scaling tables, Amdahl fits, timeline breakdowns);
 each function returns the matplotlib figure, so a notebook shows it and a script can save it.
@@ -85,6 +85,38 @@ def weak_scaling(rows: Sequence[ScalingRow], label: str = "measured", xlabel: st
     for ax in axes:
         ax.legend()
     fig.suptitle("weak scaling: the same work per worker")
+    fig.tight_layout()
+    return fig
+
+
+def step_split(step_time: dict[str, dict[int, float]], compute_time: dict[str, dict[int, float]]):
+    """Per device: each step's computing and the rest (sending, averaging) as stacked bars, and the efficiency.
+
+    `step_time` and `compute_time` are {device: {workers: seconds per step}}; the rest is their difference. Shows
+    why a faster device scales worse: its computing shrinks with the workers, the rest does not.
+    """
+    import matplotlib.pyplot as plt
+
+    if not step_time or set(step_time) != set(compute_time):
+        raise UserError("give step and compute times for the same devices: {device: {workers: seconds}}")
+    fig, (bars, eff) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 2]})
+    labels, computing, rest = [], [], []
+    for device, times in step_time.items():
+        for n in sorted(times):
+            labels.append(f"{device}\n{n} worker{'s' if n > 1 else ''}")
+            computing.append(1000 * compute_time[device][n])
+            rest.append(1000 * max(0.0, times[n] - compute_time[device][n]))
+        rows = scaling_table(times)
+        eff.plot([r.workers for r in rows], [r.efficiency for r in rows], "o-", label=device)
+    bars.bar(labels, computing, color="tab:blue", label="computing (divided among the workers)")
+    bars.bar(labels, rest, bottom=computing, color="tab:gray", label="the rest: sending, averaging (not divided)")
+    bars.set_ylabel("ms per step")
+    bars.set_title("where a step's time goes")
+    bars.legend(fontsize="small")
+    eff.axhline(1.0, color="k", ls="--", label="ideal")
+    eff.set_ylim(0, 1.15)
+    _titles([eff], ("strong-scaling efficiency",), "workers", sorted({n for t in step_time.values() for n in t}))
+    eff.legend(fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -149,6 +149,26 @@ def test_one_scaling_plot_for_tables_and_labelled_epoch_times():
     assert list(weak.axes[1].get_lines()[0].get_ydata()) == [1.0, 0.8]
 
 
+def test_step_split_stacks_computing_under_the_rest_and_plots_each_devices_efficiency():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    # Made-up steps: computing 40 ms on 1 worker and 20 on 2 for the slow device, 10 and 5 for the fast one;
+    # 5 ms of sending and averaging in every step. Efficiency T(1) / (n T(n)): 45 / 50 and 15 / 20.
+    step = {"slow": {1: 0.045, 2: 0.025}, "fast": {1: 0.015, 2: 0.010}}
+    compute = {"slow": {1: 0.040, 2: 0.020}, "fast": {1: 0.010, 2: 0.005}}
+    fig = plots.step_split(step, compute)
+    bars, eff = fig.axes
+    computing, rest = bars.containers
+    assert [round(b.get_height(), 6) for b in computing] == [40.0, 20.0, 10.0, 5.0]
+    assert [round(b.get_height(), 6) for b in rest] == [5.0, 5.0, 5.0, 5.0]
+    assert [round(b.get_y(), 6) for b in rest] == [40.0, 20.0, 10.0, 5.0]  # stacked on the computing
+    lines = {line.get_label(): [round(y, 6) for y in line.get_ydata()] for line in eff.get_lines()}
+    assert lines["slow"] == [1.0, 0.9] and lines["fast"] == [1.0, 0.75]
+    with pytest.raises(UserError, match="same devices"):
+        plots.step_split(step, {"slow": compute["slow"]})
+
+
 def test_timeline_breakdown_per_rank_by_hand():
     # Worked out from TIMELINE's events (seconds = ts / 1e6):
     #   grad_dense: negotiation 0.0-0.4 (rank 0 ready at 0.0, rank 1 at 0.3), ALLREDUCE 0.4-0.6 with
