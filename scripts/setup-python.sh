@@ -117,7 +117,7 @@ if gpu_requested && have "$TF_CPU"; then
 fi
 if ! have "$TF"; then
   echo "[setup] installing $TF and Horovod's build tools (a few minutes the first time)"
-  $PIP install "$TF" "$(pin numpy)" cmake cloudpickle psutil pyyaml packaging cffi
+  $PIP install "$TF" "$(pin numpy)" cmake "$(pin cloudpickle)" psutil pyyaml packaging cffi
 fi
 
 HVD=$(extra horovod)
