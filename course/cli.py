@@ -66,21 +66,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from course import cluster
 
     if args.cluster_command == "start":
-        options = {
-            k: getattr(args, k)
-            for k in (
-                "partition",
-                "time_limit",
-                "account",
-                "gpus_per_node",
-                "tasks_per_node",
-                "qos",
-                "constraint",
-                "exclusive",
-                "sbatch",
-            )
-            if getattr(args, k)
-        }
+        options = {k: getattr(args, k) for k in cluster.SLURM_OPTIONS if getattr(args, k)}
         handle = cluster.start(
             args.n,
             engines=args.engines,
