@@ -189,64 +189,81 @@ class _Clock:
         return time.perf_counter() - self.start
 
 
+def _strategy(name: str) -> Callable[[Callable[..., tuple]], Callable[..., FitResult]]:
+    """Make a schedule of tasks into a public fit_* function: its signature, checks, clock and FitResult."""
+
+    def make(schedule: Callable[..., tuple]) -> Callable[..., FitResult]:
+        def fit_strategy(
+            network: Network,
+            x: np.ndarray | None,
+            y: np.ndarray | None,
+            *,
+            workers: int,
+            epochs: int,
+            batch_size: int = 32,
+            weights: Weights | None = None,
+            shards: list | None = None,
+            progress: Callable[[int, int], None] | None = None,
+        ) -> FitResult:
+            weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
+            clock = _Clock(progress, workers * epochs)
+            final, stats, aggregations = schedule(network, weights, shards, epochs, batch_size, clock)
+            _forget(shards)
+            return FitResult(
+                name,
+                workers,
+                epochs,
+                batch_size,
+                final,
+                clock.elapsed(),
+                clock.ranges,
+                aggregations=aggregations,
+                train_tasks=workers * epochs,
+                worker_stats=stats,
+            )
+
+        fit_strategy.__name__ = fit_strategy.__qualname__ = schedule.__name__
+        fit_strategy.__doc__ = schedule.__doc__
+        return fit_strategy
+
+    return make
+
+
+def _wait_all(row: list, clock: _Clock, stats: list[dict]) -> None:
+    """Wait for one epoch's training tasks, adding what each returns to `stats` and ticking the clock."""
+    for future in row:
+        stats.append(compss_wait_on(future))
+        clock.tick()
+
+
+# Each schedule below gets the checked starting weights and shards and returns (final weights, the workers'
+# stats, aggregations); `_strategy` gives it the public signature:
+# fit_*(network, x, y, *, workers, epochs, batch_size=32, weights=None, shards=None, progress=None) -> FitResult.
+@_strategy("sync")
 def fit_sync(
-    network: Network,
-    x: np.ndarray | None,
-    y: np.ndarray | None,
-    *,
-    workers: int,
-    epochs: int,
-    batch_size: int = 32,
-    weights: Weights | None = None,
-    shards: list | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> FitResult:
+    network: Network, weights: Weights, shards: list, epochs: int, batch_size: int, clock: _Clock
+) -> tuple[Weights, list[dict], int]:
     """Master: synchronous parameter averaging. Each epoch: one training task per worker on its shard (weights
     INOUT), wait for all of them (the global barrier), average. `shards` overrides the split of x, y."""
-    weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
-    clock = _Clock(progress, workers * epochs)
     stats: list[dict] = []
     for epoch in range(1, epochs + 1):
-        local = [[w for w in weights] for _ in range(workers)]  # each worker starts the epoch from the global model
-        futures = [worker_train(local[j], sx, sy, network, 1, batch_size) for j, (sx, sy) in enumerate(shards)]
-        for future in futures:  # the barrier: the master waits for every worker
-            stats.append(compss_wait_on(future))
-            clock.tick()
+        local = [[w for w in weights] for _ in shards]  # each worker starts the epoch from the global model
+        row = [worker_train(local[j], sx, sy, network, 1, batch_size) for j, (sx, sy) in enumerate(shards)]
+        _wait_all(row, clock, stats)  # the barrier: the master waits for every worker
         weights = master_average(compss_wait_on(local))
         _forget(local)
         clock.epoch_range(epoch, epoch)
-    _forget(shards)
-    return FitResult(
-        "sync",
-        workers,
-        epochs,
-        batch_size,
-        weights,
-        clock.elapsed(),
-        clock.ranges,
-        aggregations=epochs,
-        train_tasks=workers * epochs,
-        worker_stats=stats,
-    )
+    return weights, stats, epochs
 
 
+@_strategy("async")
 def fit_async(
-    network: Network,
-    x: np.ndarray | None,
-    y: np.ndarray | None,
-    *,
-    workers: int,
-    epochs: int,
-    batch_size: int = 32,
-    weights: Weights | None = None,
-    shards: list | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> FitResult:
+    network: Network, weights: Weights, shards: list, epochs: int, batch_size: int, clock: _Clock
+) -> tuple[Weights, list[dict], int]:
     """Master: relaxed synchronisation. Each worker trains an epoch, then a COMMUTATIVE task folds its weights
     into the global ones (factor 1/workers) and hands the result back for its next epoch; the master submits
     everything at once and waits only at the end."""
-    weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
-    clock = _Clock(progress, workers * epochs)
+    workers = len(shards)
     global_weights = [w for w in weights]
     local: list[Any] = [[w for w in weights] for _ in range(workers)]
     futures: list[list] = []  # [epoch][worker] -> stats Future
@@ -256,71 +273,33 @@ def fit_async(
             row.append(worker_train(local[j], sx, sy, network, 1, batch_size))
             local[j] = worker_aggregate(global_weights, local[j], 1.0 / workers)
         futures.append(row)
-    stats = []
+    stats: list[dict] = []
     for epoch, row in enumerate(futures, start=1):  # no barrier: just watch the epochs finish
-        for future in row:
-            stats.append(compss_wait_on(future))
-            clock.tick()
+        _wait_all(row, clock, stats)
         clock.epoch_range(epoch, epoch)
     final = compss_wait_on(global_weights)
     _forget([global_weights, *local])
-    _forget(shards)
-    return FitResult(
-        "async",
-        workers,
-        epochs,
-        batch_size,
-        list(final),
-        clock.elapsed(),
-        clock.ranges,
-        aggregations=workers * epochs,
-        train_tasks=workers * epochs,
-        worker_stats=stats,
-    )
+    return list(final), stats, workers * epochs
 
 
+@_strategy("full-async")
 def fit_full_async(
-    network: Network,
-    x: np.ndarray | None,
-    y: np.ndarray | None,
-    *,
-    workers: int,
-    epochs: int,
-    batch_size: int = 32,
-    weights: Weights | None = None,
-    shards: list | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> FitResult:
+    network: Network, weights: Weights, shards: list, epochs: int, batch_size: int, clock: _Clock
+) -> tuple[Weights, list[dict], int]:
     """Master: removed synchronisation. Each worker trains on its own shard for all epochs (a chain of INOUT
     tasks that stays on one engine); the master waits once, at the end, and averages once."""
-    weights, shards = _prepare(network, x, y, workers, epochs, batch_size, weights, shards)
-    clock = _Clock(progress, workers * epochs)
-    local = [[w for w in weights] for _ in range(workers)]
+    local = [[w for w in weights] for _ in shards]
     futures = [
         [worker_train(local[j], sx, sy, network, 1, batch_size) for j, (sx, sy) in enumerate(shards)]
         for _ in range(epochs)
     ]
-    stats = []
+    stats: list[dict] = []
     for epoch, row in enumerate(futures, start=1):
-        for future in row:
-            stats.append(compss_wait_on(future))
-            clock.tick()
+        _wait_all(row, clock, stats)
         clock.epoch_range(epoch, epoch)
     weights = master_average(compss_wait_on(local))
     _forget(local)
-    _forget(shards)
-    return FitResult(
-        "full-async",
-        workers,
-        epochs,
-        batch_size,
-        weights,
-        clock.elapsed(),
-        clock.ranges,
-        aggregations=1,
-        train_tasks=workers * epochs,
-        worker_stats=stats,
-    )
+    return weights, stats, 1
 
 
 FITS = dict(zip(STRATEGIES, (fit_sync, fit_async, fit_full_async)))  # in course.sync_types' order

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from course import UserError
 from course.grading.cli import add_grading
@@ -18,6 +19,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def from_args(args: argparse.Namespace, names: str) -> dict[str, Any]:
+    """The options `names` (separated by spaces) of `args`, as keywords of the same names."""
+    return {name: getattr(args, name) for name in names.split()}
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -66,32 +72,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from course import cluster
 
     if args.cluster_command == "start":
-        options = {
-            k: getattr(args, k)
-            for k in (
-                "partition",
-                "time_limit",
-                "account",
-                "gpus_per_node",
-                "tasks_per_node",
-                "qos",
-                "constraint",
-                "exclusive",
-                "sbatch",
-            )
-            if getattr(args, k)
-        }
-        handle = cluster.start(
-            args.n,
-            engines=args.engines,
-            cluster_id=args.id,
-            threads=args.threads,
-            timeout=args.timeout,
-            controller_ip=args.controller_ip,
-            persist=True,
-            quiet=True,
-            **options,
-        )
+        batch = {k: getattr(args, k) for k in cluster.SLURM_OPTIONS if getattr(args, k)}
+        given = from_args(args, "engines threads timeout controller_ip")
+        handle = cluster.start(args.n, cluster_id=args.id, persist=True, quiet=True, **given, **batch)
         print(handle.status())
         print(f"It keeps running; stop it with: python -m course cluster stop --id {handle.cluster_id}")
         return 0
@@ -295,34 +278,18 @@ def job_action_parser() -> Parser:
     return parser
 
 
+# The options of `course job` that jobs.Request takes by the same names
+JOB_OPTIONS = (
+    "nodes gpus_per_node tasks_per_node cpus_per_task mem time partition account qos constraint exclusive sbatch "
+    "job_name output_dir launcher timeline oversubscribe resubmit_on_timeout array"
+)
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     from course import jobs
 
     extra = list(getattr(args, "workload_args", None) or []) + list(args.args)
-    request = jobs.Request(
-        args.workload,
-        extra,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        tasks_per_node=args.tasks_per_node,
-        cpus_per_task=args.cpus_per_task,
-        mem=args.mem,
-        time=args.time,
-        partition=args.partition,
-        account=args.account,
-        qos=args.qos,
-        constraint=args.constraint,
-        exclusive=args.exclusive,
-        sbatch=args.sbatch,
-        job_name=args.job_name,
-        output_dir=args.output_dir,
-        launcher=args.launcher,
-        python=args.python or sys.executable,
-        timeline=args.timeline,
-        oversubscribe=args.oversubscribe,
-        resubmit_on_timeout=args.resubmit_on_timeout,
-        array=args.array,
-    )
+    request = jobs.Request(args.workload, extra, python=args.python or sys.executable, **from_args(args, JOB_OPTIONS))
     line = jobs.command_line(args.argv) if getattr(args, "argv", None) else None
     text = jobs.script(request, line)
     if args.submit:
@@ -421,20 +388,8 @@ def add_run(commands) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from course import averaging
 
-    averaging.train(
-        args.dataset,
-        args.network,
-        epochs=args.epochs,
-        workers=args.workers,
-        sync=args.sync,
-        runs=args.runs,
-        batch_size=args.batch_size,
-        results=args.results,
-        limit=args.limit,
-        learning_rate=args.learning_rate,
-        engines=args.engines,
-        cluster_id=args.cluster_id,
-    )
+    options = "epochs workers sync runs batch_size results limit learning_rate engines cluster_id"
+    averaging.train(args.dataset, args.network, **from_args(args, options))
     return 0
 
 

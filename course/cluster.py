@@ -265,45 +265,33 @@ def plan_devices(engines: list[dict], threads: int = 1) -> dict[int, dict[str, s
     return plan
 
 
-def slurm_script(
-    cluster_id: str,
-    n: int,
-    *,
-    partition: str | None = None,
-    time_limit: str | None = None,
-    account: str | None = None,
-    gpus_per_node: int | None = None,
-    tasks_per_node: int | None = None,
-    qos: str | None = None,
-    constraint: str | None = None,
-    exclusive: bool = False,
-    sbatch: list[str] | None = None,
-    srun_mpi: str | None = None,
-) -> str:
+# The options of a Slurm engine job, as `start` and `slurm_script` take them (and `cluster start` passes them on)
+SLURM_OPTIONS = tuple(
+    "partition time_limit account gpus_per_node tasks_per_node qos constraint exclusive sbatch".split()
+)
+
+
+def slurm_script(cluster_id: str, n: int, *, srun_mpi: str | None = None, **options: Any) -> str:
     """The batch template for ipyparallel's SlurmEngineSetLauncher ({program_and_args}, {output_file} are its own).
 
+    options: those of SLURM_OPTIONS (see `start`); None leaves one out.
     srun_mpi: srun's --mpi plugin, so that mpi4py/Horovod in the engines see one MPI world (e.g. "pmix").
     """
-    lines = [
-        "#!/bin/sh",
-        *slurm.sbatch_lines(
-            slurm.Options(
-                export_all=True,
-                job_name=f"ipengine-{cluster_id}",
-                ntasks=n,
-                output="{output_file}",
-                partition=partition,
-                account=account,
-                time=time_limit,
-                tasks_per_node=tasks_per_node,
-                gpus_per_node=gpus_per_node,
-                qos=qos,
-                constraint=constraint,
-                exclusive=exclusive,
-                extra=list(sbatch or []),
-            )
-        ),
-    ]
+    unknown = sorted(set(options) - set(SLURM_OPTIONS))
+    if unknown:
+        raise TypeError(f"slurm_script() got unexpected keyword arguments: {', '.join(unknown)}")
+    renamed = ("time_limit", "exclusive", "sbatch")  # sbatch's --time, a flag, and extra #SBATCH lines
+    header = slurm.Options(
+        export_all=True,
+        job_name=f"ipengine-{cluster_id}",
+        ntasks=n,
+        output="{output_file}",
+        time=options.get("time_limit"),
+        exclusive=bool(options.get("exclusive")),
+        extra=list(options.get("sbatch") or []),
+        **{name: value for name, value in options.items() if name not in renamed},
+    )
+    lines = ["#!/bin/sh", *slurm.sbatch_lines(header)]
     lines.append(f"srun{' --mpi=' + srun_mpi if srun_mpi else ''} {{program_and_args}}")
     return "\n".join(lines) + "\n"
 
@@ -1083,24 +1071,8 @@ def start(
     re-attaches; no in scripts). cluster_id: default one per notebook (see `default_cluster_id`).
     """
     global _current
-    settings = _checked_settings(
-        n,
-        engines,
-        threads,
-        timeout,
-        controller_ip,
-        dict(
-            partition=partition,
-            time_limit=time_limit,
-            account=account,
-            gpus_per_node=gpus_per_node,
-            tasks_per_node=tasks_per_node,
-            qos=qos,
-            constraint=constraint,
-            exclusive=exclusive or None,
-            sbatch=sbatch,
-        ),
-    )
+    batch = (partition, time_limit, account, gpus_per_node, tasks_per_node, qos, constraint, exclusive or None, sbatch)
+    settings = _checked_settings(n, engines, threads, timeout, controller_ip, dict(zip(SLURM_OPTIONS, batch)))
     cid = normalise_id(cluster_id) if cluster_id else default_cluster_id()
     persist = _in_kernel() if persist is None else bool(persist)
     existing = _running(cid, settings)

@@ -26,24 +26,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--replicas, --batch, --epochs and --input-size must be positive")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from course import UserError, results, training
+    from course.cli import from_args
 
     try:
         if args.results:
             results.check_file(args.results)  # fail now, not after the training
         replicas = args.replicas if args.replicas is not None else _visible_gpus()
         started = time.perf_counter()
-        result = training.mirrored_run(
-            replicas,
-            model=args.model,
-            per_replica_batch=args.batch,
-            base_lr=args.lr,
-            input_size=args.input_size,
-            epochs=args.epochs,
-            steps=args.steps,
-            limit=args.limit,
-            dataset=args.dataset,
-            log_dir=args.log_dir,
-        )
+        options = from_args(args, "model input_size epochs steps limit dataset log_dir")
+        result = training.mirrored_run(replicas, per_replica_batch=args.batch, base_lr=args.lr, **options)
         elapsed = time.perf_counter() - started
         print(f"SUMMARY {json.dumps(_summary(result))}", flush=True)
         if args.results:

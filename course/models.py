@@ -7,28 +7,46 @@ Multi-GPUs, BSC): two 5x5 convolutions with pooling and a softmax layer.
 from __future__ import annotations
 
 
-def mnist_cnn(input_shape: tuple[int, int, int] = (28, 28, 1), classes: int = 10, learning_rate: float = 0.1):
-    """Conv 32 5x5, max-pool, Conv 64 5x5, max-pool, flatten, Dense `classes` softmax; compiled with plain SGD."""
-    import tensorflow as tf  # imported here: TensorFlow takes seconds to import
+def _compiled(model, learning_rate: float):
+    """`model` compiled as every course model is: plain SGD, sparse categorical cross-entropy, accuracy."""
+    import tensorflow as tf
 
-    model = tf.keras.Sequential(
-        [
-            tf.keras.layers.Input(shape=input_shape),
-            tf.keras.layers.Conv2D(32, (5, 5), activation="relu"),
-            tf.keras.layers.MaxPooling2D((2, 2)),
-            tf.keras.layers.Conv2D(64, (5, 5), activation="relu"),
-            tf.keras.layers.MaxPooling2D((2, 2)),
-            tf.keras.layers.Flatten(),
-            tf.keras.layers.Dense(classes, activation="softmax"),
-        ],
-        name="mnist_cnn",
-    )
     model.compile(
         optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
     return model
+
+
+def _conv_net(
+    name: str,
+    input_shape: tuple[int, int, int],
+    blocks: list[list[int]],
+    dense: list[int],
+    classes: int,
+    learning_rate: float,
+    kernel: int,
+    padding: str = "valid",
+    pool_padding: str = "valid",
+):
+    """A compiled Sequential CNN: per block its ReLU convolutions (filters listed) then a 2x2 max-pool; flatten,
+    the ReLU dense layers (units listed) and a softmax over `classes`."""
+    import tensorflow as tf  # imported here: TensorFlow takes seconds to import
+
+    layers = tf.keras.layers
+    stack = [layers.Input(shape=input_shape)]
+    for block in blocks:
+        stack += [layers.Conv2D(f, (kernel, kernel), padding=padding, activation="relu") for f in block]
+        stack.append(layers.MaxPooling2D((2, 2), padding=pool_padding))
+    stack += [layers.Flatten(), *(layers.Dense(units, activation="relu") for units in dense)]
+    stack.append(layers.Dense(classes, activation="softmax"))
+    return _compiled(tf.keras.Sequential(stack, name=name), learning_rate)
+
+
+def mnist_cnn(input_shape: tuple[int, int, int] = (28, 28, 1), classes: int = 10, learning_rate: float = 0.1):
+    """Conv 32 5x5, max-pool, Conv 64 5x5, max-pool, flatten, Dense `classes` softmax; compiled with plain SGD."""
+    return _conv_net("mnist_cnn", input_shape, [[32], [64]], [], classes, learning_rate, kernel=5)
 
 
 RESNETS = {"resnet50v2": "ResNet50V2", "resnet101v2": "ResNet101V2", "resnet152v2": "ResNet152V2"}
@@ -54,37 +72,12 @@ def resnet(
     model = getattr(tf.keras.applications, RESNETS[key])(
         include_top=True, weights=None, input_shape=input_shape, classes=classes
     )
-    model.compile(
-        optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    return model
+    return _compiled(model, learning_rate)
 
 
 def lenet(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10, learning_rate: float = 0.05):
     """LeNet as in the DeepHealth HPC lab's CIFAR-10 run: Conv 20 5x5, pool, Conv 50 5x5, pool, Dense 500, Dense `classes`; SGD."""
-    import tensorflow as tf
-
-    model = tf.keras.Sequential(
-        [
-            tf.keras.layers.Input(shape=input_shape),
-            tf.keras.layers.Conv2D(20, (5, 5), padding="same", activation="relu"),
-            tf.keras.layers.MaxPooling2D((2, 2)),
-            tf.keras.layers.Conv2D(50, (5, 5), padding="same", activation="relu"),
-            tf.keras.layers.MaxPooling2D((2, 2)),
-            tf.keras.layers.Flatten(),
-            tf.keras.layers.Dense(500, activation="relu"),
-            tf.keras.layers.Dense(classes, activation="softmax"),
-        ],
-        name="lenet",
-    )
-    model.compile(
-        optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    return model
+    return _conv_net("lenet", input_shape, [[20], [50]], [500], classes, learning_rate, kernel=5, padding="same")
 
 
 def vgg16(
@@ -92,25 +85,18 @@ def vgg16(
 ):
     """VGG16's layout (13 3x3 convolutions in blocks of 2, 2, 3, 3, 3, each block then a max-pool; two dense layers)
     at `width` filters in the first block (VGG16 itself: 64), so that it trains on a CPU; SGD."""
-    import tensorflow as tf
-
-    layers = [tf.keras.layers.Input(shape=input_shape)]
-    for block, (convs, factor) in enumerate(((2, 1), (2, 2), (3, 4), (3, 8), (3, 8))):
-        for _ in range(convs):
-            layers.append(tf.keras.layers.Conv2D(width * factor, (3, 3), padding="same", activation="relu"))
-        layers.append(tf.keras.layers.MaxPooling2D((2, 2), padding="same"))
-    layers += [
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(width * 16, activation="relu"),
-        tf.keras.layers.Dense(classes, activation="softmax"),
-    ]
-    model = tf.keras.Sequential(layers, name="vgg16_small")
-    model.compile(
-        optimizer=tf.keras.optimizers.SGD(learning_rate=learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
+    blocks = [[width * factor] * convs for convs, factor in ((2, 1), (2, 2), (3, 4), (3, 8), (3, 8))]
+    return _conv_net(
+        "vgg16_small",
+        input_shape,
+        blocks,
+        [width * 16],
+        classes,
+        learning_rate,
+        kernel=3,
+        padding="same",
+        pool_padding="same",
     )
-    return model
 
 
 # The networks of the DeepHealth HPC lab's run script (--network), by their names there.

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 
 from course import UserError
 
@@ -50,7 +51,7 @@ _OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=\S.*)?$|^-[A-Za-z] \S+$")
 
 @dataclass
 class Options:
-    """What an `#SBATCH` header asks for; None (or False) leaves an option out."""
+    """What an `#SBATCH` header asks for, in the order sbatch_lines writes it; None (or False) leaves an option out."""
 
     job_name: str | None = None
     output: str | None = None
@@ -72,28 +73,20 @@ class Options:
     extra: list[str] = field(default_factory=list)
 
 
+_FLAGS = ("exclusive", "export_all", "extra")  # not written as --name=value
+_SBATCH_NAMES = {"tasks_per_node": "ntasks-per-node", "gpus_per_node": "gres"}  # others: the field, - for _
+
+
 def sbatch_lines(options: Options) -> list[str]:
-    """The `#SBATCH` lines for `options`, in the order a reader expects; site lines (`extra`) come last."""
+    """The `#SBATCH` lines for `options`, in the order of its fields (the order a reader expects); site lines
+    (`extra`) come last."""
     o = options
-    pairs = [
-        ("job-name", o.job_name),
-        ("output", o.output),
-        ("error", o.error),
-        ("chdir", o.chdir),
-        ("nodes", o.nodes),
-        ("ntasks", o.ntasks),
-        ("ntasks-per-node", o.tasks_per_node),
-        ("cpus-per-task", o.cpus_per_task),
-        ("gres", f"gpu:{o.gpus_per_node}" if o.gpus_per_node else None),
-        ("mem", o.mem),
-        ("time", o.time),
-        ("partition", o.partition),
-        ("account", o.account),
-        ("qos", o.qos),
-        ("constraint", o.constraint),
-    ]
+    values = {f.name: getattr(o, f.name) for f in dataclass_fields(o) if f.name not in _FLAGS}
+    values["gpus_per_node"] = f"gpu:{o.gpus_per_node}" if o.gpus_per_node else None
     lines = ["#SBATCH --export=ALL"] if o.export_all else []
-    lines += [f"#SBATCH --{name}={value}" for name, value in pairs if value is not None]
+    for name, value in values.items():
+        if value is not None:
+            lines.append(f"#SBATCH --{_SBATCH_NAMES.get(name, name.replace('_', '-'))}={value}")
     if o.exclusive:
         lines.append("#SBATCH --exclusive")
     lines += [f"#SBATCH {check_extra(line)}" for line in o.extra]

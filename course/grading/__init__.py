@@ -14,6 +14,7 @@ ASSIGNMENT = "ddl-hpc"  # the nbgrader assignment id of the course (see nbgrader
 CELL_TIMEOUT = 300  # seconds per cell: generous for the quick profile's training cells
 MEMORY_LIMIT = "4G"  # per kernel, counting the processes it starts (engines)
 ROOT = Path(__file__).resolve().parents[2]
+FIELDS = ("student", "notebook", "cell", "points", "max_points", "status", "message")  # the columns of grades.csv
 
 
 def solutions_dir(given: str | Path | None = None) -> Path:
@@ -71,15 +72,7 @@ def row(
     student: str, notebook: str, status: str, message: str, cell: str = "", points: Any = 0, max_points: Any = 0
 ) -> dict:
     """One row of grades.csv (FIELDS): a graded cell's score, or a note about the whole notebook (cell "")."""
-    return dict(
-        student=student,
-        notebook=notebook,
-        cell=cell,
-        points=points,
-        max_points=max_points,
-        status=status,
-        message=message,
-    )
+    return dict(zip(FIELDS, (student, notebook, cell, points, max_points, status, message)))
 
 
 def number(x: float) -> float | int:

@@ -23,12 +23,11 @@ import nbformat
 from nbconvert.preprocessors import Preprocessor
 from nbformat import NotebookNode
 
-from course.grading import ASSIGNMENT, number, quiet_log, row
+from course.grading import ASSIGNMENT, FIELDS, number, quiet_log, row  # noqa: F401 - FIELDS still importable here
 from course.grading import explain
 from course.grading.execute import MAX_OUTPUT, Outcome, run, size_words
 
 warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's add_submission, harmless
-FIELDS = ("student", "notebook", "cell", "points", "max_points", "status", "message")
 
 
 @dataclass

@@ -33,18 +33,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
     if args.timeout is not None:
         check_timeout(args.timeout)
-    print(
-        grade(
-            args.submissions,
-            args.out,
-            solutions=args.solutions,
-            timeout=args.timeout,
-            workers=args.workers,
-            memory=args.memory,
-            regrade=args.regrade,
-            progress=sys.stderr.isatty(),
-        )
-    )
+    from course.cli import from_args
+
+    options = from_args(args, "solutions timeout workers memory regrade")
+    print(grade(args.submissions, args.out, progress=sys.stderr.isatty(), **options))
     return 0
 
 

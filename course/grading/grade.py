@@ -336,7 +336,7 @@ def totals(rows: list[dict], students: list[str]) -> list[dict]:
 
 
 def _csv(rows: list[dict], fields: tuple[str, ...] | None = None) -> str:
-    from course.grading.autograde import FIELDS
+    from course.grading import FIELDS
 
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=fields or FIELDS, lineterminator="\n")

@@ -11,50 +11,24 @@ course.tasks.api.task, pycompss.functions.reduce -> course.tasks.functions.reduc
 Tasks run on the engines of `course.cluster.current()` (a local cluster is started on first use).
 """
 
+from course.tasks.api.api import *  # noqa: F403 - PyCOMPSs's api calls (compss_wait_on, ...) and TaskGroup
+from course.tasks.api.api import __all__ as _api
 from course.tasks.parameter import *  # noqa: F403
 from course.tasks.parameter import __all__ as _parameters
-from course.tasks.runtime import COMPSsException, Future, TaskError, TaskGroup, constraint, on_failure, reset, task
-from course.tasks.sync import (
-    compss_barrier,
-    compss_barrier_group,
-    compss_cancel_group,
-    compss_delete_file,
-    compss_delete_object,
-    compss_file_exists,
-    compss_get_number_of_resources,
-    compss_open,
-    compss_start,
-    compss_stop,
-    compss_wait_on,
-    compss_wait_on_directory,
-    compss_wait_on_file,
-    synchronised,
-)
+from course.tasks.runtime import COMPSsException, Future, TaskError, constraint, on_failure, reset, task
+from course.tasks.sync import synchronised
 from course.tasks.views import Stats, graph, history, stats, trace, waits
 
 __all__ = [
     *_parameters,
+    *_api,
     "COMPSsException",
     "Future",
     "TaskError",
-    "TaskGroup",
     "constraint",
     "on_failure",
     "reset",
     "task",
-    "compss_barrier",
-    "compss_barrier_group",
-    "compss_cancel_group",
-    "compss_delete_file",
-    "compss_delete_object",
-    "compss_file_exists",
-    "compss_get_number_of_resources",
-    "compss_open",
-    "compss_start",
-    "compss_stop",
-    "compss_wait_on",
-    "compss_wait_on_directory",
-    "compss_wait_on_file",
     "synchronised",
     "Stats",
     "graph",
