@@ -270,6 +270,51 @@ def test_chains_of_updates_spread_over_the_engines_and_each_stays_on_one(fresh):
     assert all(len({r["engine"] for r in chain}) == 1 for chain in chains), f"a chain changed engine: {records}"
 
 
+def test_a_task_runs_where_its_input_lives_and_a_k_loop_stays_on_one_engine(fresh):
+    """Locality: with the engines equally busy, a task goes to the engine that holds its input (nothing moves);
+    each block of C of a blocked multiply has its whole k-loop on one engine, and both engines work."""
+
+    @task(returns=1)
+    def make(seed):
+        import numpy as np
+
+        return np.random.default_rng(seed).random((8, 8))
+
+    @task(returns=1)
+    def norm(block):
+        import numpy as np
+
+        return float(np.linalg.norm(block))
+
+    @task(c=INOUT)
+    def multiply(a, b, c):
+        c += a @ b
+
+    blocks = [make(i) for i in range(4)]
+    compss_barrier()
+    made = {r["number"]: r["engine"] for r in tasks.history()}
+    assert len(set(made.values())) == 2, f"the blocks were all made on one engine: {made}"
+    for i in (0, 0, 1, 1, 2, 3, 3, 2):  # one at a time (both engines free, one holds the block), not in turn
+        compss_wait_on(norm(blocks[i]))
+        record = tasks.history()[-1]
+        assert record["engine"] == made[i] and record["fetched"] == 0, f"norm of block {i} ran away from it: {record}"
+
+    tasks.reset()
+    n = 2
+    A = [[make(10 * i + k) for k in range(n)] for i in range(n)]
+    B = [[make(100 + 10 * k + j) for j in range(n)] for k in range(n)]
+    C = [[np.zeros((8, 8)) for _ in range(n)] for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            for k in range(n):
+                multiply(A[i][k], B[k][j], C[i][j])
+    a, b, c = np.block(compss_wait_on(A)), np.block(compss_wait_on(B)), np.block(compss_wait_on(C))
+    assert np.allclose(c, a @ b)
+    loops = [[r for r in tasks.history() if r["name"] == "multiply"][n * q : n * (q + 1)] for q in range(n * n)]
+    assert all(len({r["engine"] for r in loop}) == 1 for loop in loops), f"a k-loop changed engine: {loops}"
+    assert len({loop[0]["engine"] for loop in loops}) == 2, f"every k-loop ran on one engine: {loops}"
+
+
 def test_collections_nested_waits_and_multiple_returns(fresh):
     @task(returns=2)
     def divmod_task(a, b):

@@ -2,8 +2,13 @@
 
 Every engine keeps the values its tasks produced in `STORE` and serves them to its peers from a
 small thread (a `multiprocessing.connection` listener with an auth key), so a task's inputs move
-engine to engine, never through the notebook. The same thread holds the locks that make
-COMMUTATIVE updates run one at a time. ipyparallel runs `execute` through a LoadBalancedView.
+engine to engine, never through the notebook. The master queues each task on the engine it chose
+(an ipyparallel DirectView), without waiting for the task's inputs: a task that needs a value not
+made yet asks the engine that will make it and waits ("wait" below). The same thread holds the
+locks that make COMMUTATIVE updates run one at a time.
+
+Why this cannot deadlock: every engine runs its queue in order, and a task only waits for tasks
+submitted before it. The earliest unfinished task has all its inputs and is first in its queue.
 """
 
 from __future__ import annotations
@@ -21,7 +26,37 @@ from typing import Any
 
 import cloudpickle
 
-STORE: dict[str, Any] = {}
+
+class Store(dict):
+    """The values this engine holds, by key; `wait_for` blocks until a key arrives (or is deleted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = threading.Condition()
+        self.dropped: list[str] = []  # prefixes deleted by the master: those keys will never arrive
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        with self.arrived:
+            super().__setitem__(key, value)
+            self.arrived.notify_all()
+
+    def wait_for(self, key: str) -> Any:
+        """The value of `key` once a task here has stored it; MISSING if it was deleted."""
+        with self.arrived:
+            while key not in self:
+                if any(key.startswith(prefix) for prefix in self.dropped):
+                    return MISSING
+                self.arrived.wait()
+            return self[key]
+
+    def drop(self, prefix: str) -> None:
+        with self.arrived:
+            self.dropped.append(prefix)
+            self.arrived.notify_all()
+
+
+STORE = Store()
+CANCELLED: set[str] = set()  # tasks the master cancelled (compss_cancel_group): they do not run
 STATE: dict[str, Any] = {"engine": None, "peers": {}, "authkey": None, "address": None, "functions": {}}
 _CONNECTIONS: dict[tuple, Any] = {}
 _CONN_LOCK = threading.Lock()
@@ -48,6 +83,7 @@ class _Locks:
         self.cond = threading.Condition()
         self.held: set[str] = set()
         self.latest: dict[str, tuple] = {}
+        self.done: dict[str, int] = {}  # updates of each group finished so far
 
     def acquire(self, group: str, base: tuple) -> tuple:
         """Wait for the group's lock; return (key, engine, first) of its latest value (the base at first)."""
@@ -55,20 +91,22 @@ class _Locks:
             while group in self.held:
                 self.cond.wait()
             self.held.add(group)
-            first = group not in self.latest
-            if first:  # base: ("d", key, engine) or ("g", an earlier group, home)
-                self.latest[group] = (base[1], base[2]) if base[0] == "d" else self.latest[base[1]]
-            return (*self.latest[group], first)
+        first = group not in self.latest
+        if first:  # base: ("d", key, engine) or ("g", an earlier group, home, its size): wait for that group
+            self.latest[group] = (base[1], base[2]) if base[0] == "d" else self.resolve(base[1], base[3])
+        return (*self.latest[group], first)
 
     def release(self, group: str, latest: tuple) -> None:
         with self.cond:
             self.latest[group] = latest
+            self.done[group] = self.done.get(group, 0) + 1
             self.held.discard(group)
             self.cond.notify_all()
 
-    def resolve(self, group: str) -> tuple | None:
+    def resolve(self, group: str, size: int) -> tuple | None:
+        """(key, engine) of the group's value once all its `size` updates have finished."""
         with self.cond:
-            while group in self.held:
+            while self.done.get(group, 0) < size:
                 self.cond.wait()
             return self.latest.get(group)
 
@@ -105,6 +143,8 @@ def _serve_connection(conn) -> None:
             op = request[0]
             if op == "get":
                 _send(conn, STORE.get(request[1], MISSING))
+            elif op == "wait":  # a value a task queued here will make: answer once it has
+                _send(conn, STORE.wait_for(request[1]))
             elif op == "put":
                 STORE[request[1]] = request[2]
                 _send(conn, True)
@@ -116,7 +156,10 @@ def _serve_connection(conn) -> None:
                 LOCKS.release(request[1], request[2])
                 _send(conn, True)
             elif op == "resolve":
-                _send(conn, LOCKS.resolve(request[1]))
+                _send(conn, LOCKS.resolve(request[1], request[2]))
+            elif op == "cancel":
+                CANCELLED.update(request[1])
+                _send(conn, True)
             elif op == "ping":
                 _send(conn, "pong")
     except (EOFError, OSError):
@@ -219,13 +262,20 @@ def request(address, *message) -> Any:
 
 
 def _fetch(key: str, hint: int | None, keep: bool = True) -> Any:
+    """The value of `key`: from this engine's store, else from engine `hint` (which makes it: wait for it)."""
     if key in STORE:
         return STORE[key]
-    STATE["fetched"] = STATE.get("fetched", 0) + 1
     peers = STATE["peers"]
-    order = ([hint] if hint in peers else []) + [e for e in peers if e != hint and e != STATE["engine"]]
+    if hint == STATE["engine"]:
+        value = STORE.wait_for(key)  # an earlier task in this engine's queue made it (or its writer was cancelled)
+        if not (isinstance(value, str) and value == MISSING):
+            return value
+    STATE["fetched"] = STATE.get("fetched", 0) + 1
+    order = ([hint] if hint in peers and hint != STATE["engine"] else []) + [
+        e for e in peers if e != hint and e != STATE["engine"]
+    ]
     for engine in order:
-        value = request(peers[engine], "get", key)
+        value = request(peers[engine], "wait" if engine == hint else "get", key)
         if not (isinstance(value, str) and value == MISSING):
             if keep and not isinstance(value, Failed):
                 STORE[key] = value  # versions never change: keep the copy for this engine's next tasks
@@ -253,8 +303,8 @@ def _resolve(ref: Any, cache: dict, keep: bool = True) -> Any:
                 raise _InputFailed(value)
             cache[ref[1]] = value
         return cache[ref[1]]
-    if kind == "g":  # the latest value of a COMMUTATIVE group: ("g", group, home)
-        latest = request(STATE["peers"][ref[2]], "resolve", ref[1])
+    if kind == "g":  # the value of a COMMUTATIVE group once its updates are done: ("g", group, home, size)
+        latest = request(STATE["peers"][ref[2]], "resolve", ref[1], ref[3])
         return _resolve(("d", latest[0], latest[1]), cache, keep)
     if kind == "f":  # a file version another task wrote: ("f", path, ("d", key, hint)); fails if the writer did
         _resolve(ref[2], cache)
@@ -369,6 +419,8 @@ def execute(spec: dict) -> dict:
     groups = spec["groups"]  # COMMUTATIVE params: name -> (group, home engine)
     locked = []
     try:
+        if spec["name"] in CANCELLED:  # compss_cancel_group: this task does not run, its outputs fail
+            raise _InputFailed(Failed(spec["name"], "TaskCancelled", "cancelled by compss_cancel_group", "", None))
         cache: dict = {}
         args = {}
         written = set(spec["updates"]) | set(spec["collection_updates"])
@@ -411,9 +463,13 @@ def execute(spec: dict) -> dict:
                 STORE[key] = failed
             meta["ok"] = False
     finally:
-        for name in locked:
+        for name in sorted(groups):  # every update counts, so that the group's readers know when it is complete
             group, home = groups[name]
-            request(STATE["peers"][home], "unlock", group, (spec["updates"][name], STATE["engine"]))
+            if name in locked:
+                request(STATE["peers"][home], "unlock", group, (spec["updates"][name], STATE["engine"]))
+            else:  # it did not run (cancelled, or an input failed): the group's value stays as it was
+                latest = request(STATE["peers"][home], "lock", group, spec["inputs"][name])
+                request(STATE["peers"][home], "unlock", group, latest[:2])
     return meta
 
 
@@ -484,4 +540,6 @@ def drop(prefix: str = "", keys: list | None = None) -> int:
     doomed = [k for k in STORE if k.startswith(prefix)] if prefix else list(keys or [])
     for key in doomed:
         STORE.pop(key, None)
+    if prefix:
+        STORE.drop(prefix)
     return len(doomed)
