@@ -268,8 +268,12 @@ def configure(peers: dict, threads: int, paths: list | tuple = ()) -> None:
         STATE["threads"] = threads
 
 
+def _connection_key(address) -> tuple:
+    return (tuple(address) if isinstance(address, (list, tuple)) else address, threading.get_ident())
+
+
 def _connection(address) -> Any:
-    key = (tuple(address) if isinstance(address, (list, tuple)) else address, threading.get_ident())
+    key = _connection_key(address)
     with _CONN_LOCK:
         conn = _CONNECTIONS.get(key)
     if conn is None:
@@ -282,8 +286,14 @@ def _connection(address) -> Any:
 def request(address, *message) -> Any:
     """Send one request to a data server (this engine's or a peer's) and return the answer."""
     conn = _connection(address)
-    conn.send(message)
-    return conn.recv()
+    try:
+        conn.send(message)
+        return conn.recv()
+    except (OSError, EOFError):  # the server is gone: forget the connection, so a next request connects anew
+        with _CONN_LOCK:
+            _CONNECTIONS.pop(_connection_key(address), None)
+        conn.close()
+        raise
 
 
 def _fetch(key: str, hint: int | None, keep: bool = True) -> Any:
@@ -300,7 +310,10 @@ def _fetch(key: str, hint: int | None, keep: bool = True) -> Any:
         e for e in peers if e != hint and e != STATE["engine"]
     ]
     for engine in order:
-        value = request(peers[engine], "wait" if engine == hint else "get", key)
+        try:
+            value = request(peers[engine], "wait" if engine == hint else "get", key)
+        except (OSError, EOFError):  # that engine is gone: another may still hold a copy
+            continue
         if not (isinstance(value, str) and value == MISSING):
             if keep and not isinstance(value, Failed):
                 STORE[key] = value  # versions never change: keep the copy for this engine's next tasks
