@@ -279,6 +279,7 @@ class Runtime:
         self.inflight: dict[int, deque] = {e: deque() for e in ids}  # messages sent to each engine, not answered
         self.lock = threading.Lock()  # the outboxes are sent from the program's thread and from `_feed`
         self.answered = threading.Event()  # an engine answered a message: `_feed` may send the next one
+        self.lost: set[int] = set()  # engines a message could not be sent to: no more tasks go there
         self.closed = False
         threading.Thread(target=self._feed, daemon=True, name="course-tasks-feed").start()
         self._next_upload = itertools.cycle(ids)
@@ -509,7 +510,7 @@ class Runtime:
         """The engine for a call: where the object it updates is (locality), else the eligible engine where
         it can start first (its queue is done and its inputs exist, in tasks), and among those the one that
         holds most of its inputs (so a chain of tasks stays on one engine when moving gains nothing)."""
-        engines = eligible or self.ids
+        engines = [e for e in eligible or self.ids if e not in self.lost] or eligible or self.ids
         if call.follow is not None and call.follow.target in engines:
             return call.follow.target
         inputs = max((self._ahead(t) for t in call.deps), default=0)
@@ -545,7 +546,14 @@ class Runtime:
             inflight.popleft()
         while outbox and (len(inflight) < AHEAD or len(outbox) >= BATCH):
             batch, outbox[:] = outbox[:BATCH], outbox[BATCH:]
-            ar = self.views[engine].apply_async(worker.execute_batch, [payload for _, payload in batch])
+            try:
+                ar = self.views[engine].apply_async(worker.execute_batch, [payload for _, payload in batch])
+            except Exception as exc:  # noqa: BLE001 - the engine or the cluster is gone: its tasks fail
+                self.lost.add(engine)
+                for task, _ in batch:
+                    task.error = exc
+                    task.sent.set()
+                continue
             ar.add_done_callback(lambda _: self.answered.set())
             for index, (task, _) in enumerate(batch):
                 task.ar, task.index = ar, index
@@ -559,10 +567,7 @@ class Runtime:
             self.answered.clear()
             with self.lock:
                 for engine in self.ids:
-                    try:
-                        self._send(engine)
-                    except Exception:  # noqa: BLE001 - the cluster is gone: its tasks fail when waited for
-                        pass
+                    self._send(engine)
 
     def _record(self, task: Task) -> None:
         """Add a dispatched task to the graph and to the TaskGroups open now."""

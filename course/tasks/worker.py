@@ -37,6 +37,7 @@ class Store(dict):
         self.dropped: list[str] = []  # prefixes deleted by the master: those keys will never arrive
 
     def __setitem__(self, key: str, value: Any) -> None:
+        """Store a value and wake whoever waits for it."""
         with self.arrived:
             super().__setitem__(key, value)
             self.arrived.notify_all()
@@ -51,6 +52,7 @@ class Store(dict):
             return self[key]
 
     def drop(self, prefix: str) -> None:
+        """Keys starting with `prefix` will never arrive: wake their waiters (they get MISSING)."""
         with self.arrived:
             self.dropped.append(prefix)
             self.arrived.notify_all()
@@ -92,7 +94,7 @@ class _Locks:
             while group in self.held:
                 self.cond.wait()
             self.held.add(group)
-        first = group not in self.latest
+        first = group not in self.latest  # (we hold the group: nobody else changes its entry)
         if first:  # base: ("d", key, engine) or ("g", an earlier group, home, its size): wait for that group
             self.latest[group] = (base[1], base[2]) if base[0] == "d" else self.resolve(base[1], base[3])
         return (*self.latest[group], first)
@@ -131,6 +133,7 @@ class Channel:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small answers must not wait ~40 ms
 
     def send(self, message: Any) -> None:
+        """Send one message: a header (sizes), the pickle, then each large buffer as it is in memory."""
         buffers: list = []
         data = cloudpickle.dumps(message, protocol=5, buffer_callback=buffers.append)
         raws = [b.raw() for b in buffers]
@@ -140,12 +143,14 @@ class Channel:
             self.sock.sendall(raw)
 
     def recv(self) -> Any:
+        """Receive one message sent by `send`."""
         size, count = self.HEAD.unpack(self._exactly(self.HEAD.size))
         sizes = struct.unpack(f"!{count}Q", self._exactly(8 * count))
         data = self._exactly(size)
         return pickle.loads(data, buffers=[self._exactly(n) for n in sizes])
 
     def _exactly(self, n: int) -> bytearray:
+        """The next `n` bytes from the socket, in a new writable buffer."""
         buffer = bytearray(n)
         view, got = memoryview(buffer), 0
         while got < n:
@@ -156,6 +161,7 @@ class Channel:
         return buffer
 
     def close(self) -> None:
+        """Close the socket and the connection it was taken from."""
         self.sock.close()
         self.conn.close()
 
