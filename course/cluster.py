@@ -629,6 +629,7 @@ class Cluster:
         self.stopped = False
         self._owner = _me()  # the process that started it (replaced by the record's when re-attached)
         self._controller: list | None = None
+        self._seen_alive = -1.0  # time.monotonic() when the controller was last seen running
 
     # ---- properties
     @property
@@ -705,8 +706,13 @@ class Cluster:
         self.client.course_watch(self._down_reason)
 
     def _down_reason(self) -> str:
-        """Why this cluster can no longer run work (its controller is gone), or '' while it can."""
-        if self.stopped or _alive(self._controller):
+        """Why this cluster can no longer run work (its controller is gone), or '' while it can. Asked before
+        every message: a controller seen running is looked at again after ALIVE_FOR s, not every time (psutil
+        reads 3 files under /proc, ~1 ms on a busy machine; calls in flight are failed by the watcher anyway)."""
+        if self.stopped or time.monotonic() - self._seen_alive < ALIVE_FOR:
+            return ""
+        if _alive(self._controller):
+            self._seen_alive = time.monotonic()
             return ""
         record = _read_record(self.cluster_id)
         how = (
@@ -1162,6 +1168,7 @@ def _launch_new(cid: str, settings: _Settings, persist: bool, attempts: int = 2)
 # The controller completes an engine's registration at its next heartbeat: beating every second instead of
 # ipyparallel's 3 s makes a cluster ready in about 3 s instead of 7 (benchmarks/cluster_start.py). 30 missed beats
 # in a row, as before 30 s, still mark an engine dead, so a busy machine is not taken for a dead engine sooner.
+ALIVE_FOR = 0.25  # s: how long a controller seen running is taken to be running (Cluster._down_reason)
 HEARTBEAT = ["--HeartMonitor.period=1000", "--HeartMonitor.max_heartmonitor_misses=30"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+import time
 from contextlib import redirect_stdout
 
 import matplotlib
@@ -268,6 +269,77 @@ def test_chains_of_updates_spread_over_the_engines_and_each_stays_on_one(fresh):
         f"every chain of updates ran where its block was made (engine {records[0]['engine']}): {records}"
     )
     assert all(len({r["engine"] for r in chain}) == 1 for chain in chains), f"a chain changed engine: {records}"
+
+
+def test_a_task_runs_where_its_input_lives_and_a_k_loop_stays_on_one_engine(fresh):
+    """Locality: with the engines equally busy, a task goes to the engine that holds its input (nothing moves);
+    each block of C of a blocked multiply has its whole k-loop on one engine, and both engines work."""
+
+    @task(returns=1)
+    def make(seed):
+        import numpy as np
+
+        return np.random.default_rng(seed).random((8, 8))
+
+    @task(returns=1)
+    def norm(block):
+        import numpy as np
+
+        return float(np.linalg.norm(block))
+
+    @task(c=INOUT)
+    def multiply(a, b, c):
+        c += a @ b
+
+    blocks = [make(i) for i in range(4)]
+    compss_barrier()
+    made = {r["number"]: r["engine"] for r in tasks.history()}
+    assert len(set(made.values())) == 2, f"the blocks were all made on one engine: {made}"
+    for i in (0, 0, 1, 1, 2, 3, 3, 2):  # one at a time (both engines free, one holds the block), not in turn
+        compss_wait_on(norm(blocks[i]))
+        record = tasks.history()[-1]
+        assert record["engine"] == made[i] and record["fetched"] == 0, f"norm of block {i} ran away from it: {record}"
+
+    tasks.reset()
+    n = 2
+    A = [[make(10 * i + k) for k in range(n)] for i in range(n)]
+    B = [[make(100 + 10 * k + j) for j in range(n)] for k in range(n)]
+    C = [[np.zeros((8, 8)) for _ in range(n)] for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            for k in range(n):
+                multiply(A[i][k], B[k][j], C[i][j])
+    a, b, c = np.block(compss_wait_on(A)), np.block(compss_wait_on(B)), np.block(compss_wait_on(C))
+    assert np.allclose(c, a @ b)
+    loops = [[r for r in tasks.history() if r["name"] == "multiply"][n * q : n * (q + 1)] for q in range(n * n)]
+    assert all(len({r["engine"] for r in loop}) == 1 for loop in loops), f"a k-loop changed engine: {loops}"
+    assert len({loop[0]["engine"] for loop in loops}) == 2, f"every k-loop ran on one engine: {loops}"
+
+
+def test_tasks_go_to_busy_engines_in_batches_and_run_without_a_wait(fresh, tmp_path):
+    """Batched submission: tasks placed on a busy engine wait in the master's outbox and go together, in far
+    fewer messages than tasks, yet all run while the program does something else (no compss_* call), and
+    each keeps its own times in the trace."""
+
+    @task(returns=0)
+    def touch(path):
+        import pathlib
+        import time
+
+        time.sleep(0.02)
+        pathlib.Path(path).write_text("x")
+
+    paths = [tmp_path / f"{i}.txt" for i in range(40)]
+    for path in paths:
+        touch(str(path))
+    deadline = time.time() + 120
+    while not all(path.exists() for path in paths) and time.time() < deadline:
+        time.sleep(0.05)  # the program is busy elsewhere: nothing waits for the tasks
+    assert all(path.exists() for path in paths), "tasks left in the outbox were never sent"
+    messages = {id(t.ar) for t in runtime.current().tasks}
+    assert len(messages) <= 20, f"40 tasks went in {len(messages)} messages"
+    records = tasks.history()
+    assert all(r["ok"] for r in records) and len({(r["engine"], r["start"]) for r in records}) == 40
 
 
 def test_collections_nested_waits_and_multiple_returns(fresh):

@@ -1,11 +1,16 @@
 """Master side of the task runtime: PyCOMPSs's programming model on the ipyparallel engines.
 
 The notebook (the "master") keeps the data consistent: every object a task touches gets a key and
-a version; a call depends on the tasks that wrote the versions it reads. ipyparallel does the
-scheduling: each call is one `LoadBalancedView.apply` with `after=` the tasks it depends on, so the
-scheduler holds it until its inputs exist and then gives it to a free engine. Values stay on the
-engine that produced them; a task fetches its inputs from its peers (worker.py), and the notebook
-only receives a value when it asks for it with `compss_wait_on`.
+a version; a call depends on the tasks that wrote the versions it reads. The master also places each
+call, at once, on one engine (`_place`): an update of an object runs where that object already is
+(locality: a blocked multiply's k-loop of a C block stays on one engine), any other call on the engine
+where it can start first, counted in queued tasks, preferring the one that holds most of its inputs.
+The call is queued there through an ipyparallel `DirectView`, with no round trip through a scheduler:
+while an engine has AHEAD messages to run, the calls placed on it wait in the master's outbox and go
+together, up to BATCH in one message (batched submission: each message costs about as much CPU as an
+empty task, in the notebook, the controller and the engine). The engine runs its queue in order, and a
+task whose input is not made yet waits for the engine that makes it (worker.py). Values stay on the engine that produced them; a task fetches its
+inputs from its peers, and the notebook only receives a value when it asks for it with `compss_wait_on`.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import pickle
 import shutil
 import socket
 import sys
+import threading
 import time
 import types
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
 from typing import Any, Callable
 
 import cloudpickle
@@ -52,6 +58,8 @@ TASK_OPTIONS = {
 SETUP_TIMEOUT = 120.0
 ON_FAILURE = ("RETRY", "CANCEL_SUCCESSORS", "FAIL", "IGNORE")  # PyCOMPSs's policies; RETRY is its default
 MAX_DEPTH = 1 << 30  # PyCOMPSs's default Depth: nested lists are collections all the way down
+BATCH = 16  # at most this many tasks in one message to an engine
+AHEAD = 2  # messages sent to an engine and not answered: while it has this many, new tasks wait in the outbox
 VERSIONS = ".course-tasks"  # beside a file: the versions its tasks wrote, until they are copied back
 
 
@@ -70,7 +78,11 @@ class Task:
 
     def __init__(self, number: int, name: str, on_failure: str = "RETRY"):
         self.number, self.name, self.on_failure = number, name, on_failure
-        self.ar = None
+        self.ar = None  # the answer to the message that took it to its engine (with others, see BATCH)
+        self.index = 0  # its place in that message
+        self.sent = threading.Event()  # set once the message has gone (until then the task is in the outbox)
+        self.target: int | None = None  # the engine the master placed it on
+        self.slot = 0  # how many tasks had been placed on that engine before it
         self.edges: list[tuple[Task, str]] = []  # (the task whose output this one reads, direction)
         self.files: list[tuple[str, int, str]] = []  # (file name, version, "reads" or "writes")
         self.meta: dict | None = None
@@ -91,16 +103,16 @@ class Task:
     def wait(self) -> dict | None:
         """Wait for the task; its metadata (engine, times) or None when ipyparallel itself failed it."""
         if self.meta is None and self.error is None:
+            self.sent.wait()
             try:
-                self.meta = self.ar.get()
+                self.meta = self.ar.get()[self.index]
             except Exception as exc:  # noqa: BLE001 - lost engine, impossible dependency
                 self.error = exc
         return self.meta
 
     def engine(self) -> int | None:
-        if self.meta is None and self.ar is not None and self.ar.ready():
-            self.wait()
-        return self.meta["engine"] if self.meta else None
+        """The engine it ran on (or is queued on)."""
+        return self.meta["engine"] if self.meta else self.target
 
 
 class Group:
@@ -160,6 +172,22 @@ class _Call:
         self.deps: list[Task] = []
         self.edges: list[tuple[Task, str]] = []  # (the task whose output this call reads, direction)
         self.follow: Task | None = None  # run where this task ran (an update follows its object: locality)
+
+    def homes(self) -> Counter:
+        """How many of the call's inputs each engine holds (or will hold: their writers are queued there)."""
+        held: Counter = Counter()
+        stack = list(self.inputs.values())
+        while stack:
+            ref = stack.pop()
+            if ref[0] == "d" and ref[2] is not None:
+                held[ref[2]] += 1
+            elif ref[0] == "f" or (ref[0] in ("fw", "dw") and ref[3] is not None):  # a file: its writer's
+                stack.append(ref[2] if ref[0] == "f" else ref[3])
+            elif ref[0] == "l":
+                stack.extend(ref[2])
+            elif ref[0] == "m":
+                stack.extend(r for _, r in ref[1])
+        return held
 
     def depend(self, writers: list[Task], label: str) -> None:
         """The call reads what `writers` wrote, through a parameter of direction `label`."""
@@ -244,7 +272,16 @@ class Runtime:
             ar.get(timeout=SETUP_TIMEOUT)
         self.ids = ids
         self.home = ids[0]
-        self.lview = self.client.load_balanced_view(targets=ids)
+        self.views = {e: self.client[e] for e in ids}  # one DirectView per engine: the master places each task
+        self.queued: dict[int, deque[Task]] = {e: deque() for e in ids}  # unfinished tasks of each engine, in order
+        self.sent = {e: 0 for e in ids}  # tasks ever placed on each engine
+        self.outbox: dict[int, list[tuple[Task, bytes]]] = {e: [] for e in ids}  # placed, not sent yet
+        self.inflight: dict[int, deque] = {e: deque() for e in ids}  # messages sent to each engine, not answered
+        self.lock = threading.Lock()  # the outboxes are sent from the program's thread and from `_feed`
+        self.answered = threading.Event()  # an engine answered a message: `_feed` may send the next one
+        self.lost: set[int] = set()  # engines a message could not be sent to: no more tasks go there
+        self.closed = False
+        threading.Thread(target=self._feed, daemon=True, name="course-tasks-feed").start()
         self._next_upload = itertools.cycle(ids)
 
     def _put(self, engine: int, key: str, value: Any) -> None:
@@ -277,7 +314,7 @@ class Runtime:
         if datum.group is not None:
             group = datum.group
             group.closed = True
-            return ("g", group.gid, group.home), list(group.tasks)
+            return ("g", group.gid, group.home, len(group.tasks)), list(group.tasks)
         if datum.writer is not None:
             return ("d", datum.current_key(), datum.writer.engine()), [datum.writer]
         if datum.path is not None:
@@ -455,28 +492,82 @@ class Runtime:
             future.datum.writer = task
         return futures
 
+    def _load(self, engine: int) -> int:
+        """Tasks queued on `engine` and not finished (an engine finishes its tasks in the order queued)."""
+        queue = self.queued[engine]
+        while queue and queue[0].done():
+            queue.popleft()
+        return len(queue)
+
+    def _ahead(self, task: Task) -> int:
+        """How many tasks must finish, `task` included, before its outputs exist (0: they do)."""
+        if task.target is None or task.done():
+            return 0
+        finished = self.sent[task.target] - self._load(task.target)
+        return max(task.slot - finished + 1, 0)
+
+    def _place(self, call: "_Call", eligible: list[int] | None) -> int:
+        """The engine for a call: where the object it updates is (locality), else the eligible engine where
+        it can start first (its queue is done and its inputs exist, in tasks), and among those the one that
+        holds most of its inputs (so a chain of tasks stays on one engine when moving gains nothing)."""
+        engines = [e for e in eligible or self.ids if e not in self.lost] or eligible or self.ids
+        if call.follow is not None and call.follow.target in engines:
+            return call.follow.target
+        inputs = max((self._ahead(t) for t in call.deps), default=0)
+        start = {e: max(self._load(e), inputs) for e in engines}
+        held = call.homes()
+        return min(engines, key=lambda e: (start[e], -held[e]))
+
     def _dispatch(self, call: "_Call", futures: list[Future], eligible: list[int] | None) -> None:
-        """Hand the call to ipyparallel's scheduler: after the tasks it reads from, on an eligible engine."""
+        """Put the call in the outbox of the engine `_place` chooses (sent at once if that engine has little to
+        do); on the engine it waits for inputs that are not made yet."""
         task, fname = call.task, call.fname
         spec = call.spec(self._function(call.tf), [f.datum.current_key() for f in futures])
-        task.edges = _unique(call.edges)
-        follow = call.follow
-        if follow is not None and not (eligible is None or follow.engine() in (eligible or [])):
-            follow = None
-        # `follow` waits for its task to finish (on its engine), so that task need not be in `after` as well
-        after = [t.ar for t in _unique_tasks(call.deps) if t is not follow and not t.done()]
-        flags = {"after": after}
-        if follow is not None:
-            flags["follow"] = [follow.ar]
-        if eligible is not None:
-            flags["targets"] = eligible
         try:
-            with self.lview.temp_flags(**flags):
-                task.ar = self.lview.apply_async(worker.execute, spec)
+            payload = cloudpickle.dumps(spec, protocol=5)
         except Exception as exc:  # noqa: BLE001 - serialisation of an inline argument
             culprit = next((n for n, r in call.inputs.items() if not _picklable(r)), None)
             where = f"argument {culprit!r}" if culprit else "an argument"
             raise UserError(f"task {fname}: {where} cannot be sent to an engine: {exc}") from None
+        task.edges = _unique(call.edges)
+        with self.lock:
+            task.target = self._place(call, eligible)
+            task.slot = self.sent[task.target]
+            self.sent[task.target] += 1
+            self.queued[task.target].append(task)
+            self.outbox[task.target].append((task, payload))
+            self._send(task.target)
+
+    def _send(self, engine: int) -> None:
+        """Send the engine's outbox, BATCH tasks a message, while it has fewer than AHEAD messages to run (or a
+        full batch waits). Called with `self.lock` held."""
+        inflight, outbox = self.inflight[engine], self.outbox[engine]
+        while inflight and inflight[0].ready():
+            inflight.popleft()
+        while outbox and (len(inflight) < AHEAD or len(outbox) >= BATCH):
+            batch, outbox[:] = outbox[:BATCH], outbox[BATCH:]
+            try:
+                ar = self.views[engine].apply_async(worker.execute_batch, [payload for _, payload in batch])
+            except Exception as exc:  # noqa: BLE001 - the engine or the cluster is gone: its tasks fail
+                self.lost.add(engine)
+                for task, _ in batch:
+                    task.error = exc
+                    task.sent.set()
+                continue
+            ar.add_done_callback(lambda _: self.answered.set())
+            for index, (task, _) in enumerate(batch):
+                task.ar, task.index = ar, index
+                task.sent.set()
+            inflight.append(ar)
+
+    def _feed(self) -> None:
+        """In the background: when an engine answers a message, send it what waits in its outbox."""
+        while not self.closed:
+            self.answered.wait(timeout=0.5)
+            self.answered.clear()
+            with self.lock:
+                for engine in self.ids:
+                    self._send(engine)
 
     def _record(self, task: Task) -> None:
         """Add a dispatched task to the graph and to the TaskGroups open now."""
@@ -636,7 +727,8 @@ class Runtime:
             datum.group.closed = True
             for t in datum.group.tasks:
                 self._check(t)
-            key, engine = worker.request(self.peers[datum.group.home], "resolve", datum.group.gid)
+            group = datum.group
+            key, engine = worker.request(self.peers[group.home], "resolve", group.gid, len(group.tasks))
         elif datum.writer is not None:
             self._check(datum.writer)
             key, engine = datum.current_key(), datum.writer.engine()
@@ -735,13 +827,10 @@ class Runtime:
                 raise_failed(task.meta["failure"])
 
     def cancel_group(self, name: str) -> None:
-        """Cancel the group's tasks that have not started (ipyparallel's abort)."""
-        for task in self.groups.get(name, []):
-            if task.ar is not None and not task.ar.ready():
-                try:
-                    self.client.abort(task.ar)
-                except Exception:  # noqa: BLE001 - it started meanwhile
-                    pass
+        """Cancel the group's tasks that have not started: their engines skip them (their outputs fail)."""
+        names = [str(task) for task in self.groups.get(name, []) if not task.done()]
+        for engine in self.ids:
+            worker.request(self.peers[engine], "cancel", names)
 
     def cleanup_versions(self) -> None:
         """Remove this session's version files (the user's paths hold the newest versions by now)."""
@@ -769,6 +858,8 @@ class Runtime:
                 worker.request(self.peers[engine], "drop", self.session + ":", None)
         except Exception:  # noqa: BLE001 - the cluster may be gone already
             pass
+        finally:
+            self.closed = True  # `_feed` stops
 
 
 def _arguments(tf: "TaskFunction", args: tuple, kwargs: dict) -> list[tuple[str, str, Any]]:
@@ -826,10 +917,6 @@ def _unique(edges: list) -> list:
             seen.add((task.number, label))
             out.append((task, label))
     return out
-
-
-def _unique_tasks(tasks: list[Task]) -> list[Task]:
-    return list({t.number: t for t in tasks}.values())
 
 
 def raise_failed(failed: "worker.Failed") -> None:
@@ -940,8 +1027,8 @@ def reset(engines: list[int] | int | None = None, locality: bool = True) -> None
     """Start a fresh task graph (and free the old one's data); optionally use only some engines.
 
     engines: engine ids, or a number n for the first n engines (default: all). locality: an object's INOUT
-    updates after its first run where that one ran (ipyparallel's `follow`), so the object stays put; the
-    first goes to whichever engine is free, so that chains of updates spread over the engines.
+    updates after its first run where that one ran, so the object stays put; the first goes to the least
+    busy engine, so that chains of updates spread over the engines.
     """
     global _RUNTIME
     old = current(start=True)
