@@ -9,8 +9,9 @@ The call is queued there through an ipyparallel `DirectView`, with no round trip
 while an engine has AHEAD messages to run, the calls placed on it wait in the master's outbox and go
 together, up to BATCH in one message (batched submission: each message costs about as much CPU as an
 empty task, in the notebook, the controller and the engine). The engine runs its queue in order, and a
-task whose input is not made yet waits for the engine that makes it (worker.py). Values stay on the engine that produced them; a task fetches its
-inputs from its peers, and the notebook only receives a value when it asks for it with `compss_wait_on`.
+task whose input is not made yet waits for the engine that makes it (worker.py). Values stay on the engine
+that produced them; a task fetches its inputs from its peers, and the notebook only receives a value when
+it asks for it with `compss_wait_on`.
 """
 
 from __future__ import annotations
