@@ -919,6 +919,9 @@ class Cluster:
         # the controller, stopped above, that the engine exited. Nothing is left to tell: end it now.
         kill([p for p in procs if _is_nanny(p)], timeout=0)
         _wait_gone(procs)
+        # A controller still starting when its cluster is stopped (sbatch refused the engine job within
+        # milliseconds) can miss the launcher's stop: end whatever ipyparallel launched for this cluster.
+        kill(_launched_for(self.cluster_id, str(self._ipp.profile_dir)))
         self._wait_slurm_gone(job)
         self._ipp.remove_cluster_file()
         _record_file(self.cluster_id).unlink(missing_ok=True)
@@ -947,6 +950,22 @@ def _process_alive(process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _launched_for(cluster_id: str, profile: str) -> list[psutil.Process]:
+    """This user's running processes that ipyparallel launched for one cluster (its launchers set IPP_CLUSTER_ID
+    and IPP_PROFILE_DIR in their environment)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if process.pid == os.getpid() or "ipyparallel" not in " ".join(process.info["cmdline"] or []):
+                continue
+            environ = process.environ()
+        except psutil.Error:  # ended meanwhile, or another user's
+            continue
+        if environ.get("IPP_CLUSTER_ID") == cluster_id and environ.get("IPP_PROFILE_DIR") == profile:
+            found.append(process)
+    return found
 
 
 def _is_nanny(process: psutil.Process) -> bool:
