@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from course import UserError, data, mpi, profile
+from course import UserError, data, mpi, profile, slurm
 
 
 @dataclass
@@ -279,6 +279,9 @@ def check_slurm() -> Check:
             "on an HPC site run the course where Slurm's commands are on PATH",
             essential=False,
         )
+    down = slurm.controller_down()
+    if down:
+        return Check("slurm", False, f"sbatch at {sbatch}, {down}", "check that slurmctld runs", essential=False)
     try:
         out = subprocess.run(["sinfo", "-h", "-o", "%P %a %D %t"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -120,10 +120,26 @@ def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
 
+def controller_down() -> str | None:
+    """What `scontrol ping` says when no Slurm controller answers here, else None (one is up, or ping cannot
+    tell). Ping knows at once, where sinfo and squeue retry for about 10 s before they fail."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return None
+    try:
+        done = run([scontrol, "ping"], timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode == 0 or re.search(r"\bUP\b", done.stdout):  # a backup controller may answer alone
+        return None
+    said = [line.strip() for line in done.stdout.splitlines() if "Slurmctld" in line]  # not its banner of stars
+    return "; ".join(said) or (done.stderr.strip().splitlines() or [f"scontrol ping: exit code {done.returncode}"])[-1]
+
+
 def available() -> bool:
     """True when a Slurm controller answers here (`sinfo` works)."""
     sinfo = shutil.which("sinfo")
-    if sinfo is None:
+    if sinfo is None or controller_down():
         return False
     try:
         done = run([sinfo, "-h", "-o", "%P"], timeout=30)

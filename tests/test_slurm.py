@@ -4,11 +4,13 @@ the two-node virtual cluster), job states and cancelling (a real job on the sing
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 
 import pytest
 
-from course import UserError
+from course import UserError, doctor
 from course import slurm as speak
 from tests.slurm import slurm  # noqa: F401  (the session fixture)
 from tests.virtual_cluster import virtual_cluster  # noqa: F401  (the session fixture)
@@ -104,3 +106,30 @@ def test_sbatch_refusal_is_one_line(slurm, tmp_path):  # noqa: F811
     script.write_text("#!/bin/sh\n#SBATCH --partition=no-such-partition\ntrue\n")
     with pytest.raises(UserError, match="sbatch refused the job: .*partition"):
         speak.submit(str(script))
+
+
+def test_a_controller_that_does_not_answer_is_known_at_once_without_waiting_on_sinfo(slurm, tmp_path, monkeypatch):  # noqa: F811
+    assert speak.available() and speak.controller_down() is None  # the test Slurm answers
+    with socket.socket() as probe:  # a port nothing listens on: a site whose slurmctld is stopped
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        f"ClusterName=stopped\nSlurmctldHost=localhost\nSlurmctldPort={port}\nAuthType=auth/munge\n"
+        "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=ALL Default=YES\n"
+    )
+    # sinfo on PATH notes each call, then runs the real one: it retries for about 10 s before failing here
+    spy, calls = tmp_path / "bin", tmp_path / "sinfo-calls"
+    spy.mkdir()
+    (spy / "sinfo").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {shutil.which("sinfo")} "$@"\n')
+    (spy / "sinfo").chmod(0o755)
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    monkeypatch.setenv("PATH", f"{spy}{os.pathsep}{os.environ['PATH']}")
+    down = speak.controller_down()
+    assert down is not None and "DOWN" in down and "*" not in down, down
+    assert speak.available() is False and speak.partitions() == []
+    check = doctor.check_slurm()
+    assert not check.ok and "is DOWN" in check.detail and check.fix == "check that slurmctld runs", check
+    assert not calls.exists(), (
+        f"sinfo was asked although scontrol ping said the controller is down: {calls.read_text()}"
+    )
