@@ -903,6 +903,7 @@ class Cluster:
         if self.stopped:
             return
         procs = self._local_pids()
+        parents = _parents(procs)
         job = self._record_slurm_job()
         if _record_file(self.cluster_id).exists():
             _update_record(self.cluster_id, state="stopping")
@@ -918,6 +919,9 @@ class Cluster:
         # An engine's nanny (it relays signals, such as a %%px interrupt) outlives its engine by 3 s, trying to tell
         # the controller, stopped above, that the engine exited. Nothing is left to tell: end it now.
         kill([p for p in procs if _is_nanny(p)], timeout=0)
+        # A controller stopped while it starts its schedulers dies of the SIGTERM at once and leaves those it had
+        # started running, orphaned: nothing will stop them, so end them now rather than after _wait_gone's 30 s.
+        kill(_orphaned(procs, parents), timeout=0)
         _wait_gone(procs)
         # A controller still starting when its cluster is stopped (sbatch refused the engine job within
         # milliseconds) can miss the launcher's stop: end whatever ipyparallel launched for this cluster.
@@ -966,6 +970,29 @@ def _launched_for(cluster_id: str, profile: str) -> list[psutil.Process]:
         if environ.get("IPP_CLUSTER_ID") == cluster_id and environ.get("IPP_PROFILE_DIR") == profile:
             found.append(process)
     return found
+
+
+def _parents(procs: list[psutil.Process]) -> dict[int, int | None]:
+    """Each process's parent pid now (None if it ended), to tell later which lost their parent."""
+    found = {}
+    for process in procs:
+        try:
+            found[process.pid] = process.ppid()
+        except psutil.Error:
+            found[process.pid] = None
+    return found
+
+
+def _orphaned(procs: list[psutil.Process], parents: dict[int, int | None]) -> list[psutil.Process]:
+    """Those of `procs` still running whose parent ended since `parents` was taken (they were re-parented)."""
+    left = []
+    for process in procs:
+        try:
+            if _process_alive(process) and parents.get(process.pid) not in (None, process.ppid()):
+                left.append(process)
+        except psutil.Error:
+            pass
+    return left
 
 
 def _is_nanny(process: psutil.Process) -> bool:
