@@ -16,10 +16,12 @@ ranks); a bad results file is refused before training starts.
 
 Time limits: SIGUSR1 is Slurm's warning before a job's limit (`#SBATCH --signal=USR1@N` to the tasks, or
 `--signal=B:USR1@N` to the batch shell, whose trap passes it on; mpiexec forwards it to every rank). After it,
-the ranks go on while another epoch fits in the time Slurm leaves the job; then, at the end of an epoch (rank 0's
-checkpoint of it is written as after every epoch), the program exits with status 75 (EX_TEMPFAIL: try again)
-saying at which epoch it stopped; the same command with the same --checkpoint-dir, in the next job, continues
-from there. The warning must leave more time than one epoch takes.
+the ranks go on while another epoch fits in the time Slurm leaves the job (an epoch: the slowest of the job's
+last few; the last epoch also needs the final evaluation, timed once, and the exit); then, at the end of an epoch
+(rank 0's checkpoint of it is written as after every epoch), the program exits with status 75 (EX_TEMPFAIL: try
+again) saying at which epoch it stopped; the same command with the same --checkpoint-dir, in the next job,
+continues from there. Each decision is printed with the figures it rests on. The warning must leave more time
+than one epoch takes. --min-epoch-seconds makes short epochs as long as a real dataset's, to rehearse this.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass
 
 STOPPED = 75  # exit status after the time-limit warning: sysexits' EX_TEMPFAIL, "temporary failure, try again"
+# After the warning, an epoch is estimated as the slowest of the job's last 3 (a busy node slows some), leaving
+# out the job's first (it also traces the model) once there is another. The estimates are multiplied by SAFETY,
+# and EXIT_SECONDS added for Horovod's shutdown and mpiexec's end after the last line (3-5 s measured on 2 busy cores).
+RECENT_EPOCHS = 3
+SAFETY = 1.5
+EXIT_SECONDS = 10.0
 _warned: list[float] = []  # when SIGUSR1 arrived (the handler only records it; the training loop acts on it)
 
 
@@ -42,6 +51,8 @@ def _on_warning(signum, frame) -> None:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    from course.data import DATASETS
+
     parser = argparse.ArgumentParser(
         prog="python -m course.horovod_mnist", description=" ".join(__doc__.split("\n\n")[0].split())
     )
@@ -66,7 +77,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "epochs (Horovod's LearningRateWarmupCallback)",
     )
     parser.add_argument("--limit", type=int, default=None, help="use at most this many samples per split")
-    parser.add_argument("--dataset", default="mnist")
+    parser.add_argument("--dataset", default="mnist", choices=sorted(DATASETS))
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank on CPU")
     parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--log-dir", default=None, help="TensorBoard logs")
@@ -85,9 +96,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "ranks: val_accuracy per epoch in the summary; epoch times include it)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--min-epoch-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="make every epoch last at least S seconds (each rank sleeps at the epoch's end): stands in for a "
+        "larger dataset when rehearsing time limits and resubmission on a small one; epoch times include it",
+    )
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch < 1 or args.threads < 1:
         parser.error("--epochs, --batch and --threads must be positive")
+    if args.min_epoch_seconds < 0:
+        parser.error(f"--min-epoch-seconds must be 0 or more, not {args.min_epoch_seconds:g}")
     several = [
         f"--{k.replace('_', '-')}"
         for k in ("checkpoint_dir", "log_dir", "save", "summary", "results")
@@ -193,7 +214,7 @@ def train(
         training.root_print(f"already trained for {initial_epoch} epochs (asked for {args.epochs}): nothing to do")
         return 0
 
-    warning = time_limit_stop(paths["checkpoint_dir"] is not None)
+    warning = time_limit_stop(paths["checkpoint_dir"] is not None, test)
     timer = perf.timing_callback(steps * args.batch * size)
     rates = training.learning_rate_log()  # what the optimizer really used
     callbacks = training.horovod_callbacks(
@@ -207,7 +228,7 @@ def train(
         epochs=args.epochs,
         initial_epoch=initial_epoch,
         validation_data=validation,
-        callbacks=callbacks + [timer, rates, warning],
+        callbacks=callbacks + [epoch_floor(args.min_epoch_seconds), timer, rates, warning],
         verbose=2 if rank == 0 else 0,
     )
     elapsed = time.perf_counter() - started
@@ -253,14 +274,64 @@ def train(
     return 0
 
 
-def time_limit_stop(can_save: bool):
+@dataclass(frozen=True)
+class Decision:
+    """Rank 0's choice at the end of an epoch after the time-limit warning, and the figures it rests on."""
+
+    epoch: int  # the epoch just finished (1-based)
+    epochs: int  # the epochs asked for
+    left: float | None  # seconds until the job's end time; None where Slurm did not say
+    epoch_time: float  # the slowest of the job's recent epochs
+    finish: float  # what follows the next epoch if it is the last (the final evaluation, timed), else 0
+
+    @property
+    def needed(self) -> float:
+        """Seconds the next epoch and what follows it need, with the margins."""
+        return SAFETY * (self.epoch_time + self.finish) + EXIT_SECONDS
+
+    @property
+    def go_on(self) -> bool:
+        return self.left is not None and self.left >= self.needed
+
+    def __str__(self) -> str:
+        left = "Slurm did not say how much time is left" if self.left is None else f"{self.left:.1f} s left"
+        finish = f" + {self.finish:.1f} s for the final evaluation" if self.finish else ""
+        return (
+            f"time-limit warning at epoch {self.epoch} of {self.epochs}: {left}; the next epoch needs "
+            f"{self.needed:.1f} s ({SAFETY:g} x ({self.epoch_time:.1f} s, the slowest recent epoch{finish}) + "
+            f"{EXIT_SECONDS:g} s to exit): " + ("training goes on" if self.go_on else "stopping after this epoch")
+        )
+
+
+def decide(epoch: int, epochs: int, left: float | None, epoch_times: list[float], finish: float = 0.0) -> Decision:
+    """Whether another epoch fits in what is left of the job: the slowest recent epoch, not the fastest or the first."""
+    recent = epoch_times[1:][-RECENT_EPOCHS:] or epoch_times
+    return Decision(epoch, epochs, left, max(recent), finish)
+
+
+def epoch_floor(seconds: float):
+    """A Keras callback that makes each epoch last at least `seconds` (--min-epoch-seconds)."""
+    import tensorflow as tf
+
+    class EpochFloor(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self._began = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            time.sleep(max(0.0, seconds - (time.perf_counter() - self._began)))
+
+    return EpochFloor()
+
+
+def time_limit_stop(can_save: bool, test: tuple):
     """A Keras callback acting on the time-limit warning at the end of each epoch.
 
     The ranks agree (one all-reduce) whether any of them was warned. Then rank 0 decides for all (a broadcast,
-    so that every rank stops at the same epoch and none is left waiting in a collective): go on while another
-    epoch still fits in the time Slurm leaves the job (course.slurm.seconds_left), with a margin, else stop
-    after this epoch, whose checkpoint rank 0's ModelCheckpoint writes. Without a checkpoint folder there is
-    nothing to save: training goes on, and says so once.
+    so that every rank stops at the same epoch and none is left waiting in a collective): go on while the next
+    epoch fits in the time Slurm leaves the job (course.slurm.seconds_left; `decide`), else stop after this
+    epoch, whose checkpoint rank 0's ModelCheckpoint has written. Before the last epoch, the final evaluation
+    on `test` is timed once and counted too. Without a checkpoint folder there is nothing to save: training
+    goes on, and says so once.
     """
     import horovod.tensorflow as hvd_tf
     import tensorflow as tf
@@ -272,8 +343,9 @@ def time_limit_stop(can_save: bool):
             super().__init__()
             self.stopped_at: int | None = None
             self._told = False
-            self._times: list[float] = []  # this run's epoch times (its first also traces the model: slower)
+            self._times: list[float] = []  # this job's epoch times, checkpoint included (the first also traces)
             self._began = 0.0
+            self._finish: float | None = None  # the final evaluation, timed when the next epoch is the last
 
         def on_epoch_begin(self, epoch, logs=None):
             self._began = time.perf_counter()
@@ -281,7 +353,8 @@ def time_limit_stop(can_save: bool):
         def on_epoch_end(self, epoch, logs=None):
             self._times.append(time.perf_counter() - self._began)
             warned = hvd_tf.allreduce(tf.constant(len(_warned), tf.int32), op=hvd_tf.Sum, name="time_limit_warning")
-            if int(warned.numpy()) == 0 or epoch + 1 >= self.params.get("epochs", 0):
+            epochs = self.params.get("epochs", 0)
+            if int(warned.numpy()) == 0 or epoch + 1 >= epochs:
                 return  # no warning, or this was the last epoch anyway
             if not can_save:
                 if not self._told and hvd_tf.rank() == 0:
@@ -290,21 +363,25 @@ def time_limit_stop(can_save: bool):
                 return
             stop = None
             if hvd_tf.rank() == 0:
-                job = os.environ.get("SLURM_JOB_ID")
-                left = slurm.seconds_left(job) if job else None
-                epoch_time = min(self._times[1:] or self._times)
-                # another epoch, then saving and leaving, must fit; unknown time left: stop now
-                stop = left is None or left < 1.3 * epoch_time + 8
-                if not stop and not self._told:
-                    print(
-                        f"time-limit warning: {left:.0f} s left, an epoch takes {epoch_time:.0f} s: "
-                        f"training goes on while another epoch fits",
-                        flush=True,
-                    )
-                self._told = True
+                finish = self._final(epoch + 2 == epochs)  # before asking Slurm: timing it takes time
+                decision = decide(epoch + 1, epochs, self._left(), self._times, finish)
+                print(decision, flush=True)
+                stop = not decision.go_on
             if hvd_tf.broadcast_object(stop, root_rank=0, name="time_limit_stop"):
                 self.stopped_at = epoch + 1
                 self.model.stop_training = True
+
+        def _left(self) -> float | None:
+            job = os.environ.get("SLURM_JOB_ID")
+            return slurm.seconds_left(job) if job else None
+
+        def _final(self, next_is_last: bool) -> float:
+            """Seconds the final evaluation takes, timed on this model once; 0 unless the next epoch is the last."""
+            if next_is_last and self._finish is None:
+                began = time.perf_counter()
+                self.model.evaluate(*test, verbose=0)
+                self._finish = time.perf_counter() - began
+            return self._finish if next_is_last else 0.0
 
     return TimeLimitStop()
 

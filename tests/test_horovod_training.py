@@ -134,6 +134,31 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     rows = results.collect(tmp_path / "results-0.csv").rows  # appended to, not rewritten: the epoch it trained
     assert [(r["workers"], r["epochs"]) for r in rows] == [("2", "2"), ("2", "1")]
 
+    # A third run, as a resubmitted job that finds every epoch done: it says so, exits 0, trains and writes nothing.
+    third = run(mpi.command(2, sys.executable, *args, "--epochs", "3"), cwd=tmp_path)
+    assert "already trained for 3 epochs (asked for 3): nothing to do" in third.stdout, third.stdout
+    assert not summary_line(third.stdout) and len(results.collect(tmp_path / "results-0.csv").rows) == 2
+    assert not (tmp_path / "ckpt-0" / "checkpoint-004.h5").exists()
+
+
+def test_after_the_warning_an_epoch_is_estimated_by_the_slowest_recent_one():
+    """The time-limit decision (issue 32): the slowest of the last 3 epochs, not the fastest nor the first
+    (it also traces the model) unless it is the only one, plus the final evaluation before the last epoch; the
+    job goes on only if all of that fits."""
+    from course.horovod_mnist import EXIT_SECONDS, SAFETY, decide
+
+    times = [9.0, 2.0, 2.0, 2.0, 5.0]  # a slow first epoch, then a loaded node slows the latest
+    assert decide(5, 20, 100.0, times).epoch_time == 5.0
+    assert decide(5, 20, 100.0, [4.0, 3.0, 6.0, 2.0, 2.0]).epoch_time == 6.0  # not the first, nor the fastest
+    assert decide(2, 20, 100.0, times[:2]).epoch_time == 2.0  # the tracing epoch and one more so far
+    assert decide(1, 20, 100.0, times[:1]).epoch_time == 9.0  # only the tracing epoch so far: that one
+    needed = SAFETY * 5.0 + EXIT_SECONDS
+    assert decide(5, 20, needed, times).go_on and not decide(5, 20, needed - 0.5, times).go_on
+    last = decide(5, 6, needed + 1, times, finish=3.0)  # the next epoch is the last: its evaluation must fit too
+    assert last.needed == SAFETY * 8.0 + EXIT_SECONDS and not last.go_on
+    assert not decide(5, 20, None, times).go_on  # Slurm did not say how long is left: stop while it is safe
+    assert "3.0 s for the final evaluation" in str(last) and "stopping after this epoch" in str(last)
+
 
 @pytest.mark.slow
 def test_warmup_ramps_up_to_the_scaled_rate_and_each_rule_trains_in_one_launch(tmp_path):
@@ -182,6 +207,8 @@ def test_warmup_ramps_up_to_the_scaled_rate_and_each_rule_trains_in_one_launch(t
             ["--scaling", "none,linear", "--checkpoint-dir", "ckpt"],
             "--checkpoint-dir need(s) one --scaling configuration",
         ),
+        (["--min-epoch-seconds", "-2"], "--min-epoch-seconds must be 0 or more, not -2"),
+        (["--dataset", "digits"], "argument --dataset: invalid choice: 'digits'"),
     ],
 )
 def test_bad_scaling_configurations_are_one_line_errors(argv, message):
