@@ -37,11 +37,15 @@ from dataclasses import dataclass
 
 STOPPED = 75  # exit status after the time-limit warning: sysexits' EX_TEMPFAIL, "temporary failure, try again"
 # After the warning, an epoch is estimated as the slowest of the job's last 3 (a busy node slows some), leaving
-# out the job's first (it also traces the model) once there is another. The estimates are multiplied by SAFETY,
-# and EXIT_SECONDS added for Horovod's shutdown and mpiexec's end after the last line (3-5 s measured on 2 busy cores).
+# out the job's first (it also traces the model) once there is another. The estimates are multiplied by SAFETY.
+# Leaving (TensorFlow's, Horovod's and mpiexec's ends after the last line) is slow where starting was: on 2 cores,
+# 3-5 s after a start of 10-15 s, 7-15 s after a start of 30-40 s beside other work. It is counted as
+# EXIT_SHARE of this job's measured start-up, at least EXIT_SECONDS.
 RECENT_EPOCHS = 3
 SAFETY = 1.5
+EXIT_SHARE = 0.5
 EXIT_SECONDS = 10.0
+_began = time.monotonic()  # the program's start (main() resets it), for its start-up time
 _warned: list[float] = []  # when SIGUSR1 arrived (the handler only records it; the training loop acts on it)
 
 
@@ -119,6 +123,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def announce_ready(rank: int) -> None:
+    """Create $COURSE_READY_FILE (set by a resubmitting job script) once every rank handles the warning, so
+    that the script passes USR1 on only then: before, it would kill a rank still starting."""
+    ready = os.environ.get("COURSE_READY_FILE")
+    if ready:
+        import horovod.tensorflow as hvd_tf
+
+        hvd_tf.broadcast_object(None, root_rank=0, name="ready_for_the_warning")  # every rank is past its handler
+        if rank == 0:
+            open(ready, "w").close()
+
+
 def configurations(text: str) -> list[tuple[str, str | None]]:
     """--scaling's value: [(rule, "warmup" or None), ...] from e.g. "none,linear+warmup"; a bad one is named."""
     from course.training import SCALING_RULES
@@ -135,8 +151,10 @@ def configurations(text: str) -> list[tuple[str, str | None]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    global _began
     signal.signal(signal.SIGUSR1, _on_warning)  # before the slow imports: the default action would kill the rank
+    _began = time.monotonic()
+    args = parse(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from course import training
 
@@ -144,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from course import data
 
     rank, size = hvd.rank(), hvd.size()
+    announce_ready(rank)
     paths = {
         k: (v.format(rank=rank) if v else None)
         for k, v in dict(
@@ -283,11 +302,17 @@ class Decision:
     left: float | None  # seconds until the job's end time; None where Slurm did not say
     epoch_time: float  # the slowest of the job's recent epochs
     finish: float  # what follows the next epoch if it is the last (the final evaluation, timed), else 0
+    startup: float = 0.0  # seconds from the program's start to its training's
 
     @property
     def needed(self) -> float:
         """Seconds the next epoch and what follows it need, with the margins."""
-        return SAFETY * (self.epoch_time + self.finish) + EXIT_SECONDS
+        return SAFETY * (self.epoch_time + self.finish) + self.exit_time
+
+    @property
+    def exit_time(self) -> float:
+        """Seconds to leave after the last line: EXIT_SHARE of the job's start-up, at least EXIT_SECONDS."""
+        return max(EXIT_SECONDS, EXIT_SHARE * self.startup)
 
     @property
     def go_on(self) -> bool:
@@ -299,14 +324,17 @@ class Decision:
         return (
             f"time-limit warning at epoch {self.epoch} of {self.epochs}: {left}; the next epoch needs "
             f"{self.needed:.1f} s ({SAFETY:g} x ({self.epoch_time:.1f} s, the slowest recent epoch{finish}) + "
-            f"{EXIT_SECONDS:g} s to exit): " + ("training goes on" if self.go_on else "stopping after this epoch")
+            f"{self.exit_time:.1f} s to exit, after a {self.startup:.0f} s start-up): "
+            + ("training goes on" if self.go_on else "stopping after this epoch")
         )
 
 
-def decide(epoch: int, epochs: int, left: float | None, epoch_times: list[float], finish: float = 0.0) -> Decision:
+def decide(
+    epoch: int, epochs: int, left: float | None, epoch_times: list[float], finish: float = 0.0, startup: float = 0.0
+) -> Decision:
     """Whether another epoch fits in what is left of the job: the slowest recent epoch, not the fastest or the first."""
     recent = epoch_times[1:][-RECENT_EPOCHS:] or epoch_times
-    return Decision(epoch, epochs, left, max(recent), finish)
+    return Decision(epoch, epochs, left, max(recent), finish, startup)
 
 
 def epoch_floor(seconds: float):
@@ -346,6 +374,10 @@ def time_limit_stop(can_save: bool, test: tuple):
             self._times: list[float] = []  # this job's epoch times, checkpoint included (the first also traces)
             self._began = 0.0
             self._finish: float | None = None  # the final evaluation, timed when the next epoch is the last
+            self._startup = 0.0
+
+        def on_train_begin(self, logs=None):
+            self._startup = time.monotonic() - _began
 
         def on_epoch_begin(self, epoch, logs=None):
             self._began = time.perf_counter()
@@ -364,7 +396,7 @@ def time_limit_stop(can_save: bool, test: tuple):
             stop = None
             if hvd_tf.rank() == 0:
                 finish = self._final(epoch + 2 == epochs)  # before asking Slurm: timing it takes time
-                decision = decide(epoch + 1, epochs, self._left(), self._times, finish)
+                decision = decide(epoch + 1, epochs, self._left(), self._times, finish, self._startup)
                 print(decision, flush=True)
                 stop = not decision.go_on
             if hvd_tf.broadcast_object(stop, root_rank=0, name="time_limit_stop"):

@@ -15,7 +15,8 @@ and requests no node of the partition could run, are refused with one line befor
 
 With --resubmit-on-timeout SECONDS the job asks Slurm for a warning (USR1 to the batch shell, `--signal=B:USR1@S`)
 that many seconds before its limit; the script's trap then submits the same script again, to start once this job
-has ended (`--dependency=afterany`), and passes the warning on to the program, which checkpoints and stops
+has ended (`--dependency=afterany`), and passes the warning on to the program once it is ready for it
+(course.horovod_mnist creates $COURSE_READY_FILE when every rank handles USR1), which checkpoints and stops
 (course.horovod_mnist with --checkpoint-dir; the next job resumes from rank 0's checkpoint); if the program
 finishes in time after all, the script cancels the job it submitted. At most
 MAX_RESUBMITS jobs follow the first, so a job that can never finish does not queue forever.
@@ -268,17 +269,22 @@ def _check_resubmit(r: Request) -> None:
         )
 
 
-def _resubmitting(launch: str, warning: int) -> list[str]:
-    """The script's end with --resubmit-on-timeout: the program in the background, a trap for the warning."""
+READY_FILE = "COURSE_READY_FILE"  # the variable naming the file a program creates once it can take the warning
+
+
+def _warning_trap(warning: int) -> list[str]:
+    """The top of the script with --resubmit-on-timeout: the trap, set before anything else (USR1 would end
+    the shell before it is set, and Slurm may warn up to a minute early, even as the job starts)."""
     return [
         "# Time-limit warning (--resubmit-on-timeout): Slurm sends USR1 to this shell (#SBATCH --signal=B:USR1@"
         f"{warning}).",
-        "# The trap submits this script again, to start when this job has ended, and passes the warning on: the",
-        "# program trains while another epoch fits, checkpoints and stops, and the next job resumes from the",
-        "# checkpoint (cancelled if the program finishes). bash runs a trap only between commands, so the",
-        "# program runs in the background and the shell waits for it.",
+        "# The trap submits this script again, to start when this job has ended; the loop at the end passes the",
+        "# warning on to the program once it is ready for it. The program trains while the next epoch fits,",
+        "# checkpoints and stops, and the next job resumes from the checkpoint (cancelled if the program finishes).",
         "on_warning() {",
         '    echo "time-limit warning: $(date -Iseconds)"',
+        '    if [ -n "${warned:-}" ]; then return; fi  # a second warning changes nothing',
+        "    warned=1",
         f'    if [ "${{COURSE_RESUBMIT:-0}}" -lt {MAX_RESUBMITS} ]; then',
         "        if next=$(sbatch --parsable --dependency=afterany:${SLURM_JOB_ID} "
         '--export=ALL,COURSE_RESUBMIT=$((${COURSE_RESUBMIT:-0} + 1)) "$0"); then',
@@ -289,16 +295,34 @@ def _resubmitting(launch: str, warning: int) -> list[str]:
         "    else",
         f'        echo "not resubmitted: already {MAX_RESUBMITS} resubmissions"',
         "    fi",
-        '    kill -USR1 "$child"',
         "}",
         "trap on_warning USR1",
+    ]
+
+
+def _passing_the_warning_on(launch: str, announces_ready: bool) -> list[str]:
+    """The end of the script with --resubmit-on-timeout: the program in the background, the warning passed on.
+
+    USR1 kills a process that has not yet installed its handler: a program that `announces_ready`
+    (course.horovod_mnist) gets the warning only once it has created $COURSE_READY_FILE; a script of your own
+    gets it at once, so it should set its handler first thing.
+    """
+    ready = '[ -e "$COURSE_READY_FILE" ]' if announces_ready else "true"
+    return [
+        "# bash runs a trap only between commands: the program runs in the background, the shell checks every second",
+        f'export {READY_FILE}="$PWD/.course-ready-${{SLURM_JOB_ID}}"  # the program creates it once it can take USR1',
+        'rm -f "$COURSE_READY_FILE"',
         f"{launch} &",
         "child=$!",
+        'while kill -0 "$child" 2>/dev/null; do',
+        f'    if [ -n "${{warned:-}}" ] && [ -z "${{passed_on:-}}" ] && {ready}; then',
+        '        kill -USR1 "$child" && passed_on=1 && echo "time-limit warning passed on to the program"',
+        "    fi",
+        "    sleep 1",
+        "done",
         "status=0",
         'wait "$child" || status=$?',
-        'while [ "$status" -gt 128 ] && kill -0 "$child" 2>/dev/null; do  # the trap interrupted wait: wait again',
-        '    status=0; wait "$child" || status=$?',
-        "done",
+        'rm -f "$COURSE_READY_FILE"',
         'if [ "$status" -eq 0 ] && [ -n "${next:-}" ]; then  # it finished in time after all: nothing to resume',
         '    scancel "$next" && echo "finished: job ${next} is not needed and was cancelled"',
         "fi",
@@ -379,8 +403,8 @@ def script(request: Request, command_line: str | None = None) -> str:
         lines.append(f"#SBATCH --signal=B:USR1@{r.resubmit_on_timeout}")
     if r.array:
         lines.append(f"#SBATCH --array=0-{len(r.array) - 1}")
+    lines += [""] + (_warning_trap(r.resubmit_on_timeout) if r.resubmit_on_timeout is not None else [])
     lines += [
-        "",
         "set -eo pipefail",
         "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
         "echo \"job ${SLURM_JOB_ID} '${SLURM_JOB_NAME}': ${SLURM_JOB_NUM_NODES} node(s) [${SLURM_JOB_NODELIST}],"
@@ -418,7 +442,7 @@ def script(request: Request, command_line: str | None = None) -> str:
     if r.resubmit_on_timeout is None:
         lines += ["", command, ""]
     else:
-        lines += ["", *_resubmitting(command, r.resubmit_on_timeout), ""]
+        lines += ["", *_passing_the_warning_on(command, announces_ready=r.kind == "horovod"), ""]
     return "\n".join(lines)
 
 

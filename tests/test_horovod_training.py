@@ -145,7 +145,7 @@ def test_after_the_warning_an_epoch_is_estimated_by_the_slowest_recent_one():
     """The time-limit decision (issue 32): the slowest of the last 3 epochs, not the fastest nor the first
     (it also traces the model) unless it is the only one, plus the final evaluation before the last epoch; the
     job goes on only if all of that fits."""
-    from course.horovod_mnist import EXIT_SECONDS, SAFETY, decide
+    from course.horovod_mnist import EXIT_SECONDS, EXIT_SHARE, SAFETY, decide
 
     times = [9.0, 2.0, 2.0, 2.0, 5.0]  # a slow first epoch, then a loaded node slows the latest
     assert decide(5, 20, 100.0, times).epoch_time == 5.0
@@ -158,6 +158,9 @@ def test_after_the_warning_an_epoch_is_estimated_by_the_slowest_recent_one():
     assert last.needed == SAFETY * 8.0 + EXIT_SECONDS and not last.go_on
     assert not decide(5, 20, None, times).go_on  # Slurm did not say how long is left: stop while it is safe
     assert "3.0 s for the final evaluation" in str(last) and "stopping after this epoch" in str(last)
+    slow_start = 4 * EXIT_SECONDS / EXIT_SHARE  # a start-up that slow: leaving will be slow too
+    assert decide(5, 20, needed, times, startup=slow_start).needed == SAFETY * 5.0 + 4 * EXIT_SECONDS
+    assert decide(5, 20, needed, times, startup=1.0).needed == needed  # a quick start: at least EXIT_SECONDS
 
 
 @pytest.mark.slow

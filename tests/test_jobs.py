@@ -337,6 +337,50 @@ def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same
 
 
 @pytest.mark.slow
+def test_a_warning_that_comes_as_the_job_starts_waits_until_every_rank_can_take_it(slurm, tmp_path, records):  # noqa: F811
+    """Slurm may send the warning up to a minute early, even as the job starts, while the ranks are still
+    importing TensorFlow: USR1 then would kill them (exit 138). The script holds it until the program has
+    created $COURSE_READY_FILE; the program then goes on (plenty of time is left), finishes, and the job
+    it had queued is cancelled. A second warning (Slurm's own, or another early one) queues nothing more."""
+    import time
+
+    from course import slurm as course_slurm
+
+    args = ["--epochs", "2", "--limit", "200", "--batch", "16", "--threads", "1", "--checkpoint-dir", "ckpt"]
+    request = jobs.Request(
+        "horovod",
+        args,
+        tasks_per_node=2,
+        time="00:10:00",  # Slurm's own warning comes 9 minutes later, long after the program has finished
+        resubmit_on_timeout=60,
+        output_dir=str(tmp_path),
+        workdir=str(tmp_path),
+    )
+    job_id = jobs.submit(request)
+    deadline = time.monotonic() + 300
+    while f"job {job_id} " not in jobs.output(job_id)[0] and time.monotonic() < deadline:
+        time.sleep(0.2)  # the script's first line (after its trap), while the ranks are not even started
+    # what Slurm's --signal=B:USR1 does, now rather than a minute before the limit
+    for _ in range(2):
+        warned = subprocess.run(["scancel", "--batch", "--signal=USR1", str(job_id)], capture_output=True, text=True)
+        assert warned.returncode == 0, warned.stderr
+        time.sleep(1.5)  # the shell runs its trap between commands: at the latest after a second
+    final = jobs.wait(job_id, timeout=600)
+    out, err = jobs.output(job_id)
+    queued = _resubmitted(out)
+    try:
+        assert final.state == "COMPLETED", f"{final}\n{out}\n{err}"
+        assert out.index("time-limit warning:") < out.index("time-limit warning passed on to the program"), out
+        assert re.search(r"^time-limit warning at epoch 1 of 2: .*: training goes on$", out, re.M), out
+        assert queued and f"finished: job {queued} is not needed and was cancelled" in out, out
+        assert out.count("time-limit warning:") == 2 and out.count("resubmitted as job") == 1, out
+        assert not list(tmp_path.glob(".course-ready-*")), "the ready file is left behind"
+    finally:
+        if queued and course_slurm.job(queued) and not course_slurm.job(queued).ended:
+            course_slurm.cancel(queued)
+
+
+@pytest.mark.slow
 def test_cancel_a_queued_or_running_job(slurm, tmp_path, records):  # noqa: F811
     sleepy = tmp_path / "sleepy.py"
     sleepy.write_text("import time\ntime.sleep(900)\n")
