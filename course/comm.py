@@ -206,6 +206,18 @@ def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int
     return centroids
 
 
+# The course's own implementations of the collectives notebook 03 asks learners to write: a check refuses an answer
+# that calls them (course.shortcuts.Watch)
+REFERENCE = (
+    ring_reduce_scatter,
+    ring_allgather,
+    ring_allreduce,
+    parameter_server_allreduce,
+    reduce_scatter_allgather,
+    mpi_allreduce,
+    kmeans_spmd,
+)
+
 # --- counting a learner's messages ------------------------------------------------------------------------------
 
 COLLECTIVE_CALLS = frozenset(

@@ -54,6 +54,9 @@ WORKLOADS = {
     ),
 }
 LAUNCHERS = ("mpiexec", "srun")
+# srun inside a batch job: since Slurm 22.05 it no longer inherits the job's --cpus-per-task (man sbatch), so
+# without this each rank would get one CPU whatever the job asked for
+SRUN_CPUS = "--cpus-per-task=${SLURM_CPUS_PER_TASK}"
 OVERSUBSCRIBE = "OMPI_MCA_rmaps_base_oversubscribe"  # course.mpi sets it for runs here; job scripts only on request
 MAX_RESUBMITS = 10  # --resubmit-on-timeout: jobs that may follow the first one
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
@@ -350,9 +353,10 @@ def _launch(r: Request) -> tuple[list[str], str]:
     if r.launcher == "srun":
         # srun's MPI plugin (pmix where this Slurm offers it) makes the ranks one MPI world; unknown: the site default
         plugin = slurm.srun_mpi_plugin()
+        # since Slurm 22.05 srun does not inherit the job's --cpus-per-task: ask for it again
         return (
-            ["srun", *([f"--mpi={plugin}"] if plugin else []), *program],
-            f"{r.total_tasks} processes started by srun",
+            ["srun", *([f"--mpi={plugin}"] if plugin else []), SRUN_CPUS, *program],
+            f"{r.total_tasks} processes started by srun, {r.cpus_per_task} CPU(s) each",
         )
     return (
         ["mpiexec", "-n", "${SLURM_NTASKS}", *mpi.JOB_FLAGS, *program],
@@ -361,7 +365,7 @@ def _launch(r: Request) -> tuple[list[str], str]:
 
 
 def _quote(word: str) -> str:
-    return word if word in ("${SLURM_NTASKS}", "${WORKERS}") else shlex.quote(word)
+    return word if word in ("${SLURM_NTASKS}", "${WORKERS}", SRUN_CPUS) else shlex.quote(word)
 
 
 def script(request: Request, command_line: str | None = None) -> str:

@@ -115,7 +115,7 @@ def timing_callback(images_per_epoch: int):
 
 NEGOTIATION = "negotiation"
 ALLREDUCE = "allreduce"
-COMPUTE = "compute and other"
+COMPUTE = "no collective open"
 
 
 def read_timeline(path: str | Path) -> list[dict]:
@@ -139,25 +139,36 @@ def read_timeline(path: str | Path) -> list[dict]:
 
 @dataclass
 class TimelineBreakdown:
-    """Seconds of a Horovod run spent in negotiation, all-reduce, and neither (compute and other), per rank."""
+    """Seconds of a Horovod run with a tensor negotiating, being all-reduced, or neither, overall and per rank.
+
+    Horovod negotiates and all-reduces on its background thread while back-propagation goes on, so the time with
+    a collective open is an upper bound on what communication costs the run, not the communication itself.
+    """
 
     span: float  # first to last event, seconds
-    negotiation: float  # any tensor negotiating (union of intervals)
+    negotiation: float  # any tensor negotiating: some rank has it ready, not all ranks yet (union of intervals)
     allreduce: float  # any tensor being all-reduced (union of intervals)
-    compute: float  # span minus both
+    compute: float  # span minus both: no collective open (the ranks compute, or are idle)
     ranks: dict[int, dict[str, float]] = field(default_factory=dict)  # per rank: waiting / allreduce / compute
     tensors: int = 0
     phases: dict[str, float] = field(default_factory=dict)  # all-reduce sub-phases (MPI_ALLREDUCE, ...)
 
+    @property
+    def collective_open(self) -> float:
+        """Seconds with some collective open (negotiating or all-reducing): at most what communication cost."""
+        return self.span - self.compute
+
     def __str__(self) -> str:
         lines = [
-            f"timeline: {self.span:.2f} s over {self.tensors} tensors: negotiation {self.negotiation:.3f} s, "
-            f"all-reduce {self.allreduce:.3f} s, compute and other {self.compute:.3f} s"
+            f"timeline: {self.span:.2f} s over {self.tensors} tensors; a collective open {self.collective_open:.3f} s "
+            f"(an upper bound on communication: back-propagation runs meanwhile), of which negotiation "
+            f"{self.negotiation:.3f} s (ranks not all ready) and all-reduce {self.allreduce:.3f} s; "
+            f"no collective open {self.compute:.3f} s"
         ]
         for rank, parts in sorted(self.ranks.items()):
             lines.append(
-                f"  rank {rank}: waiting for other ranks {parts[NEGOTIATION]:.3f} s, "
-                f"all-reduce {parts[ALLREDUCE]:.3f} s, compute and other {parts[COMPUTE]:.3f} s"
+                f"  rank {rank}: ready before the others {parts[NEGOTIATION]:.3f} s (negotiation), "
+                f"all-reduce {parts[ALLREDUCE]:.3f} s, no collective open {parts[COMPUTE]:.3f} s"
             )
         return "\n".join(lines)
 
@@ -173,12 +184,14 @@ def _union(intervals: list[tuple[float, float]]) -> float:
 
 
 def timeline_breakdown(source: str | Path | list[dict]) -> TimelineBreakdown:
-    """Parse a timeline into negotiation vs all-reduce vs compute, overall and per rank.
+    """Parse a timeline into negotiation, all-reduce and neither, overall and per rank.
 
     Horovod's timeline has one track (pid) per tensor. A NEGOTIATE_* phase lasts from the first rank
-    announcing the tensor ready until all have; inside it, an instant event named by a rank marks when that
-    rank was ready, so a rank's waiting time is from its mark to the end of the negotiation. The ALLREDUCE
-    phase is the communication itself (with sub-phases such as MPI_ALLREDUCE, MEMCPY_IN_FUSION_BUFFER).
+    announcing the tensor ready until all have (the ranks are not all ready: imbalance, not the network);
+    inside it, an instant event named by a rank marks when that rank was ready, so a rank's waiting time is
+    from its mark to the end of the negotiation. The ALLREDUCE phase moves the data (with sub-phases such as
+    MPI_ALLREDUCE, MEMCPY_IN_FUSION_BUFFER). Both run on Horovod's background thread, overlapping the
+    back-propagation of the layers whose gradients are not ready yet.
     """
     events = read_timeline(source) if not isinstance(source, list) else source
     stacks: dict[int, list[tuple[str, float]]] = {}

@@ -122,7 +122,7 @@ def step_split(step_time: dict[str, dict[int, float]], compute_time: dict[str, d
 
 
 def timeline(breakdown: TimelineBreakdown):
-    """A stacked bar per rank: waiting for other ranks (negotiation), all-reduce, compute and other."""
+    """A stacked bar per rank: waiting for other ranks (negotiation), all-reduce, no collective open."""
     import matplotlib.pyplot as plt
 
     ranks = sorted(breakdown.ranks) or [0]
@@ -132,7 +132,7 @@ def timeline(breakdown: TimelineBreakdown):
     left = [0.0] * len(ranks)
     for part, colour in zip(parts, colours):
         widths = [breakdown.ranks.get(r, {}).get(part, 0.0) for r in ranks]
-        label = "waiting for other ranks (negotiation)" if part == NEGOTIATION else part
+        label = {NEGOTIATION: "ready, the other ranks not yet (negotiation)"}.get(part, part)
         ax.barh([f"rank {r}" for r in ranks], widths, left=left, color=colour, label=label)
         left = [a + b for a, b in zip(left, widths)]
     ax.set_xlabel("seconds (phases overlap across tensors; each bar is the union over tensors)")

@@ -441,6 +441,8 @@ def _launch(h: Header, want: Exercise) -> list[str]:
         )
     else:
         found += _rank_count(words, number, want)
+        if launcher == "srun":
+            found += _srun_cpus(h, words, number)
         if (
             launcher in ("mpiexec", "mpirun")
             and not any(w.lstrip("-") == "bind-to" for w in words)
@@ -458,9 +460,31 @@ def _launch(h: Header, want: Exercise) -> list[str]:
     return found
 
 
+def _srun_cpus(h: Header, words: list[str], number: int) -> list[str]:
+    """srun in a batch job does not inherit --cpus-per-task (Slurm >= 22.05): the launch line or the
+    environment (SRUN_CPUS_PER_TASK, exported before it) must ask for it again."""
+    cpus = h.get("cpus-per-task")
+    if not cpus or cpus == "1":
+        return []
+    options, _ = split_srun(words)
+    if any(
+        _long_name(w[2:].partition("=")[0]) == "cpus-per-task" if w.startswith("--") else w.startswith("-c")
+        for w in options
+    ):
+        return []
+    if any("SRUN_CPUS_PER_TASK=" in line for n, line in h.commands if n < number):
+        return []
+    return [
+        f"line {number}: srun does not inherit --cpus-per-task from the job (Slurm 22.05 and later), so each rank "
+        f"would get 1 CPU, not {cpus}: give srun -c $SLURM_CPUS_PER_TASK (or export "
+        f"SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before it)"
+    ]
+
+
 def _rank_count(words: list[str], number: int, want: Exercise) -> list[str]:
+    counts = ("-n", "--ntasks") if Path(words[0]).name == "srun" else ("-n", "-np", "--np", "-c")
     for i, word in enumerate(words[:-1]):
-        if word in ("-n", "-np", "--np", "--ntasks", "-c") or word.startswith(("--ntasks=", "-n=")):
+        if word in counts or word.startswith(("--ntasks=", "-n=")):
             value = word.split("=", 1)[1] if "=" in word else words[i + 1]
             if value.isdigit():
                 if int(value) != want.ranks:

@@ -192,6 +192,13 @@ def test_timeline_breakdown_per_rank_by_hand():
         perf.ALLREDUCE: pytest.approx(1.1),
         perf.COMPUTE: pytest.approx(0.8),
     }
+    # 1.6 s with a collective open: an upper bound on communication (back-propagation overlaps it), and
+    # negotiation read as ranks not all ready, never as the network's time
+    assert b.collective_open == pytest.approx(1.6)
+    said = str(b)
+    assert "a collective open 1.600 s (an upper bound on communication" in said, said
+    assert "negotiation 0.500 s (ranks not all ready)" in said and "no collective open 0.400 s" in said, said
+    assert "network" not in said and "communication 1.6" not in said
 
 
 def test_karp_flatt_gives_the_serial_fraction_of_one_measurement():

@@ -44,7 +44,7 @@ SHORT_FORMS = """\
 #SBATCH -t 45
 #SBATCH -o logs/%x_%j.out -e logs/%x_%j.err
 
-srun --mpi=pmix python -m course.horovod_mnist \\
+srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python -m course.horovod_mnist \\
     --epochs 4 --batch 64
 """
 
@@ -85,12 +85,59 @@ def test_course_jobs_reference_script_passes_the_same_check(submit_dir):
     assert _problems(text, submit_dir) == []
 
 
+@pytest.mark.parametrize("launcher", ["mpiexec", "srun"])
+def test_course_jobs_scripts_pass_the_check_with_either_launcher(launcher, submit_dir):
+    """Both launchers' generated scripts are right, srun's included: it must ask for the CPUs per task again."""
+    request = jobs.Request(
+        "horovod",
+        nodes=2,
+        gpus_per_node=8,
+        cpus_per_task=6,
+        time="00:45:00",
+        job_name="hvd-mnist",
+        output_dir=str(submit_dir / "logs"),
+        args=["--epochs", "4"],
+        launcher=launcher,
+    )
+    assert _problems(jobs.script(request), submit_dir) == []
+
+
+SRUN_LAUNCH = 'srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python'
+
+
+@pytest.mark.parametrize(
+    "launch",
+    ["srun --mpi=pmix python", "srun -n $SLURM_NTASKS python", "srun --ntasks=16 --mpi=pmix python"],
+)
+def test_srun_without_the_cpus_per_task_is_named(launch, submit_dir):
+    """Slurm >= 22.05 (man sbatch): srun does not inherit --cpus-per-task; each rank would get 1 CPU, not 6."""
+    found = _problems(SHORT_FORMS.replace(SRUN_LAUNCH, launch), submit_dir)
+    assert len(found) == 1 and "srun does not inherit --cpus-per-task" in found[0] and "not 6" in found[0], found
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        "srun -c 6 python",
+        "srun -c6 python",
+        "srun --cpus-per-task=6 python",
+        "srun --cpus-per-t 6 python",
+        "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\nsrun python",
+    ],
+)
+def test_srun_given_the_cpus_per_task_again_is_right(launch, submit_dir):
+    """-c on srun is CPUs per task, not a rank count (as it is for mpiexec); the environment variable works too."""
+    assert _problems(SHORT_FORMS.replace(SRUN_LAUNCH, launch), submit_dir) == []
+
+
 def test_short_and_long_forms_read_the_same():
     header = sbatch_check.read(SHORT_FORMS)
     assert [
         header.get(n) for n in ("job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node", "time")
     ] == ["hvd-mnist", "2", "8", "6", "a100:8", "45"]
-    assert header.commands == [(8, "srun --mpi=pmix python -m course.horovod_mnist --epochs 4 --batch 64")]
+    assert header.commands == [
+        (8, 'srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python -m course.horovod_mnist --epochs 4 --batch 64')
+    ]
     assert sbatch_check.read("#!/bin/bash\n#SBATCH -N 1\n#SBATCH -N 3\n").get("nodes") == "3"  # the last one wins
 
 

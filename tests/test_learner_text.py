@@ -1,0 +1,65 @@
+"""What learners read in the released notebooks: no words about our tests or the seed workshops' numbering, stubs
+in the language of the cell, and the README's time per notebook the same as the notebook's own estimate."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from tests.conftest import ROOT
+
+RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
+INTERNAL = re.compile(r"test suite|\bseed\s?0*\d\d?\d?\b|\bseed0\d\d|the seed'?s\b|seed workshop", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+def test_no_words_about_our_tests_or_seed_numbers(path):
+    nb = nbformat.read(str(path), as_version=4)
+    said = [f"cell {i}: {m.group(0)!r}" for i, c in enumerate(nb.cells) for m in INTERNAL.finditer(c.source)]
+    assert not said, f"{path.name} shows learners: {said}"
+
+
+@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+def test_a_script_cell_is_not_stubbed_with_python(path):
+    """A %%writefile cell that writes a batch script gets a comment to replace, not Python's raise."""
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        first = cell.source.split("\n", 1)[0]
+        if cell.cell_type == "code" and first.startswith("%%writefile") and not first.rstrip().endswith(".py"):
+            assert "raise NotImplementedError" not in cell.source, f"{path.name}: {cell.source[:200]}"
+
+
+def test_readme_times_match_the_notebooks():
+    rows = dict(re.findall(r"^\| \d\d \| `(\w+)` \|.*\| (\d+) min \|", (ROOT / "README.md").read_text(), re.M))
+    assert len(rows) == len(RELEASED), sorted(rows)
+    for path in RELEASED:
+        said = re.search(r"\*\*Estimated time:\*\* (\d+) minutes", path.read_text())
+        assert said, f"{path.name} gives no estimated time"
+        assert rows[path.stem] == said.group(1), (
+            f"README says {rows[path.stem]} min for {path.stem}, the notebook {said.group(1)}"
+        )
+
+
+def _text(name: str) -> str:
+    """A released notebook's cells as one string, whitespace runs made single spaces."""
+    nb = nbformat.read(str(ROOT / "notebooks" / name), as_version=4)
+    return " ".join(" ".join(c.source.split()) for c in nb.cells)
+
+
+def test_gradient_tensor_counts_in_03_and_06_are_the_models():
+    """03 counts the MNIST CNN's and ResNet50V2's gradient tensors, 06 ResNet50V2's: counted from the models here."""
+    import tensorflow as tf
+
+    from course import models
+
+    three, six = _text("03_parallelism_and_collectives.ipynb"), _text("06_mirrored_strategy.ipynb")
+    cnn = len(models.mnist_cnn((28, 28, 1), 10).trainable_weights)
+    resnet = len(tf.keras.applications.ResNet50V2(weights=None, input_shape=(32, 32, 3), classes=10).trainable_weights)
+    said = re.search(r"\((\d+) for the course's MNIST CNN", three)
+    assert said and int(said.group(1)) == cnn, (
+        f"03 says {said and said.group(1)} tensors for the MNIST CNN; it has {cnn}"
+    )
+    assert f"{resnet} for ResNet50V2" in three, f"03 should count ResNet50V2's {resnet} trainable tensors"
+    assert f"against {resnet})" in six, f"06 should count ResNet50V2's {resnet} trainable tensors"
