@@ -11,6 +11,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 from course.doctor import Check
@@ -139,14 +140,19 @@ def check_answers(roots: list[Path]) -> Check:
 
 
 def run_checks(prefix: Path | None = None) -> list[Check]:
-    """The hub's checks for the environment PREFIX (HUB_PREFIX, else /opt/ddl-hpc)."""
+    """The hub's checks for the environment PREFIX (HUB_PREFIX, else the running one if it is a hub's, else
+    /opt/ddl-hpc)."""
     from course.grading import ROOT
 
+    here = Path(sys.prefix)  # run from the hub's environment (a terminal of a hub session), it checks that one
+    if not prefix and not os.environ.get("HUB_PREFIX") and (here / "bin" / "jupyterhub-singleuser").exists():
+        prefix = here
     prefix = Path(prefix or os.environ.get("HUB_PREFIX") or DEFAULT_PREFIX)
     exchange = Path(os.environ.get("COURSE_NBGRADER_EXCHANGE") or "/srv/nbgrader/exchange")
     roots = [prefix, exchange]
-    if (ROOT / "solutions").is_dir():
-        roots.append(ROOT)  # the instructor's checkout this command runs from
+    for checkout in dict.fromkeys([ROOT, Path.cwd()]):  # the checkout of this `course`, the folder it runs in
+        if (checkout / "solutions").is_dir():
+            roots.append(checkout)
     if os.environ.get("COURSE_NBGRADER_ROOT"):
         roots.append(Path(os.environ["COURSE_NBGRADER_ROOT"]))
     return [check_environment(prefix), check_kernel(prefix), check_exchange(exchange), check_answers(roots)]

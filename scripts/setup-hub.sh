@@ -71,58 +71,68 @@ if "$PREFIX/bin/python" -c 'import tensorflow as tf, sys; sys.exit(0 if tf.sysco
   BUILD=gpu
 fi
 PIP="$PREFIX/bin/python -m pip --disable-pip-version-check -q"
-echo "[setup-hub] installing the student package, $(extra hub) and their dependencies into $PREFIX"
-# A copy to build from: pip's build writes into the source folder (build/, *.egg-info), which the spawner copies.
-BUILD_DIR=$(mktemp -d)
-trap 'rm -rf "$BUILD_DIR"' EXIT
-cp -r "$STUDENT/." "$BUILD_DIR/"
-$PIP install "$BUILD_DIR[$BUILD,hub]"
-$PIP install --no-deps --force-reinstall "$BUILD_DIR"  # the same version number, newer course content
+# What is installed is recorded as a digest of the student copy (and this set-up): unchanged, nothing is reinstalled.
+digest() { (cd "$1" && find . -type f ! -name '.course-student-copy' -print0 | sort -z | xargs -0 sha256sum) \
+  | cat - scripts/setup-hub.sh deploy/jupyterhub/* | sha256sum | cut -d' ' -f1; }
+STAMP="$PREFIX/.course-hub-installed"
+WANT="$BUILD $(digest "$STUDENT")"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  echo "[setup-hub] installing the student package, $(extra hub) and their dependencies into $PREFIX"
+  # A copy to build from: pip's build writes into the source folder (build/, *.egg-info), which the spawner copies.
+  BUILD_DIR=$(mktemp -d)
+  trap 'rm -rf "$BUILD_DIR"' EXIT
+  cp -r "$STUDENT/." "$BUILD_DIR/"
+  $PIP install "$BUILD_DIR[$BUILD,hub]"
+  $PIP install --no-deps --force-reinstall "$BUILD_DIR"  # the same version number, newer course content
+  rm -f "$STAMP"  # written once everything below is done
+fi
 
-# A workshop room needs no pop-ups: JupyterLab's news and update checks are off for every user.
-SETTINGS="$PREFIX/share/jupyter/lab/settings"
-mkdir -p "$SETTINGS"
-echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
-  >"$SETTINGS/overrides.json"
-"$PREFIX/bin/python" -m ipykernel install --sys-prefix --name ddl-hpc --display-name "Python (DDL on HPC)" >/dev/null
+if [ ! -f "$STAMP" ]; then
+  # A workshop room needs no pop-ups: JupyterLab's news and update checks are off for every user.
+  SETTINGS="$PREFIX/share/jupyter/lab/settings"
+  mkdir -p "$SETTINGS"
+  echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+    >"$SETTINGS/overrides.json"
+  "$PREFIX/bin/python" -m ipykernel install --sys-prefix --name ddl-hpc --display-name "Python (DDL on HPC)" >/dev/null
 
-# nbgrader for everyone: the Assignments tab; Formgrader, Create Assignment and the course list are instructors'.
-# JupyterLab 4.1+ locks what is disabled; unlocked, a higher configuration level (the instructors') can enable it.
-export PATH="$PREFIX/bin:$PATH"
-for ext in formgrader create-assignment course-list; do
-  jupyter labextension disable --level=sys_prefix "@jupyter/nbgrader:$ext" >/dev/null 2>&1
-  jupyter labextension unlock --level=sys_prefix "@jupyter/nbgrader:$ext" >/dev/null 2>&1
-done
-for ext in formgrader course_list; do
-  jupyter server extension disable --sys-prefix "nbgrader.server_extensions.$ext" >/dev/null 2>&1
-done
-# Instructors: nbgrader's per-user enabling, written into one folder the hub adds to instructors' JUPYTER_CONFIG_PATH
-# (their own ~/.jupyter stays theirs), with the course's nbgrader settings. `jupyter server extension enable --user`
-# refuses an extension its own folder does not list yet, so the server's half is written as the file it would write.
-INSTRUCTORS="$PREFIX/etc/ddl-hpc-instructors"
-mkdir -p "$INSTRUCTORS/jupyter_server_config.d"
-for ext in formgrader create-assignment course-list; do
-  JUPYTER_CONFIG_DIR="$INSTRUCTORS" jupyter labextension enable --level=user "@jupyter/nbgrader:$ext" >/dev/null 2>&1
-done
-cat >"$INSTRUCTORS/jupyter_server_config.d/nbgrader-instructors.json" <<'JSON'
-{
-  "ServerApp": {
-    "jpserver_extensions": {
-      "nbgrader.server_extensions.formgrader": true,
-      "nbgrader.server_extensions.course_list": true
+  # nbgrader for everyone: the Assignments tab; Formgrader, Create Assignment and the course list are instructors'.
+  # JupyterLab 4.1+ locks what is disabled; unlocked, a higher configuration level (the instructors') can enable it.
+  export PATH="$PREFIX/bin:$PATH"
+  for ext in formgrader create-assignment course-list; do
+    jupyter labextension disable --level=sys_prefix "@jupyter/nbgrader:$ext" >/dev/null 2>&1
+    jupyter labextension unlock --level=sys_prefix "@jupyter/nbgrader:$ext" >/dev/null 2>&1
+  done
+  for ext in formgrader course_list; do
+    jupyter server extension disable --sys-prefix "nbgrader.server_extensions.$ext" >/dev/null 2>&1
+  done
+  # Instructors: nbgrader's per-user enabling, written into one folder the hub adds to instructors' JUPYTER_CONFIG_PATH
+  # (their own ~/.jupyter stays theirs), with the course's nbgrader settings. `jupyter server extension enable --user`
+  # refuses an extension its own folder does not list yet, so the server's half is written as the file it would write.
+  INSTRUCTORS="$PREFIX/etc/ddl-hpc-instructors"
+  mkdir -p "$INSTRUCTORS/jupyter_server_config.d"
+  for ext in formgrader create-assignment course-list; do
+    JUPYTER_CONFIG_DIR="$INSTRUCTORS" jupyter labextension enable --level=user "@jupyter/nbgrader:$ext" >/dev/null 2>&1
+  done
+  cat >"$INSTRUCTORS/jupyter_server_config.d/nbgrader-instructors.json" <<'JSON'
+  {
+    "ServerApp": {
+      "jpserver_extensions": {
+        "nbgrader.server_extensions.formgrader": true,
+        "nbgrader.server_extensions.course_list": true
+      }
     }
   }
-}
 JSON
-cp deploy/jupyterhub/nbgrader_config_instructors.py "$INSTRUCTORS/nbgrader_config.py"
-# Everyone's nbgrader: the course id and the exchange; everyone's terminals: the environment's tools on PATH.
-cp deploy/jupyterhub/nbgrader_config_everyone.py "$PREFIX/etc/jupyter/nbgrader_config.py"
-cp deploy/jupyterhub/jupyter_server_config.py "$PREFIX/etc/jupyter/jupyter_server_config.py"
+  cp deploy/jupyterhub/nbgrader_config_instructors.py "$INSTRUCTORS/nbgrader_config.py"
+  # Everyone's nbgrader: the course id and the exchange; everyone's terminals: the environment's tools on PATH.
+  cp deploy/jupyterhub/nbgrader_config_everyone.py "$PREFIX/etc/jupyter/nbgrader_config.py"
+  cp deploy/jupyterhub/jupyter_server_config.py "$PREFIX/etc/jupyter/jupyter_server_config.py"
+fi
 
 # nbgrader's exchange: everyone may create their course's folders in it; the sticky bit keeps anyone but their
 # owner from renaming or removing them.
 mkdir -p "$EXCHANGE"
 chmod 1777 "$EXCHANGE"
-chmod -R a+rX "$PREFIX"
+if [ ! -f "$STAMP" ]; then chmod -R a+rX "$PREFIX"; echo "$WANT" >"$STAMP"; fi
 echo "[setup-hub] ready: $PREFIX," \
   "exchange $EXCHANGE. Start the hub: $PREFIX/bin/jupyterhub -f $PWD/deploy/jupyterhub/jupyterhub_config.py"

@@ -50,6 +50,38 @@ CHROMIUM_ARGS = [
 ASSIGNMENT, NB = "02-sgd", "02_sgd"
 NOTEBOOK_00 = "ddl-hpc/notebooks/00_environment_and_cluster.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
+GUIDE = ROOT / "docs" / "instructor-guide.md"
+SECTION = "## Deploying on JupyterHub"
+# The guide's names, and the test's (a site's real groups are never touched)
+NAMES = {
+    "ddl-hpc-learners": GROUPS["learners"],
+    "ddl-hpc-instructors": GROUPS["instructors"],
+    "/opt/ddl-hpc": str(PREFIX),
+}
+
+
+def guide_blocks() -> list[list[str]]:
+    """The command lines of each ```bash block in the guide's hub section (comments and blank lines dropped)."""
+    blocks, inside, section = [], False, False
+    for line in GUIDE.read_text().splitlines():
+        if not inside and line.startswith("## "):
+            section = line.strip() == SECTION
+        elif section and line.strip().startswith("```bash"):
+            inside, lines = True, []
+        elif inside and line.strip() == "```":
+            inside = False
+            blocks.append(lines)
+        elif inside:
+            lines.append(line.rstrip())
+    return blocks
+
+
+def as_here(line: str) -> str:
+    """A guide line with the test's names, and without sudo (the test runs as root)."""
+    line = line.split("  #", 1)[0].strip()
+    for given, here in NAMES.items():
+        line = line.replace(given, here)
+    return re.sub(r"(^|&& )sudo ", r"\1", line)
 
 
 def _missing() -> str:
@@ -118,12 +150,9 @@ def run_as(user: str, argv: list[str], cwd: Path, env: dict | None = None, check
 
 
 def _accounts(created: list[tuple[str, str]]) -> None:
-    for group in GROUPS.values():
-        subprocess.run(["groupadd", group], check=True, capture_output=True)
-        created.append(("group", group))
+    """The class's Unix accounts with a password (the guide's block then puts them in the two groups)."""
     for user in (*LEARNERS, INSTRUCTOR):
-        group = GROUPS["instructors" if user == INSTRUCTOR else "learners"]
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", "-G", group, user], check=True, capture_output=True)
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, capture_output=True)
         created.append(("user", user))
     subprocess.run(
         ["chpasswd"],
@@ -132,6 +161,26 @@ def _accounts(created: list[tuple[str, str]]) -> None:
         check=True,
         capture_output=True,
     )
+
+
+def _set_up_as_the_guide_says(exchange: Path, created: list[tuple[str, str]]) -> list[str]:
+    """The guide's first block, line by line, as root; returns the command that starts the hub (its last line)."""
+    lines = [as_here(line) for line in guide_blocks()[0] if line.strip() and not line.lstrip().startswith("#")]
+    *steps, start = lines
+    assert "jupyterhub -f deploy/jupyterhub/jupyterhub_config.py" in start, start
+    created += [("group", g) for g in GROUPS.values() if subprocess.run(["getent", "group", g]).returncode != 0]
+    env = {**os.environ, "HUB_PREFIX": str(PREFIX), "COURSE_NBGRADER_EXCHANGE": str(exchange)}
+    for step in steps:
+        users = LEARNERS if "LEARNER" in step else [INSTRUCTOR] if "INSTRUCTOR" in step else [""]
+        for user in users:
+            command = step.replace("LEARNER", user).replace("INSTRUCTOR", user)
+            started = time.perf_counter()
+            done = subprocess.run(
+                ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600
+            )
+            assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            print(f"{command}: {time.perf_counter() - started:.0f} s")
+    return start.split()
 
 
 def _remove(created: list[tuple[str, str]]) -> None:
@@ -151,7 +200,7 @@ def _remove(created: list[tuple[str, str]]) -> None:
             subprocess.run(["groupdel", name], capture_output=True)
 
 
-def _start_hub(base: Path, exchange: Path) -> Hub:
+def _start_hub(base: Path, exchange: Path, command: list[str]) -> Hub:
     port = lab.free_port("127.0.0.1", 18600)
     api, proxy_api = lab.free_port("127.0.0.1", port + 1), lab.free_port("127.0.0.1", port + 11)
     state = base / "state"
@@ -170,8 +219,8 @@ def _start_hub(base: Path, exchange: Path) -> Hub:
     }
     log = base / "hub.log"
     process = subprocess.Popen(
-        [str(PREFIX / "bin" / "jupyterhub"), "-f", str(ROOT / "deploy" / "jupyterhub" / "jupyterhub_config.py")],
-        cwd=base,
+        command,
+        cwd=ROOT,
         env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
@@ -214,22 +263,12 @@ def hub():
     base = Path(tempfile.mkdtemp(prefix="course-hub-"))
     base.chmod(0o755)  # the exchange inside must be reachable by every user
     exchange = base / "exchange"
-    started = time.perf_counter()
-    setup = subprocess.run(
-        ["bash", "scripts/setup-hub.sh"],
-        cwd=ROOT,
-        env={**os.environ, "HUB_PREFIX": str(PREFIX), "COURSE_NBGRADER_EXCHANGE": str(exchange)},
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    assert setup.returncode == 0, f"setup-hub.sh failed:\n{setup.stdout[-3000:]}\n{setup.stderr[-3000:]}"
-    print(f"setup-hub.sh took {time.perf_counter() - started:.0f} s")
     created: list[tuple[str, str]] = []
     running = None
     try:
         _accounts(created)
-        running = _start_hub(base, exchange)
+        command = _set_up_as_the_guide_says(exchange, created)
+        running = _start_hub(base, exchange, command)
         yield running
     finally:
         if running is not None:
@@ -444,16 +483,15 @@ def graded(hub, pages):
     from playwright.sync_api import expect
 
     teacher = INSTRUCTOR
-    teach = {"COURSE_NBGRADER_ROOT": str(hub.grading), "COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}
+    learn = {"COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}  # what the spawner gives every server and terminal
+    teach = {**learn, "COURSE_NBGRADER_ROOT": str(hub.grading)}  # and instructors
     # The instructor's checkout (what grading needs of it), theirs alone, as the guide asks.
     hub.checkout.mkdir()
     shutil.copytree(ROOT / "solutions", hub.checkout / "solutions")
     shutil.copy(ROOT / "nbgrader_config.py", hub.checkout / "nbgrader_config.py")
     subprocess.run(["chown", "-R", f"{teacher}:{teacher}", str(hub.checkout)], check=True)
-    python = str(PREFIX / "bin" / "python")
-    run_as(teacher, [python, "-m", "course", "nbgrader-setup"], hub.checkout, teach)
-    for step in ("generate_assignment", "release_assignment"):
-        run_as(teacher, ["nbgrader", step, ASSIGNMENT], hub.checkout, teach)
+    before_learners, after_learners = _instructor_steps()
+    doctor = run_as(teacher, ["bash", "-c", before_learners], home(teacher), teach)
     subprocess.run(["chmod", "-R", "a-w", str(hub.checkout)], check=True)  # read-only from here on
     before = sorted(p.relative_to(hub.checkout) for p in hub.checkout.rglob("*"))
 
@@ -469,7 +507,7 @@ def graded(hub, pages):
     fetched = page.locator("#fetched_assignments_list")
     expect(fetched.get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
     for user in LEARNERS[1:]:
-        run_as(user, ["nbgrader", "fetch_assignment", ASSIGNMENT], home(user))
+        run_as(user, ["nbgrader", "fetch_assignment", ASSIGNMENT], home(user), learn)
     solutions = _answers(ROOT / "solutions" / f"{NB}.ipynb")
     wrong = next(a for a in json.loads((WRONG / f"{NB}.json").read_text()) if "ex2-answer" in a)
     _answer(LEARNERS[0], solutions)
@@ -478,24 +516,36 @@ def graded(hub, pages):
     fetched.get_by_role("button", name="Submit").first.click()
     expect(page.locator("#submitted_assignments_list").get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
     for user in LEARNERS[1:]:
-        run_as(user, ["nbgrader", "submit", ASSIGNMENT], home(user))
+        run_as(user, ["nbgrader", "submit", ASSIGNMENT], home(user), learn)
 
     inbound = hub.exchange / "ddl-hpc" / "inbound"
     peeking = {
         "list inbound": run_as(LEARNERS[1], ["ls", str(inbound)], home(LEARNERS[1]), check=False),
         "read ada's home": run_as(LEARNERS[1], ["ls", str(home(LEARNERS[0]))], home(LEARNERS[1]), check=False),
     }
-    for step in ("collect", "autograde", "generate_feedback", "release_feedback", "export"):
-        run_as(teacher, ["nbgrader", step, *([] if step == "export" else [ASSIGNMENT])], hub.checkout, teach)
+    run_as(teacher, ["bash", "-c", after_learners], hub.checkout, teach)  # the same terminal: still in the checkout
     feedback = {}
     for user in LEARNERS:
-        run_as(user, ["nbgrader", "fetch_feedback", ASSIGNMENT], home(user))
+        run_as(user, ["nbgrader", "fetch_feedback", ASSIGNMENT], home(user), learn)
         feedback[user] = sorted((home(user) / ASSIGNMENT / "feedback").rglob("*.html"))
     peeking["ada's feedback"] = run_as(
         LEARNERS[1], ["sh", "-c", f"cat {home(LEARNERS[0])}/{ASSIGNMENT}/feedback/*/*.html"], home(LEARNERS[1]), False
     )
     after = sorted(p.relative_to(hub.checkout) for p in hub.checkout.rglob("*"))
-    return {"peeking": peeking, "feedback": feedback, "checkout": (before, after)}
+    return {"peeking": peeking, "feedback": feedback, "checkout": (before, after), "doctor": doctor.stdout}
+
+
+def _instructor_steps() -> tuple[str, str]:
+    """The guide's instructor block as two scripts: before the learners submit, and after."""
+    parts, current = [], []
+    for line in guide_blocks()[1]:
+        if line.lstrip().startswith("#   learners"):
+            parts.append(current)
+            current = []
+        elif line.strip():
+            current.append(as_here(line))
+    assert len(parts) == 2 and not current, parts
+    return tuple("set -e\n" + "\n".join(lines) for lines in parts)
 
 
 def test_every_learner_submits_and_gets_only_their_own_feedback(hub, graded):
@@ -607,11 +657,11 @@ def test_doctor_checks_the_hub(hub, graded):
         "COURSE_NBGRADER_EXCHANGE": str(hub.exchange),
         "COURSE_NBGRADER_ROOT": str(hub.grading),
     }
+    for name in ("hub-env", "hub-kernel", "exchange", "answers"):  # as the guide's instructor ran it
+        assert re.search(rf"ok\s+{name}\s", graded["doctor"]), graded["doctor"]
     command = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("hub-env", "hub-kernel", "exchange", "answers"):
-        assert re.search(rf"ok\s+{name}\s", done.stdout), done.stdout
     leak = hub.exchange / "leaked.ipynb"
     shutil.copy(ROOT / "solutions" / f"{NB}.ipynb", leak)
     leak.chmod(0o644)
