@@ -2,7 +2,7 @@
 # Set-up is idempotent: a second run checks what is installed and takes seconds.
 PY := .venv/bin/python
 # System packages the test suite needs beyond `make lab`'s (installed when root, named otherwise).
-TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs npm python3.11-venv
+TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs python3.11-venv
 PYTEST_ARGS ?=
 
 .PHONY: setup lab test clean student format
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 setup:
 	@bash scripts/setup-system.sh
 	@bash scripts/setup-python.sh
-	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs npm python3.11-venv && \
+	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs python3.11-venv && \
 		bash scripts/setup-proxy.sh && bash scripts/setup-hub.sh; fi
 
 lab: setup

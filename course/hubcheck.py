@@ -18,9 +18,11 @@ from course.doctor import Check
 
 DEFAULT_PREFIX = "/opt/ddl-hpc"
 KERNEL = "ddl-hpc"
+# An answer is a course notebook (its kernel is the course's) with nbgrader's answer or hidden-test blocks: nbgrader's
+# own example notebooks, installed with it, have the blocks but are not the course's.
 MARKERS = (b"### BEGIN SOLUTION", b"### BEGIN HIDDEN TESTS")
-TEXT_SUFFIXES = {".py", ".ipynb", ".md", ".txt", ".html", ".json", ".cfg", ".toml", ".yml", ".yaml", ".csv", ""}
-BIGGEST = 20 * 1024 * 1024  # larger files are data or libraries, not notebooks
+KERNEL_LINE = b'"name": "ddl-hpc"'
+BIGGEST = 20 * 1024 * 1024  # larger files are data, not notebooks
 
 
 def closed_to_others(path: Path, need: int = stat.S_IROTH) -> Path | None:
@@ -46,7 +48,8 @@ def check_environment(prefix: Path) -> Check:
             f"rm -r {prefix}, then HUB_PYTHON=/usr/bin/python3.11 make setup HUB=1",
         )
     probe = "import course, json, nbgrader; print(json.dumps(course.__file__))"
-    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120)
+    # Isolated and from /: a `course` folder where this runs (a checkout) must not stand in for the installed one.
+    done = subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True, timeout=120, cwd="/")
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return Check("hub-env", False, f"{python} cannot import the course: {tail}", "run 'sudo make setup HUB=1'")
@@ -83,44 +86,53 @@ def check_exchange(exchange: Path) -> Check:
         return Check("exchange", False, f"{exchange} is {stat.filemode(mode)}: learners cannot submit", fix)
     problems = []
     for course in sorted(p for p in exchange.iterdir() if p.is_dir()):
-        for name in ("inbound", "feedback"):
+        for name, writable in (("inbound", True), ("feedback", False)):  # learners submit; they fetch feedback
             folder = course / name
             if folder.is_dir():
                 bits = folder.stat().st_mode & 0o007
-                if bits & 0o004 or bits & 0o003 != 0o003:
+                if bits & 0o004 or not bits & 0o001 or (writable and not bits & 0o002):
                     problems.append(f"{folder} is {stat.filemode(folder.stat().st_mode)}")
     if problems:
         return Check(
             "exchange",
             False,
             "; ".join(problems),
-            "learners must write but not list these (nbgrader makes them rwx-wx-wx): chmod 733 them",
+            "learners must not list these (nbgrader makes inbound rwx-wx-wx, feedback rwx--x--x): chmod 733 inbound, "
+            "chmod 711 feedback",
         )
     return Check("exchange", True, f"{exchange}: every user submits, none lists another's work")
 
 
 def readable_answers(roots: list[Path]) -> list[Path]:
-    """Files under ROOTS that other users can read and that hold an answer block or hidden tests."""
+    """Course notebooks under ROOTS that other users can read and that hold an answer block or hidden tests."""
     found = []
     for root in roots:
         if not root.is_dir() or closed_to_others(root, stat.S_IXOTH):
             continue
         for folder, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if os.stat(Path(folder, d)).st_mode & stat.S_IXOTH]
+            # Folders others can enter but not list (nbgrader's inbound, feedback) hide their files behind random names.
+            listable = stat.S_IXOTH | stat.S_IROTH
+            dirs[:] = [d for d in dirs if os.stat(Path(folder, d)).st_mode & listable == listable]
             for name in files:
                 path = Path(folder, name)
                 try:
                     info = path.stat()
                     if not stat.S_ISREG(info.st_mode) or not info.st_mode & stat.S_IROTH or info.st_size > BIGGEST:
                         continue
-                    if path.suffix not in TEXT_SUFFIXES:
+                    if path.suffix != ".ipynb":
                         continue
                     data = path.read_bytes()
                 except OSError:
                     continue
-                if any(marker in data for marker in MARKERS):
+                if KERNEL_LINE in data and any(marker in data for marker in MARKERS):
                     found.append(path)
     return found
+
+
+def _outermost(path: Path, roots: list[Path]) -> Path:
+    """The folder right under one of ROOTS that holds PATH (the checkout's solutions/, not the whole checkout)."""
+    root = next(r for r in roots if r in path.parents)
+    return root / path.relative_to(root).parts[0] if len(path.relative_to(root).parts) > 1 else root
 
 
 def check_answers(roots: list[Path]) -> Check:
@@ -133,8 +145,8 @@ def check_answers(roots: list[Path]) -> Check:
             "answers",
             False,
             f"learners can read answers or hidden tests: {shown}",
-            "make them unreadable to learners, e.g. "
-            + "; ".join(f"chmod 700 {r}" for r in roots if any(r == p or r in p.parents for p in found)),
+            "close the folders that hold them to learners, e.g. "
+            + "; ".join(f"chmod 700 {d}" for d in dict.fromkeys(_outermost(p, roots) for p in found)),
         )
     return Check("answers", True, f"no answer or hidden test readable by learners in {where}")
 

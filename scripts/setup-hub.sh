@@ -58,7 +58,7 @@ if [ ! -x "$PREFIX/bin/python" ]; then
   "$HUB_PYTHON" -m venv "$PREFIX"
   "$PREFIX/bin/python" -m pip --disable-pip-version-check -q install --upgrade "pip>=24" wheel setuptools
 fi
-COURSE_VENV="$PREFIX" bash scripts/setup-python.sh --stack-only
+SETUP_VENV="$PREFIX" bash scripts/setup-python.sh --stack-only
 
 # The course as learners get it: the student copy, kept in the environment (every user can read it: it holds no
 # answer) for the spawner to copy into each learner's home, and its package installed from it.

@@ -7,11 +7,11 @@
 # tensorflow-cpu (pyproject.toml's extras `gpu` and `cpu`: one or the other, never both) and builds Horovod with
 # NCCL, from the nvidia-nccl-cu12 wheel that the CUDA build brings, which needs the CUDA toolkit's nvcc.
 # `bash scripts/setup-python.sh --print-horovod-build` prints the Horovod build (environment and command), runs nothing.
-# `COURSE_VENV=DIR bash scripts/setup-python.sh --stack-only` installs only TensorFlow and Horovod into the
+# `SETUP_VENV=DIR bash scripts/setup-python.sh --stack-only` installs only TensorFlow and Horovod into the
 # environment DIR (made beforehand): scripts/setup-hub.sh uses it for a hub's shared environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${COURSE_VENV:-.venv}
+VENV=${SETUP_VENV:-.venv}
 PY=$VENV/bin/python
 PIP="$PY -m pip --disable-pip-version-check -q"
 

@@ -529,7 +529,10 @@ def graded(hub, pages):
         run_as(user, ["nbgrader", "fetch_feedback", ASSIGNMENT], home(user), learn)
         feedback[user] = sorted((home(user) / ASSIGNMENT / "feedback").rglob("*.html"))
     peeking["ada's feedback"] = run_as(
-        LEARNERS[1], ["sh", "-c", f"cat {home(LEARNERS[0])}/{ASSIGNMENT}/feedback/*/*.html"], home(LEARNERS[1]), False
+        LEARNERS[1],
+        ["sh", "-c", f"cat {home(LEARNERS[0])}/{ASSIGNMENT}/feedback/*/*.html"],
+        home(LEARNERS[1]),
+        check=False,
     )
     after = sorted(p.relative_to(hub.checkout) for p in hub.checkout.rglob("*"))
     return {"peeking": peeking, "feedback": feedback, "checkout": (before, after), "doctor": doctor.stdout}
@@ -585,34 +588,46 @@ def test_formgrader_shows_the_class(hub, pages, graded):
 
 SCAN = r"""
 import json, os, sys
-patterns = [p.encode() for p in json.loads(sys.stdin.read())]
+patterns = set(json.loads(sys.stdin.read()))
+markers = ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS")
 read, found = 0, []
 for root in sys.argv[1:]:
     for folder, dirs, files in os.walk(root):
         for name in files:
             path = os.path.join(folder, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
+            if os.path.islink(path) or not os.path.isfile(path) or os.stat(path).st_uid == os.getuid():
+                continue  # a learner's own work holds their own answers
             try:
                 with open(path, "rb") as handle:
                     data = handle.read()
             except OSError:
                 continue
             read += 1
-            found += [f"{path}: {p.decode()[:60]}" for p in patterns if p in data]
+            if b"\0" in data[:8192]:
+                continue  # a library or data, not text
+            text = data.decode("utf-8", "replace")
+            if name.endswith(".ipynb"):
+                try:
+                    cells = json.loads(text).get("cells", [])
+                    text = "\n".join("".join(c.get("source", "")) for c in cells)
+                except (ValueError, AttributeError):
+                    pass
+                if '"ddl-hpc"' in data.decode("utf-8", "replace") and any(m in text for m in markers):
+                    found.append(f"{path}: an answer or hidden-test block")
+            found += [f"{path}: {line[:60]}" for line in patterns & {x.strip() for x in text.splitlines()}]
 print(json.dumps({"read": read, "found": found}))
 """
 
 
-def hidden_and_answer_lines() -> list[str]:
-    """Answer-block markers and every instructor's hidden-test line that is not in the released notebooks."""
+def hidden_lines() -> list[str]:
+    """Every line of the course's hidden tests that no released notebook has (12+ characters, imports aside)."""
     public = {
         line.strip()
         for path in (ROOT / "notebooks").glob("*.ipynb")
         for cell in nbformat.read(str(path), as_version=4).cells
         for line in cell.source.splitlines()
     }
-    lines, inside = {"### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"}, False
+    lines, inside = set(), False
     for path in (ROOT / "solutions").glob("*.ipynb"):
         for cell in nbformat.read(str(path), as_version=4).cells:
             for line in cell.source.splitlines():
@@ -620,14 +635,14 @@ def hidden_and_answer_lines() -> list[str]:
                     inside = "BEGIN" in line
                 elif inside and len(line.strip()) >= 12 and line.strip() not in public:
                     lines.add(line.strip())
-    return sorted(lines)
+    return sorted(line for line in lines if not re.match(r"(import|from) \S+", line))  # an import tells nothing
 
 
 def test_no_file_a_learner_can_read_holds_an_answer(hub, graded):
     """As a learner, read every file under the site's paths (the shared environment, the exchange, every home of
-    the class, the hub's state): none holds an answer block or a hidden test. The instructor's checkout and
-    course directory hold plenty, and the learner can read neither."""
-    patterns = hidden_and_answer_lines()
+    the class, the hub's state) but their own: no course notebook with answer blocks, no hidden-test line. The
+    instructor's checkout and course directory hold plenty, and the learner can read neither."""
+    patterns = hidden_lines()
     assert len(patterns) > 10, patterns
     roots = [PREFIX, hub.exchange, hub.state, *(home(u) for u in (*LEARNERS, INSTRUCTOR))]
     done = run_as(
@@ -660,13 +675,13 @@ def test_doctor_checks_the_hub(hub, graded):
     for name in ("hub-env", "hub-kernel", "exchange", "answers"):  # as the guide's instructor ran it
         assert re.search(rf"ok\s+{name}\s", graded["doctor"]), graded["doctor"]
     command = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
     assert done.returncode == 0, done.stdout + done.stderr
     leak = hub.exchange / "leaked.ipynb"
     shutil.copy(ROOT / "solutions" / f"{NB}.ipynb", leak)
     leak.chmod(0o644)
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
     finally:
         leak.unlink()
     assert done.returncode == 1 and re.search(r"FAIL\s+answers\s.*leaked\.ipynb", done.stdout), done.stdout
@@ -689,3 +704,15 @@ def test_setup_refuses_a_python_other_users_cannot_run(tmp_path):
     assert done.returncode == 1 and not (tmp_path / "hub").exists()
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert str(private) in done.stderr and "HUB_PYTHON=/usr/bin/python3.11" in done.stderr, done.stderr
+
+
+def test_doctor_hub_says_what_a_machine_without_a_hub_lacks(tmp_path):
+    """No root needed: a prefix without JupyterHub and a missing exchange are each one line with the fix."""
+    from tests.conftest import run_course
+
+    env = {**os.environ, "COURSE_NBGRADER_EXCHANGE": str(tmp_path / "exchange")}
+    done = run_course("doctor", "--hub", str(tmp_path / "nowhere"), env=env, timeout=120)
+    assert done.returncode == 1 and not done.stderr.strip(), done.stderr
+    assert re.search(r"FAIL\s+hub-env\s+no JupyterHub in .*nowhere", done.stdout), done.stdout
+    assert re.search(r"FAIL\s+hub-kernel\s", done.stdout), done.stdout
+    assert f"exchange: sudo mkdir -p {tmp_path / 'exchange'} && sudo chmod 1777" in done.stdout, done.stdout
