@@ -2,20 +2,25 @@
 # Set-up is idempotent: a second run checks what is installed and takes seconds.
 PY := .venv/bin/python
 # System packages the test suite needs beyond `make lab`'s (installed when root, named otherwise).
-TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium
+TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs python3.11-venv
 PYTEST_ARGS ?=
 
 .PHONY: setup lab test clean student format
 
+# `make setup HUB=1` (as root) also builds the environment a JupyterHub serves the course from (scripts/setup-hub.sh).
 setup:
 	@bash scripts/setup-system.sh
 	@bash scripts/setup-python.sh
+	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs python3.11-venv && \
+		bash scripts/setup-proxy.sh && bash scripts/setup-hub.sh; fi
 
 lab: setup
 	@$(PY) -m course lab $(LAB_ARGS)
 
+# As root, the hub tests' shared environment too (tests/test_hub.py; a normal user cannot create Unix accounts).
 test: setup
 	@bash scripts/setup-system.sh $(TEST_APT)
+	@if [ "$$(id -u)" = 0 ]; then bash scripts/setup-proxy.sh && bash scripts/setup-hub.sh; fi
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 # One layout for the code (tests/test_lint.py checks it): run before committing

@@ -29,7 +29,7 @@ def from_args(args: argparse.Namespace, names: str) -> dict[str, Any]:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from course import doctor
 
-    return doctor.main(as_json=args.json)
+    return doctor.main(as_json=args.json, hub=args.hub)
 
 
 def cmd_data_fetch(args: argparse.Namespace) -> int:
@@ -444,6 +444,14 @@ def build_parser() -> Parser:
 
     doctor = commands.add_parser("doctor", help="report what works on this machine before a workshop")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument(
+        "--hub",
+        nargs="?",
+        const="",
+        metavar="PREFIX",
+        help="check a JupyterHub deployment instead: its environment (default HUB_PREFIX or /opt/ddl-hpc), the kernel, "
+        "nbgrader's exchange, and that no learner can read an answer",
+    )
     doctor.set_defaults(func=cmd_doctor)
 
     add_data(commands)

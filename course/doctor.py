@@ -381,10 +381,16 @@ def all_essentials_ok(checks: list[Check]) -> bool:
     return all(c.ok for c in checks if c.essential)
 
 
-def main(as_json: bool = False) -> int:
-    """Print the report (or JSON); exit status 0 when the essentials work, else 1."""
+def main(as_json: bool = False, hub: str | None = None) -> int:
+    """Print the report (or JSON); exit status 0 when the essentials work, else 1. `hub`: the hub's checks instead
+    (course/hubcheck.py), for the shared environment at that prefix ("" for the default)."""
     started = time.perf_counter()
-    checks = run_checks()
+    if hub is not None:
+        from course import hubcheck
+
+        checks = hubcheck.run_checks(Path(hub) if hub else None)
+    else:
+        checks = run_checks()
     if as_json:
         print(
             json.dumps(

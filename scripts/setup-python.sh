@@ -7,9 +7,12 @@
 # tensorflow-cpu (pyproject.toml's extras `gpu` and `cpu`: one or the other, never both) and builds Horovod with
 # NCCL, from the nvidia-nccl-cu12 wheel that the CUDA build brings, which needs the CUDA toolkit's nvcc.
 # `bash scripts/setup-python.sh --print-horovod-build` prints the Horovod build (environment and command), runs nothing.
+# `SETUP_VENV=DIR bash scripts/setup-python.sh --stack-only` installs only TensorFlow and Horovod into the
+# environment DIR (made beforehand): scripts/setup-hub.sh uses it for a hub's shared environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+VENV=${SETUP_VENV:-.venv}
+PY=$VENV/bin/python
 PIP="$PY -m pip --disable-pip-version-check -q"
 
 # A requirement of pyproject.toml: "name==x" of `dependencies`, or the one requirement of an extra (extra NAME).
@@ -83,7 +86,7 @@ horovod_build() {
     fi
     # The wheel ships lib/libnccl.so.2 only; CMake links -lnccl, so a libnccl.so link goes into .venv.
     local lib="$nccl/lib"
-    [ -e "$lib/libnccl.so" ] || lib="$PWD/.venv/lib/nccl"
+    [ -e "$lib/libnccl.so" ] || lib="$(cd "$VENV" && pwd)/lib/nccl"
     env+=(HOROVOD_GPU_OPERATIONS=NCCL "HOROVOD_CUDA_HOME=$cuda" "HOROVOD_NCCL_HOME=$nccl"
       "HOROVOD_NCCL_INCLUDE=$nccl/include" "HOROVOD_NCCL_LIB=$lib" HOROVOD_NCCL_LINK=SHARED
       "LDFLAGS=-Wl,-rpath,$nccl/lib")
@@ -102,8 +105,8 @@ fi
 if gpu_requested; then need_cuda >/dev/null || exit 1; fi  # before anything changes: says what is missing
 
 if [ ! -x "$PY" ]; then
-  echo "[setup] creating .venv with $(command -v python3.11 || command -v python3)"
-  "$(command -v python3.11 || command -v python3)" -m venv .venv
+  echo "[setup] creating $VENV with $(command -v python3.11 || command -v python3)"
+  "$(command -v python3.11 || command -v python3)" -m venv "$VENV"
   $PIP install --upgrade "pip>=24" wheel setuptools
 fi
 
@@ -121,7 +124,7 @@ if ! have "$TF"; then
 fi
 
 HVD=$(extra horovod)
-HVD_TF_OPS=$(ls .venv/lib/python3*/site-packages/horovod/tensorflow/mpi_lib*.so 2>/dev/null || true)
+HVD_TF_OPS=$(ls "$VENV"/lib/python3*/site-packages/horovod/tensorflow/mpi_lib*.so 2>/dev/null || true)
 hvd_nccl() { $PY -c 'import sys, horovod.tensorflow as h; sys.exit(0 if h.nccl_built() else 1)' >/dev/null 2>&1; }
 if ! have "$HVD" || [ -z "$HVD_TF_OPS" ] || { gpu_requested && ! hvd_nccl; }; then
   BUILD_LINE=$(horovod_build)
@@ -129,13 +132,14 @@ if ! have "$HVD" || [ -z "$HVD_TF_OPS" ] || { gpu_requested && ! hvd_nccl; }; th
     echo "[setup] building $HVD with TensorFlow, MPI, Gloo and NCCL (GPU operations; a few minutes)"
     NCCL=$(nccl_home)
     if [ ! -e "$NCCL/lib/libnccl.so" ]; then
-      mkdir -p .venv/lib/nccl && ln -sf "$NCCL/lib/libnccl.so.2" .venv/lib/nccl/libnccl.so
+      mkdir -p "$VENV/lib/nccl" && ln -sf "$NCCL/lib/libnccl.so.2" "$VENV/lib/nccl/libnccl.so"
     fi
   else
     echo "[setup] building $HVD with TensorFlow, MPI and Gloo (about 3 minutes the first time; pip caches the wheel)"
   fi
   eval "$BUILD_LINE"
 fi
+if [ "${1:-}" = "--stack-only" ]; then exit 0; fi
 
 STAMP=.venv/.course-installed  # "gpu" after a GPU set-up; empty after a CPU one (as set-ups before GPU=1 left it)
 MARK=""

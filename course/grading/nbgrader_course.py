@@ -51,6 +51,8 @@ def configure(c, checkout: Path) -> None:
     c.CourseDirectory.course_id = ASSIGNMENT
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
+    # `nbgrader export` writes grades.csv beside the gradebook, not into the folder it runs from (a read-only checkout).
+    c.CsvExportPlugin.to = str(root / "grades.csv")
     if os.environ.get(ENV_EXCHANGE):
         c.Exchange.root = os.environ[ENV_EXCHANGE]
     # nbgrader's default of 30 s per cell is too short for the training cells; the course's own grader uses the same.

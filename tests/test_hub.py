@@ -1,0 +1,718 @@
+"""The course on a real JupyterHub, as deploy/jupyterhub/ and scripts/setup-hub.sh set it up: configurable-http-proxy
+on 127.0.0.1, PAM login with real Unix accounts (three learners, one instructor), LocalProcessSpawner, and headless
+Chromium driving the hub's pages as the class would.
+
+One hub serves every test here (session fixture). The accounts and groups are made for the test and removed after;
+the exchange and the hub's state live in a temporary folder; the shared environment is the one `make test` builds
+(/opt/ddl-hpc, or HUB_PREFIX), brought up to date by running scripts/setup-hub.sh, which is under test too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from course import lab
+from tests.conftest import ROOT
+from tests.grading_support import WRONG
+
+pytestmark = pytest.mark.slow
+PREFIX = Path(os.environ.get("HUB_PREFIX", "/opt/ddl-hpc"))
+LEARNERS = ("ddlhub-ada", "ddlhub-ben", "ddlhub-cy")
+INSTRUCTOR = "ddlhub-teach"
+GROUPS = {"learners": "ddlhub-learners", "instructors": "ddlhub-instructors"}
+PASSWORD = "Course-hub-test-1"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ASSIGNMENT, NB = "02-sgd", "02_sgd"
+NOTEBOOK_00 = "ddl-hpc/notebooks/00_environment_and_cluster.ipynb"
+ARTIFACTS = ROOT / "test-artifacts"
+GUIDE = ROOT / "docs" / "instructor-guide.md"
+SECTION = "## Deploying on JupyterHub"
+# The guide's names, and the test's (a site's real groups are never touched)
+NAMES = {
+    "ddl-hpc-learners": GROUPS["learners"],
+    "ddl-hpc-instructors": GROUPS["instructors"],
+    "/opt/ddl-hpc": str(PREFIX),
+}
+
+
+def guide_blocks() -> list[list[str]]:
+    """The command lines of each ```bash block in the guide's hub section (comments and blank lines dropped)."""
+    blocks, inside, section = [], False, False
+    for line in GUIDE.read_text().splitlines():
+        if not inside and line.startswith("## "):
+            section = line.strip() == SECTION
+        elif section and line.strip().startswith("```bash"):
+            inside, lines = True, []
+        elif inside and line.strip() == "```":
+            inside = False
+            blocks.append(lines)
+        elif inside:
+            lines.append(line.rstrip())
+    return blocks
+
+
+def as_here(line: str) -> str:
+    """A guide line with the test's names, and without sudo (the test runs as root)."""
+    line = line.split("  #", 1)[0].strip()
+    for given, here in NAMES.items():
+        line = line.replace(given, here)
+    return re.sub(r"(^|&& )sudo ", r"\1", line)
+
+
+def _missing() -> str:
+    if os.geteuid() != 0:
+        return "needs root: the hub logs real Unix accounts in and starts their servers as them (make test as root)"
+    for tool in ("useradd", "chpasswd", "groupadd", "userdel"):
+        if shutil.which(tool) is None:
+            return f"needs {tool} (Debian's passwd package) to make the class's accounts"
+    if not os.path.exists(CHROMIUM):
+        return "Chromium is not installed (make test installs it as root: apt-get install chromium)"
+    if shutil.which("configurable-http-proxy") is None:
+        return "configurable-http-proxy is not installed (make test installs it: bash scripts/setup-proxy.sh)"
+    if not Path("/usr/bin/python3.11").exists():
+        return "the hub's environment needs Debian's python3.11 (make test installs python3.11-venv)"
+    return ""
+
+
+@dataclass
+class Hub:
+    url: str
+    base: Path
+    exchange: Path
+    state: Path
+    process: subprocess.Popen
+    log: Path
+    checkout: Path = field(init=False)  # the instructor's checkout, in their home
+    grading: Path = field(init=False)  # the instructor's nbgrader course directory
+
+    def __post_init__(self) -> None:
+        home = Path(pwd.getpwnam(INSTRUCTOR).pw_dir)
+        self.checkout, self.grading = home / "ddl-hpc-course", home / "ddl-hpc-grading"
+
+
+def home(user: str) -> Path:
+    return Path(pwd.getpwnam(user).pw_dir)
+
+
+def run_as(user: str, argv: list[str], cwd: Path, env: dict | None = None, check: bool = True, input: str = ""):
+    """ARGV as the Unix USER (no other groups), with the hub environment's bin on PATH, as their terminal has it."""
+    entry = pwd.getpwnam(user)
+    environment = {
+        "PATH": f"{PREFIX / 'bin'}:/usr/bin:/bin",
+        "HOME": entry.pw_dir,
+        "USER": user,
+        "LOGNAME": user,
+        "LANG": "C.UTF-8",
+        "COURSE_PROFILE": "quick",
+        "COURSE_OFFLINE": "1",
+        **(env or {}),
+    }
+    done = subprocess.run(
+        argv,
+        cwd=cwd,
+        env=environment,
+        user=entry.pw_uid,
+        group=entry.pw_gid,
+        extra_groups=[],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if check:
+        assert done.returncode == 0, f"{user}: {' '.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _accounts(created: list[tuple[str, str]]) -> None:
+    """The class's Unix accounts with a password (the guide's block then puts them in the two groups)."""
+    for user in (*LEARNERS, INSTRUCTOR):
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, capture_output=True)
+        created.append(("user", user))
+    subprocess.run(
+        ["chpasswd"],
+        input="".join(f"{u}:{PASSWORD}\n" for u in (*LEARNERS, INSTRUCTOR)),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+
+
+def _set_up_as_the_guide_says(exchange: Path, created: list[tuple[str, str]]) -> list[str]:
+    """The guide's first block, line by line, as root; returns the command that starts the hub (its last line)."""
+    lines = [as_here(line) for line in guide_blocks()[0] if line.strip() and not line.lstrip().startswith("#")]
+    *steps, start = lines
+    assert "jupyterhub -f deploy/jupyterhub/jupyterhub_config.py" in start, start
+    created += [("group", g) for g in GROUPS.values() if subprocess.run(["getent", "group", g]).returncode != 0]
+    env = {**os.environ, "HUB_PREFIX": str(PREFIX), "COURSE_NBGRADER_EXCHANGE": str(exchange)}
+    for step in steps:
+        users = LEARNERS if "LEARNER" in step else [INSTRUCTOR] if "INSTRUCTOR" in step else [""]
+        for user in users:
+            command = step.replace("LEARNER", user).replace("INSTRUCTOR", user)
+            started = time.perf_counter()
+            done = subprocess.run(
+                ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600
+            )
+            assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            print(f"{command}: {time.perf_counter() - started:.0f} s")
+    return start.split()
+
+
+def _remove(created: list[tuple[str, str]]) -> None:
+    """Stop what the test accounts still run (each process by its id), then remove the accounts and groups."""
+    users = {name for kind, name in created if kind == "user"}
+    left = [p for p in psutil.process_iter(["username"]) if p.info["username"] in users]
+    for process in left:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(left, timeout=20)
+    for kind, name in reversed(created):
+        if kind == "user":
+            subprocess.run(["userdel", "-r", name], capture_output=True)
+        else:
+            subprocess.run(["groupdel", name], capture_output=True)
+
+
+def _start_hub(base: Path, exchange: Path, command: list[str]) -> Hub:
+    port = lab.free_port("127.0.0.1", 18600)
+    api, proxy_api = lab.free_port("127.0.0.1", port + 1), lab.free_port("127.0.0.1", port + 11)
+    state = base / "state"
+    env = {
+        "PATH": f"{PREFIX / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "COURSE_HUB_PORT": str(port),
+        "COURSE_HUB_API_PORT": str(api),
+        "COURSE_HUB_PROXY_API_PORT": str(proxy_api),
+        "COURSE_HUB_STATE": str(state),
+        "COURSE_HUB_LEARNERS": GROUPS["learners"],
+        "COURSE_HUB_INSTRUCTORS": GROUPS["instructors"],
+        "COURSE_NBGRADER_EXCHANGE": str(exchange),
+        "COURSE_PROFILE": "quick",
+        "COURSE_OFFLINE": "1",
+    }
+    log = base / "hub.log"
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    hub = Hub(f"http://127.0.0.1:{port}", base, exchange, state, process, log)
+    for _ in range(120):
+        try:
+            with urllib.request.urlopen(f"{hub.url}/hub/health", timeout=5) as answer:
+                if answer.status == 200:
+                    return hub
+        except OSError:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(1)
+    raise AssertionError(f"the hub did not answer:\n{log.read_text()[-3000:]}")
+
+
+def _stop_hub(hub: Hub) -> None:
+    """SIGTERM: JupyterHub stops every user's server and its proxy, then exits."""
+    descendants = psutil.Process(hub.process.pid).children(recursive=True)
+    hub.process.send_signal(signal.SIGTERM)
+    try:
+        hub.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        hub.process.kill()
+        hub.process.wait()
+    _, alive = psutil.wait_procs(descendants, timeout=30)
+    for process in alive:
+        process.kill()
+
+
+@pytest.fixture(scope="session")
+def hub():
+    """The set-up run as `make setup HUB=1` runs it, the class's accounts, and a hub serving them."""
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="course-hub-"))
+    base.chmod(0o755)  # the exchange inside must be reachable by every user
+    exchange = base / "exchange"
+    created: list[tuple[str, str]] = []
+    running = None
+    try:
+        _accounts(created)
+        command = _set_up_as_the_guide_says(exchange, created)
+        running = _start_hub(base, exchange, command)
+        yield running
+    finally:
+        if running is not None:
+            _stop_hub(running)
+            ARTIFACTS.mkdir(exist_ok=True)
+            shutil.copy(running.log, ARTIFACTS / "jupyterhub.log")
+        _remove(created)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def browser(hub):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def log_in(browser, hub: Hub, user: str):
+    """A fresh browser session logged in as USER through the hub's login page, on their spawned JupyterLab."""
+    from playwright.sync_api import expect
+
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", PASSWORD)
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(rf"/user/{user}/lab"), timeout=240_000)
+    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
+    return page
+
+
+def nbgrader_menu(page) -> list[str]:
+    """The items of JupyterLab's Nbgrader menu (empty without one)."""
+    menu = page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader")
+    if menu.count() == 0:
+        return []
+    menu.first.click()
+    items = page.locator(".lm-Menu-itemLabel").all_inner_texts()
+    page.keyboard.press("Escape")
+    return [item.strip() for item in items if item.strip()]
+
+
+@pytest.fixture(scope="session")
+def pages(hub, browser):
+    """Every account logged in once (their servers spawned by the hub); the pages by user."""
+    return {user: log_in(browser, hub, user) for user in (*LEARNERS, INSTRUCTOR)}
+
+
+def test_each_login_spawns_a_server_with_the_student_copy(hub, pages):
+    from playwright.sync_api import expect
+
+    student = PREFIX / "share" / "ddl-hpc" / "student"
+    for user in LEARNERS:
+        page, folder = pages[user], home(user) / "ddl-hpc"
+        expect(page.locator(".jp-DirListing-item").filter(has_text="ddl-hpc")).to_have_count(1, timeout=60_000)
+        shipped = sorted(p.relative_to(student) for p in student.rglob("*.ipynb"))
+        assert shipped and sorted(p.relative_to(folder) for p in folder.rglob("*.ipynb")) == shipped
+        assert not (folder / "solutions").exists() and not (folder / "tests").exists()
+        owner = {pwd.getpwuid(p.stat().st_uid).pw_name for p in folder.rglob("*")}
+        assert owner == {user}, f"{user}'s copy belongs to {owner}"
+        assert stat.S_IMODE(home(user).stat().st_mode) == 0o700, f"{user}'s home is readable by others"
+    ARTIFACTS.mkdir(exist_ok=True)
+    pages[LEARNERS[0]].screenshot(path=str(ARTIFACTS / "hub-learner-lab.png"))
+
+
+def test_a_second_start_never_overwrites_a_learners_work(hub, pages):
+    """The spawn hook copies only what a learner lacks: an edited notebook stays as they left it."""
+    from playwright.sync_api import expect
+
+    user = LEARNERS[2]
+    mine = home(user) / NOTEBOOK_00
+    run_as(user, ["sh", "-c", f"printf ' ' >> {mine}"], home(user))
+    edited = mine.read_text()
+    gone = home(user) / "ddl-hpc" / "notebooks" / "01_task_graphs.ipynb"
+    gone.unlink()
+    page = pages[user]
+    page.goto(f"{hub.url}/hub/home")
+    page.click("#stop")
+    expect(page.locator("#stop")).to_be_hidden(timeout=120_000)
+    page.goto(f"{hub.url}/hub/spawn/{user}")  # what "Start My Server" opens
+    page.wait_for_url(re.compile(rf"/user/{user}/lab"), timeout=240_000)
+    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
+    assert mine.read_text() == edited
+    assert gone.exists(), "a notebook the learner lacked was not copied again"
+
+
+def test_learners_get_assignments_and_only_instructors_formgrader(hub, pages):
+    for user in LEARNERS:
+        items = nbgrader_menu(pages[user])
+        assert "Assignment List" in items, f"{user}'s Nbgrader menu: {items}"
+        assert not any("Formgrader" in i or "Create" in i for i in items), f"{user} sees {items}"
+    items = nbgrader_menu(pages[INSTRUCTOR])
+    assert any("Formgrader" in i for i in items), f"the instructor's Nbgrader menu: {items}"
+
+
+def test_jupyterlab_asks_no_news_question(hub, pages):
+    page = pages[LEARNERS[0]]
+    answer = page.request.get(
+        f"{hub.url}/user/{LEARNERS[0]}/lab/api/settings/@jupyterlab/apputils-extension:notification"
+    )
+    assert answer.ok, answer.status
+    found = answer.json()  # the defaults (with the site's overrides) and what the learner changed
+    composite = {k: v.get("default") for k, v in found["schema"]["properties"].items()} | found["settings"]
+    assert composite["fetchNews"] == "false" and composite["checkForUpdates"] is False, composite
+
+
+def test_a_terminal_finds_the_course_and_nbgrader(hub, pages):
+    """A terminal opened in a learner's JupyterLab (a login shell, as under any spawner) has the course's tools."""
+    from playwright.sync_api import expect
+
+    user, page = LEARNERS[0], pages[LEARNERS[0]]
+    answer = home(user) / "on-path.txt"
+    page.goto(f"{hub.url}/user/{user}/lab")
+    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=120_000)
+    page.locator(".lm-MenuBar-item").filter(has_text="File").first.click()
+    page.locator(".lm-Menu-item").filter(has_text="New").first.hover()
+    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^Terminal$")).first.click()
+    terminal = page.locator(".jp-Terminal")
+    expect(terminal.first).to_be_visible(timeout=60_000)
+    terminal.first.click()
+    page.keyboard.type(f"command -v course nbgrader horovodrun > {answer}\n")
+    for _ in range(60):
+        if answer.exists() and len(answer.read_text().splitlines()) == 3:
+            break
+        time.sleep(1)
+    found = answer.read_text().split() if answer.exists() else []
+    assert found == [str(PREFIX / "bin" / n) for n in ("course", "nbgrader", "horovodrun")], found
+
+
+def test_two_learners_run_notebook_00_on_their_own_clusters(hub, pages):
+    """Two learners run notebook 00's first cells at once: each gets hello lines from their own two engines, and
+    each engine cluster runs as that learner."""
+    from playwright.sync_api import expect
+
+    pair = LEARNERS[:2]
+    for user in pair:
+        page = pages[user]
+        page.goto(f"{hub.url}/user/{user}/lab/tree/{NOTEBOOK_00}")
+        expect(page.locator(".jp-KernelName").first).to_have_text("Python (DDL on HPC)", timeout=120_000)
+        expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=120_000)
+    for user in pair:  # both start their clusters before either waits
+        for text in ("PROFILE = profile.name()", "cluster = course.cluster.start("):
+            _run_cell(pages[user], text)
+    for user in pair:
+        hello = _run_cell(pages[user], 'print(f"hello from process')
+        expect(hello.locator(".jp-OutputArea-output").filter(has_text="hello from process")).to_have_count(
+            2, timeout=300_000
+        )
+    engines = {user: _engines_of(user) for user in pair}
+    assert all(len(pids) >= 2 for pids in engines.values()), engines
+    assert not set(engines[pair[0]]) & set(engines[pair[1]])
+    pages[pair[0]].screenshot(path=str(ARTIFACTS / "hub-notebook-00.png"))
+    for user in pair:
+        page = pages[user]
+        page.keyboard.press("Escape")
+        page.keyboard.press("b")
+        page.keyboard.press("Enter")
+        page.keyboard.type("cluster.stop(); print('stopped')")
+        page.keyboard.press("Shift+Enter")
+        expect(page.locator(".jp-OutputArea-output").filter(has_text="stopped")).to_have_count(1, timeout=120_000)
+
+
+def _run_cell(page, text: str):
+    cell = page.locator(".jp-CodeCell").filter(has_text=text).first
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    return cell
+
+
+def _engines_of(user: str) -> list[int]:
+    """The ipyparallel engine processes the Unix USER runs."""
+    found = []
+    for process in psutil.process_iter(["username", "cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if process.info["username"] == user and "ipyparallel" in line and "engine" in line:
+            found.append(process.pid)
+    return found
+
+
+# --- nbgrader's exchange with the whole class ------------------------------------------------------------------
+
+
+def _answers(source: Path) -> dict[str, str]:
+    return {
+        c.metadata.nbgrader["grade_id"]: c.source
+        for c in nbformat.read(str(source), as_version=4).cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+
+
+def _answer(user: str, answers: dict[str, str]) -> None:
+    """Fill the learner's fetched notebook with ANSWERS, written as the learner."""
+    path = home(user) / ASSIGNMENT / f"{NB}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    run_as(user, ["sh", "-c", f"cat > {path}"], home(user), input=nbformat.writes(nb))
+
+
+@pytest.fixture(scope="session")
+def graded(hub, pages):
+    """The instructor releases 02, every learner fetches and submits (one through the Assignments tab), the
+    instructor collects, autogrades, exports and releases feedback from a read-only checkout, every learner fetches
+    their feedback. Returns the results of the steps that tests look at."""
+    from playwright.sync_api import expect
+
+    teacher = INSTRUCTOR
+    learn = {"COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}  # what the spawner gives every server and terminal
+    teach = {**learn, "COURSE_NBGRADER_ROOT": str(hub.grading)}  # and instructors
+    # The instructor's checkout (what grading needs of it), theirs alone, as the guide asks.
+    hub.checkout.mkdir()
+    shutil.copytree(ROOT / "solutions", hub.checkout / "solutions")
+    shutil.copy(ROOT / "nbgrader_config.py", hub.checkout / "nbgrader_config.py")
+    subprocess.run(["chown", "-R", f"{teacher}:{teacher}", str(hub.checkout)], check=True)
+    before_learners, after_learners = _instructor_steps()
+    doctor = run_as(teacher, ["bash", "-c", before_learners], home(teacher), teach)
+    subprocess.run(["chmod", "-R", "a-w", str(hub.checkout)], check=True)  # read-only from here on
+    before = sorted(p.relative_to(hub.checkout) for p in hub.checkout.rglob("*"))
+
+    # One learner through the Assignments tab: fetch, then (after answering) submit.
+    first, page = LEARNERS[0], pages[LEARNERS[0]]
+    page.goto(f"{hub.url}/user/{first}/lab")
+    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=120_000)
+    page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.click()
+    page.locator(".lm-Menu-itemLabel").filter(has_text="Assignment List").first.click()
+    released = page.locator("#released_assignments_list")
+    expect(released.get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
+    released.get_by_role("button", name="Fetch").click()
+    fetched = page.locator("#fetched_assignments_list")
+    expect(fetched.get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
+    for user in LEARNERS[1:]:
+        run_as(user, ["nbgrader", "fetch_assignment", ASSIGNMENT], home(user), learn)
+    solutions = _answers(ROOT / "solutions" / f"{NB}.ipynb")
+    wrong = next(a for a in json.loads((WRONG / f"{NB}.json").read_text()) if "ex2-answer" in a)
+    _answer(LEARNERS[0], solutions)
+    _answer(LEARNERS[1], {**solutions, "ex2-answer": wrong["ex2-answer"]})
+    _answer(LEARNERS[2], solutions)
+    fetched.get_by_role("button", name="Submit").first.click()
+    expect(page.locator("#submitted_assignments_list").get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
+    for user in LEARNERS[1:]:
+        run_as(user, ["nbgrader", "submit", ASSIGNMENT], home(user), learn)
+
+    inbound = hub.exchange / "ddl-hpc" / "inbound"
+    peeking = {
+        "list inbound": run_as(LEARNERS[1], ["ls", str(inbound)], home(LEARNERS[1]), check=False),
+        "read ada's home": run_as(LEARNERS[1], ["ls", str(home(LEARNERS[0]))], home(LEARNERS[1]), check=False),
+    }
+    run_as(teacher, ["bash", "-c", after_learners], hub.checkout, teach)  # the same terminal: still in the checkout
+    feedback = {}
+    for user in LEARNERS:
+        run_as(user, ["nbgrader", "fetch_feedback", ASSIGNMENT], home(user), learn)
+        feedback[user] = sorted((home(user) / ASSIGNMENT / "feedback").rglob("*.html"))
+    peeking["ada's feedback"] = run_as(
+        LEARNERS[1],
+        ["sh", "-c", f"cat {home(LEARNERS[0])}/{ASSIGNMENT}/feedback/*/*.html"],
+        home(LEARNERS[1]),
+        check=False,
+    )
+    after = sorted(p.relative_to(hub.checkout) for p in hub.checkout.rglob("*"))
+    return {"peeking": peeking, "feedback": feedback, "checkout": (before, after), "doctor": doctor.stdout}
+
+
+def _instructor_steps() -> tuple[str, str]:
+    """The guide's instructor block as two scripts: before the learners submit, and after."""
+    parts, current = [], []
+    for line in guide_blocks()[1]:
+        if line.lstrip().startswith("#   learners"):
+            parts.append(current)
+            current = []
+        elif line.strip():
+            current.append(as_here(line))
+    assert len(parts) == 2 and not current, parts
+    return tuple("set -e\n" + "\n".join(lines) for lines in parts)
+
+
+def test_every_learner_submits_and_gets_only_their_own_feedback(hub, graded):
+    for user in LEARNERS:
+        files = graded["feedback"][user]
+        assert len(files) == 1, f"{user} fetched {files}"
+        own = hub.grading / "feedback" / user / ASSIGNMENT / f"{NB}.html"
+        assert files[0].read_text() == own.read_text(), f"{user} fetched feedback that is not theirs"
+    for what, done in graded["peeking"].items():
+        assert done.returncode != 0 and "Permission denied" in done.stderr, f"ben could {what}: {done.stdout[:300]}"
+
+
+def test_the_instructor_grades_from_a_read_only_checkout(hub, graded):
+    import csv
+
+    before, after = graded["checkout"]
+    assert before == after, "grading wrote into the checkout"
+    with open(hub.grading / "grades.csv", newline="") as handle:
+        rows = {r["student_id"]: r for r in csv.DictReader(handle) if r["assignment"] == ASSIGNMENT}
+    assert set(rows) == set(LEARNERS), rows
+    scores = {user: float(rows[user]["score"]) for user in LEARNERS}
+    top = float(rows[LEARNERS[0]]["max_score"])
+    assert scores[LEARNERS[0]] == scores[LEARNERS[2]] == top > scores[LEARNERS[1]], scores
+
+
+def test_formgrader_shows_the_class(hub, pages, graded):
+    from playwright.sync_api import expect
+
+    page = pages[INSTRUCTOR]
+    page.goto(f"{hub.url}/user/{INSTRUCTOR}/formgrader/gradebook/{ASSIGNMENT}/{NB}")
+    rows = page.locator("table tbody tr")
+    expect(rows.filter(has_text="/ 7")).to_have_count(3, timeout=120_000)
+    page.screenshot(path=str(ARTIFACTS / "hub-formgrader.png"), full_page=True)
+
+
+# --- what a learner can read ------------------------------------------------------------------------------------
+
+SCAN = r"""
+import json, os, sys
+patterns = set(json.loads(sys.stdin.read()))
+markers = ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS")
+read, found = 0, []
+for root in sys.argv[1:]:
+    for folder, dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) or not os.path.isfile(path) or os.stat(path).st_uid == os.getuid():
+                continue  # a learner's own work holds their own answers
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                continue
+            read += 1
+            if b"\0" in data[:8192]:
+                continue  # a library or data, not text
+            text = data.decode("utf-8", "replace")
+            if name.endswith(".ipynb"):
+                try:
+                    cells = json.loads(text).get("cells", [])
+                    text = "\n".join("".join(c.get("source", "")) for c in cells)
+                except (ValueError, AttributeError):
+                    pass
+                if '"ddl-hpc"' in data.decode("utf-8", "replace") and any(m in text for m in markers):
+                    found.append(f"{path}: an answer or hidden-test block")
+            found += [f"{path}: {line[:60]}" for line in patterns & {x.strip() for x in text.splitlines()}]
+print(json.dumps({"read": read, "found": found}))
+"""
+
+
+def hidden_lines() -> list[str]:
+    """Every line of the course's hidden tests that no released notebook has (12+ characters, imports aside)."""
+    public = {
+        line.strip()
+        for path in (ROOT / "notebooks").glob("*.ipynb")
+        for cell in nbformat.read(str(path), as_version=4).cells
+        for line in cell.source.splitlines()
+    }
+    lines, inside = set(), False
+    for path in (ROOT / "solutions").glob("*.ipynb"):
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            for line in cell.source.splitlines():
+                if "BEGIN HIDDEN TESTS" in line or "END HIDDEN TESTS" in line:
+                    inside = "BEGIN" in line
+                elif inside and len(line.strip()) >= 12 and line.strip() not in public:
+                    lines.add(line.strip())
+    return sorted(line for line in lines if not re.match(r"(import|from) \S+", line))  # an import tells nothing
+
+
+def test_no_file_a_learner_can_read_holds_an_answer(hub, graded):
+    """As a learner, read every file under the site's paths (the shared environment, the exchange, every home of
+    the class, the hub's state) but their own: no course notebook with answer blocks, no hidden-test line. The
+    instructor's checkout and course directory hold plenty, and the learner can read neither."""
+    patterns = hidden_lines()
+    assert len(patterns) > 10, patterns
+    roots = [PREFIX, hub.exchange, hub.state, *(home(u) for u in (*LEARNERS, INSTRUCTOR))]
+    done = run_as(
+        LEARNERS[1],
+        [str(PREFIX / "bin" / "python"), "-c", SCAN, *map(str, roots)],
+        Path("/"),
+        input=json.dumps(patterns),
+    )
+    seen = json.loads(done.stdout)
+    assert seen["read"] > 1000, seen["read"]  # the environment, the learner's own work, the exchange's releases
+    assert not seen["found"], seen["found"][:10]
+    as_root = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", SCAN, str(hub.checkout), str(hub.grading)],
+            input=json.dumps(patterns),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert as_root["found"], "the instructor's folders hold no answers: this scan could not fail"
+
+
+def test_doctor_checks_the_hub(hub, graded):
+    env = {
+        **os.environ,
+        "COURSE_NBGRADER_EXCHANGE": str(hub.exchange),
+        "COURSE_NBGRADER_ROOT": str(hub.grading),
+    }
+    for name in ("hub-env", "hub-kernel", "exchange", "answers"):  # as the guide's instructor ran it
+        assert re.search(rf"ok\s+{name}\s", graded["doctor"]), graded["doctor"]
+    command = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
+    assert done.returncode == 0, done.stdout + done.stderr
+    leak = hub.exchange / "leaked.ipynb"
+    shutil.copy(ROOT / "solutions" / f"{NB}.ipynb", leak)
+    leak.chmod(0o644)
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
+    finally:
+        leak.unlink()
+    assert done.returncode == 1 and re.search(r"FAIL\s+answers\s.*leaked\.ipynb", done.stdout), done.stdout
+
+
+def test_setup_refuses_a_python_other_users_cannot_run(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("setup-hub.sh runs as root (it writes the shared environment)")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    shutil.copy("/usr/bin/python3.11", private / "python3.11")
+    done = subprocess.run(
+        ["bash", "scripts/setup-hub.sh"],
+        cwd=ROOT,
+        env={**os.environ, "HUB_PYTHON": str(private / "python3.11"), "HUB_PREFIX": str(tmp_path / "hub")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and not (tmp_path / "hub").exists()
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert str(private) in done.stderr and "HUB_PYTHON=/usr/bin/python3.11" in done.stderr, done.stderr
+
+
+def test_doctor_hub_says_what_a_machine_without_a_hub_lacks(tmp_path):
+    """No root needed: a prefix without JupyterHub and a missing exchange are each one line with the fix."""
+    from tests.conftest import run_course
+
+    env = {**os.environ, "COURSE_NBGRADER_EXCHANGE": str(tmp_path / "exchange")}
+    done = run_course("doctor", "--hub", str(tmp_path / "nowhere"), env=env, timeout=120)
+    assert done.returncode == 1 and not done.stderr.strip(), done.stderr
+    assert re.search(r"FAIL\s+hub-env\s+no JupyterHub in .*nowhere", done.stdout), done.stdout
+    assert re.search(r"FAIL\s+hub-kernel\s", done.stdout), done.stdout
+    assert f"exchange: sudo mkdir -p {tmp_path / 'exchange'} && sudo chmod 1777" in done.stdout, done.stdout
