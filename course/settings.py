@@ -70,6 +70,12 @@ SETTINGS: tuple[Setting, ...] = (
         "how many times a `--resubmit-on-timeout` job has resubmitted itself (it stops at the limit)",
         internal=True,
     ),
+    Setting(
+        "COURSE_READY_FILE",
+        "set by the job script",
+        "the file a program creates once every rank handles the time-limit warning (the script passes it on then)",
+        internal=True,
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
