@@ -1,22 +1,23 @@
 """Strength of the checks, for every graded exercise of every notebook in solutions/ (and the fixture).
 
-For each notebook: the solution scores full marks on every graded cell (graded here for the fixture;
-for the course's notebooks nbgrader's validator in tests/test_notebooks_execute.py proves it while it
-runs them top to bottom, so the slow notebooks are not executed a third time); the released, unanswered
-notebook scores zero on every graded cell; every plausible wrong answer in
-tests/fixtures/wrong_answers/<notebook>.json loses points, and together they lose points on every
-graded cell. Wrong answers to different exercises share one submission (each must then lose points
-on its own exercise's checks) so that the slow notebooks run as few times as possible, and the whole class
-(every notebook's submissions) is graded in one run. Graded with `python -m course grade` (hidden tests restored). nbgrader's own
-`nbgrader validate` must accept every solution notebook (the fixture here, the course's notebooks in
-tests/test_notebooks_execute.py). Notebooks added to solutions/ join here.
+For each notebook: every plausible wrong answer in tests/fixtures/wrong_answers/<notebook>.json loses points on
+its own exercise's checks, and together they lose points on every graded cell; the released stub of each answer
+(what an unanswered notebook holds) scores zero on every check of its exercise; the solution keeps full marks.
+Each notebook runs once for all of these (tests/answer_trials.py: every answer tried in place, just before its
+exercise), two notebooks at a time. The fixture course is also graded for real, as a class of submissions, with
+`python -m course grade` (nbgrader's autograde, hidden tests restored), and both ways must agree: that holds the
+one-run shortcut to nbgrader's grading. nbgrader's own `nbgrader validate` must accept every solution notebook
+(the fixture here; the course's notebooks in tests/test_notebooks_execute.py, which runs them top to bottom).
+Notebooks added to solutions/ join here.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -36,86 +37,142 @@ from tests.grading_support import (
     wrong_answers,
 )
 
+WORKERS = 2  # notebooks tried side by side, as `course grade --workers 2` on this 2-core machine
+FIXTURE = FIXTURE_COURSE / "99_fixture.ipynb"
+
 
 def _params():
-    return [
-        pytest.param(p, id=p.stem, marks=() if p.parent == FIXTURE_COURSE else (pytest.mark.slow,))
-        for p in course_notebooks()
+    return [pytest.param(p, id=p.stem, marks=() if p == FIXTURE else (pytest.mark.slow,)) for p in course_notebooks()]
+
+
+def stubs(source: Path) -> dict[str, str]:
+    """answer grade_id -> what the released notebook holds in that cell."""
+    released = student_version(nbformat.read(str(source), as_version=4), source.stem)
+    return {
+        c.metadata.nbgrader["grade_id"]: c.source
+        for c in released.cells
+        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")
+        if not c.metadata.nbgrader.get("grade")
+    }
+
+
+def trials(source: Path) -> list[tuple[str, dict[str, str]]]:
+    """(what it is, answer grade_id -> source) for every wrong answer, then every answer's released stub."""
+    wrong = [
+        (f"wrong answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g != "why"})
+        for k, w in enumerate(wrong_answers(source.stem))
     ]
+    return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()]
 
 
-def _graded_class(sources: list[Path], solutions: Path, base: Path) -> tuple[Path, dict[str, dict[int, str]]]:
-    """One class for all of `sources`, graded in one `course grade` run; (its output folder, for every notebook the
-    student who holds each wrong answer). Per notebook: `unanswered` (the released notebook), `solution` for the
-    fixture, and `wrongN`, one student per group of wrong answers (a student holds several notebooks). One run keeps
-    both workers busy to the end, where one run per notebook left a worker idle in its last round."""
-    submissions, submission_of = base / "class", {}
-    for source in sources:
-        notebook = source.stem
-        wrong = wrong_answers(notebook)
-        entries = {"unanswered": render(student_version(nbformat.read(str(source), as_version=4), notebook))}
-        if source.parent == FIXTURE_COURSE:
-            entries["solution"] = source.read_text()
-        groups = combine(wrong)
-        submission_of[notebook] = {k: f"wrong{n}" for n, group in enumerate(groups) for k in group}
-        for n, group in enumerate(groups):
-            entries[f"wrong{n}"] = with_answers(
-                source, {g: s for k in group for g, s in wrong[k].items() if g != "why"}
-            )
-        for student, text in entries.items():
-            (submissions / student).mkdir(parents=True, exist_ok=True)
-            (submissions / student / source.name).write_text(text)
-    result = grade(submissions, base / "out", "--workers", "2", solutions=solutions, timeout=3600)
-    assert result.returncode == 0, result.stderr
-    return base / "out", submission_of
+def _try(source: Path, base: Path) -> dict:
+    work = base / source.stem
+    work.mkdir()
+    (work / "trials.json").write_text(json.dumps([answers for _, answers in trials(source)]))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.answer_trials",
+            str(source),
+            str(work / "trials.json"),
+            str(work / "tried.json"),
+            str(work),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
+    assert done.returncode == 0, f"trying the answers to {source.name} failed:\n{done.stderr[-3000:]}"
+    return json.loads((work / "tried.json").read_text())
+
+
+def _try_all(sources: list[Path], base: Path) -> dict[str, dict]:
+    """Every notebook's trials, two notebooks at a time, the ones with the most trials first."""
+    sources = sorted(sources, key=lambda p: -len(trials(p)))
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return dict(zip((p.stem for p in sources), pool.map(lambda p: _try(p, base), sources)))
 
 
 @pytest.fixture(scope="module")
-def fixture_class(tmp_path_factory):
-    return _graded_class([FIXTURE_COURSE / "99_fixture.ipynb"], FIXTURE_COURSE, tmp_path_factory.mktemp("fixture"))
+def tried_fixture(tmp_path_factory) -> dict[str, dict]:
+    return _try_all([FIXTURE], tmp_path_factory.mktemp("fixture"))
 
 
 @pytest.fixture(scope="module")
-def course_class(tmp_path_factory):
-    sources = [p for p in course_notebooks() if p.parent != FIXTURE_COURSE]
-    return _graded_class(sources, ROOT / "solutions", tmp_path_factory.mktemp("course"))
+def tried_course(tmp_path_factory) -> dict[str, dict]:
+    return _try_all([p for p in course_notebooks() if p != FIXTURE], tmp_path_factory.mktemp("course"))
 
 
-@pytest.mark.timeout(3600)  # the first course notebook's test grades the whole class (about 13 minutes on 2 cores)
+@pytest.mark.timeout(
+    3600
+)  # the first course notebook's test tries every notebook's answers (about 8 minutes on 2 cores)
 @pytest.mark.parametrize("source", _params())
 def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, request):
-    notebook = source.stem
-    wrong = wrong_answers(notebook)
     cells = graded_cells(source)
     assert cells, f"{source.name} has no graded cells"
-    out, submission_of = request.getfixturevalue("fixture_class" if source.parent == FIXTURE_COURSE else "course_class")
-    table = by_cell(out)
-    for cell, points in cells.items():
-        if source.parent == FIXTURE_COURSE:
-            row = table[("solution", notebook, cell)]
-            assert float(row["points"]) == points, f"the solution loses points on {cell}: {row['message']}"
-        row = table[("unanswered", notebook, cell)]
-        assert float(row["points"]) == 0, f"the unanswered notebook scores on {cell}: the check is too weak"
-    lowered = set()
+    tried = request.getfixturevalue("tried_fixture" if source == FIXTURE else "tried_course")
+    result, labelled = tried[source.stem], trials(source)
+    retry = "run right after a wrong answer to its exercise: does a learner who retries lose points?"
+    assert not result["solution"], f"the solution of {source.name} loses points: {result['solution']} ({retry})"
+    for k, again in result["retried"].items():
+        assert not again, f"the solution of {source.name} loses points {again} ({retry}: {labelled[int(k)][0]})"
     checks = exercise_checks(source)
+    orphans = set(cells) - set().union(*checks.values())
+    assert not orphans, f"{sorted(orphans)} of {source.name} come before any answer cell: no exercise of theirs"
+    lowered = set()
+    for (what, answers), failed in zip(labelled, result["failed"]):
+        own = set().union(*(checks.get(g, set()) for g in answers))
+        if what.startswith("the released stub"):
+            kept = own - set(failed)
+            assert not kept, f"the unanswered notebook scores on {sorted(kept)} of {source.stem}: the check is too weak"
+            continue
+        assert set(failed) & own, f"{what} of {source.stem} keeps full marks on its exercise's checks"
+        lowered |= set(failed)
+    assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {source.stem}"
+
+
+def test_trying_answers_in_one_run_agrees_with_grading_them(tried_fixture, tmp_path):
+    """The fixture's class graded for real (the unanswered release, the solution, one submission per group of wrong
+    answers): per cell, the points nbgrader gives are zero exactly where the one-run trial saw a check fail."""
+    wrong = wrong_answers(FIXTURE.stem)
+    submissions = tmp_path / "class"
+    entries = {
+        "unanswered": render(student_version(nbformat.read(str(FIXTURE), as_version=4), FIXTURE.stem)),
+        "solution": FIXTURE.read_text(),
+    }
+    holder = {}
+    for n, group in enumerate(combine(wrong)):
+        entries[f"wrong{n}"] = with_answers(FIXTURE, {g: s for k in group for g, s in wrong[k].items() if g != "why"})
+        holder.update({k: f"wrong{n}" for k in group})
+    for student, text in entries.items():
+        (submissions / student).mkdir(parents=True)
+        (submissions / student / FIXTURE.name).write_text(text)
+    graded = grade(submissions, tmp_path / "out", "--workers", "2", solutions=FIXTURE_COURSE)
+    assert graded.returncode == 0, graded.stderr
+    table, cells = by_cell(tmp_path / "out"), graded_cells(FIXTURE)
+    checks = exercise_checks(FIXTURE)
+
+    def lost(student: str) -> set[str]:
+        return {c for c, points in cells.items() if float(table[(student, FIXTURE.stem, c)]["points"]) < points}
+
+    result = tried_fixture[FIXTURE.stem]
+    assert lost("solution") == set(result["solution"]) == set()
+    stubbed = set().union(*(f for (what, _), f in zip(trials(FIXTURE), result["failed"]) if "stub" in what))
+    assert lost("unanswered") == stubbed == set(cells)
     for k, answer in enumerate(wrong):
-        student = submission_of[notebook][k]
-        lost = {cell for cell, points in cells.items() if float(table[(student, notebook, cell)]["points"]) < points}
-        own = set().union(*(checks.get(g, set()) for g in answer if g != "why"))
-        assert lost & own, (
-            f"wrong answer {k} of {notebook} ({answer.get('why')}) keeps full marks on its exercise's checks"
-        )
-        lowered |= lost
-    assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {notebook}"
+        own = set().union(*(checks[g] for g in answer if g != "why"))
+        assert lost(holder[k]) & own == set(result["failed"][k]) & own, f"wrong answer {k}: {answer['why']}"
 
 
 def test_nbgrader_validate_accepts_the_solution():
     """`nbgrader validate` itself, on the fixture; the course's notebooks go through nbgrader's validator
     in tests/test_notebooks_execute.py, in the same run that executes them."""
-    source = FIXTURE_COURSE / "99_fixture.ipynb"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "validate", str(source)],
+        [sys.executable, "-m", "nbgrader", "validate", str(FIXTURE)],
         cwd=ROOT,
         env=env,
         capture_output=True,
