@@ -12,7 +12,6 @@ import nbformat
 from tests.conftest import ROOT
 
 BIN = str(Path(sys.executable).parent)
-FLOWS: dict[str, list] = {}  # session-wide results of expensive flows (tests/test_nbgrader_exchange.py)
 KERNEL = {"name": "ddl-hpc", "display_name": "Python (DDL on HPC)", "language": "python"}
 
 

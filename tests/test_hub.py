@@ -9,6 +9,7 @@ the exchange and the hub's state live in a temporary folder; the shared environm
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import pwd
@@ -30,7 +31,7 @@ import pytest
 
 from course import lab
 from tests.conftest import ROOT
-from tests.grading_support import WRONG
+from tests.grading_support import WRONG, graded_cells
 
 pytestmark = pytest.mark.slow
 PREFIX = Path(os.environ.get("HUB_PREFIX", "/opt/ddl-hpc"))
@@ -552,11 +553,16 @@ def _instructor_steps() -> tuple[str, str]:
 
 
 def test_every_learner_submits_and_gets_only_their_own_feedback(hub, graded):
+    hidden = hidden_lines()
     for user in LEARNERS:
         files = graded["feedback"][user]
         assert len(files) == 1, f"{user} fetched {files}"
         own = hub.grading / "feedback" / user / ASSIGNMENT / f"{NB}.html"
         assert files[0].read_text() == own.read_text(), f"{user} fetched feedback that is not theirs"
+        text = visible_text(own.read_text())
+        assert "ex2-check" in text, f"{own} does not look like feedback on {NB}"
+        shown = [line for line in hidden if " ".join(line.split()) in text]
+        assert not shown, f"{user}'s feedback shows hidden tests: {shown[:3]}"
     for what, done in graded["peeking"].items():
         assert done.returncode != 0 and "Permission denied" in done.stderr, f"ben could {what}: {done.stdout[:300]}"
 
@@ -574,14 +580,47 @@ def test_the_instructor_grades_from_a_read_only_checkout(hub, graded):
     assert scores[LEARNERS[0]] == scores[LEARNERS[2]] == top > scores[LEARNERS[1]], scores
 
 
+def test_autograde_takes_points_only_where_the_answer_is_wrong(hub, graded):
+    """Per cell, in nbgrader's gradebook: ben's ex2 answer (a plain mean) fails its hidden test and scores zero;
+    his other answers, the solution's, keep their points, as every cell of ada's and cy's does."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{hub.grading / 'gradebook.db'}", "ddl-hpc") as gradebook:
+        scores = {
+            user: {
+                g.name: (g.score, g.max_score) for g in gradebook.find_submission_notebook(NB, ASSIGNMENT, user).grades
+            }
+            for user in LEARNERS
+        }
+    checks = set(graded_cells(ROOT / "solutions" / f"{NB}.ipynb"))
+    for user in LEARNERS:
+        assert set(scores[user]) == checks, scores[user]
+        full = {cell for cell, (score, top) in scores[user].items() if score == top}
+        assert full == (checks - {"ex2-check"} if user == LEARNERS[1] else checks), (user, scores[user])
+    assert scores[LEARNERS[1]]["ex2-check"][0] == 0, scores[LEARNERS[1]]
+
+
 def test_formgrader_shows_the_class(hub, pages, graded):
     from playwright.sync_api import expect
 
     page = pages[INSTRUCTOR]
     page.goto(f"{hub.url}/user/{INSTRUCTOR}/formgrader/gradebook/{ASSIGNMENT}/{NB}")
+    points = graded_cells(ROOT / "solutions" / f"{NB}.ipynb")
+    top = sum(points.values())
     rows = page.locator("table tbody tr")
-    expect(rows.filter(has_text="/ 7")).to_have_count(3, timeout=120_000)
+    expect(rows.filter(has_text=f"/ {top:g}")).to_have_count(3, timeout=120_000)
+    page.get_by_text("Show All Names").click()  # Formgrader hides learners' names at first
     page.screenshot(path=str(ARTIFACTS / "hub-formgrader.png"), full_page=True)
+    scores = {}
+    for user in LEARNERS:
+        row = rows.filter(has_text=user)
+        expect(row).to_have_count(1, timeout=120_000)
+        found = re.search(r"(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)", row.first.inner_text())
+        assert found, f"no score in Formgrader's row for {user}: {row.first.inner_text()!r}"
+        scores[user] = (float(found.group(1)), float(found.group(2)))
+    # ben's ex2 fails a hidden test; the others answered as the solution does
+    expected = {LEARNERS[0]: (top, top), LEARNERS[1]: (top - points["ex2-check"], top), LEARNERS[2]: (top, top)}
+    assert scores == expected, scores
 
 
 # --- what a learner can read ------------------------------------------------------------------------------------
@@ -617,6 +656,11 @@ for root in sys.argv[1:]:
             found += [f"{path}: {line[:60]}" for line in patterns & {x.strip() for x in text.splitlines()}]
 print(json.dumps({"read": read, "found": found}))
 """
+
+
+def visible_text(page: str) -> str:
+    """An HTML page as the words a reader sees: tags dropped (syntax highlighting splits code), entities decoded."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", page)).split())
 
 
 def hidden_lines() -> list[str]:

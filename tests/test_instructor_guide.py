@@ -4,7 +4,8 @@ cleaning up (docs/instructor-guide.md sections 3, 4, 5 and 7), in the guide's or
 The blocks are read from the guide itself, so this test breaks when the guide changes. Only paths are
 substituted (the shared results folder, the submissions folder, and the checkout, which here is a folder
 with the fixture course as its solutions/ and the course's .venv); `course` is `.venv/bin/python -m course`,
-as the guide says. The nbgrader route and the student copy are tested elsewhere (tests/test_nbgrader_*.py).
+as the guide says. The nbgrader route runs on a real hub in tests/test_hub.py, the student copy in
+tests/test_student_copy.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tests.slurm import slurm  # noqa: F401  (session fixture: a real single-nod
 
 GUIDE = ROOT / "docs" / "instructor-guide.md"
 SECTIONS = ("## 3.", "## 4.", "## 5.", "## 7.")
-SKIP_SUBSECTIONS = ("### The nbgrader route",)  # tested by tests/test_nbgrader_exchange.py
+SKIP_SUBSECTIONS = ("### The nbgrader route",)  # its nbgrader steps are the hub block's, run by tests/test_hub.py
 
 pytestmark = pytest.mark.slow
 
