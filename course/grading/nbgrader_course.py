@@ -47,6 +47,8 @@ def assignments(solutions: Path) -> dict[str, list[Path]]:
 
 def configure(c, checkout: Path) -> None:
     """Fill nbgrader's config object `c` for the course (what nbgrader_config.py calls; reads only)."""
+    from course.grading.stubs import PYTHON_STUB, generate_assignment_preprocessors  # nbgrader is loading this
+
     root = course_root(checkout)
     c.CourseDirectory.course_id = ASSIGNMENT
     c.CourseDirectory.root = str(root)
@@ -61,7 +63,9 @@ def configure(c, checkout: Path) -> None:
     # Every notebook nbgrader runs gets a cluster id of its own, and its engines end with its kernel (even after an
     # error, a time limit or a crash), so no submission attaches to another's engines (course/grading/isolation.py).
     c.Execute.kernel_manager_class = "course.grading.isolation.IsolatedKernelManager"
-    c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    c.ClearSolutions.code_stub = {"python": PYTHON_STUB}
+    # generate_assignment stubs a batch script's solution with a comment, as `course release` does (course/grading/stubs.py).
+    c.GenerateAssignment.preprocessors = generate_assignment_preprocessors()
     # Feedback shows a learner their graded notebook without the hidden tests (course/grading/feedback.py).
     c.GenerateFeedback.preprocessors = FEEDBACK
 

@@ -18,10 +18,6 @@ from course import UserError
 from course.grading import ASSIGNMENT, quiet_log, solutions_dir
 
 
-PYTHON_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader's stub (course.grading.nbgrader_course)
-SCRIPT_STUB = "# YOUR SCRIPT HERE"
-
-
 def read_source(path: Path) -> NotebookNode:
     """An instructor notebook, or a UserError naming the file and what is wrong with it."""
     try:
@@ -44,22 +40,12 @@ def _preprocessors(db_url: str | None) -> list:
         ClearHiddenTests,
         ClearMarkScheme,
         ClearOutput,
-        ClearSolutions,
         ComputeChecksums,
         LockCells,
         SaveCells,
     )
 
-    class ClearSolutionsAnyLanguage(ClearSolutions):
-        """nbgrader's ClearSolutions, with a stub in the cell's own language where a %%writefile cell writes a
-        script that is not Python (a batch script): Python's `raise NotImplementedError()` in it would be nonsense."""
-
-        def preprocess_cell(self, cell, resources, index):
-            cell, resources = super().preprocess_cell(cell, resources, index)
-            first = cell.source.split("\n", 1)[0]
-            if cell.cell_type == "code" and first.startswith("%%writefile") and not first.rstrip().endswith(".py"):
-                cell.source = cell.source.replace(PYTHON_STUB, SCRIPT_STUB)
-            return cell, resources
+    from course.grading.stubs import ClearSolutionsAnyLanguage
 
     log = quiet_log()
     before = [LockCells, ClearSolutionsAnyLanguage, ClearOutput, CheckCellMetadata, ComputeChecksums]
