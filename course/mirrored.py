@@ -13,7 +13,7 @@ own. The process needs its replica devices before TensorFlow starts: `training.r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -45,6 +45,11 @@ def check_build(build: Callable, replicas: int = 2) -> dict[str, Any]:
         "the optimizer's variables (its step counter, momentum...) are not mirrored: create the optimizer inside "
         "`with strategy.scope():` too"
     )
+    theirs = [v for v in (variable, step) if not strategy.extended.variable_created_in_scope(v)]
+    assert not theirs, (
+        "the variables were made in the scope of another strategy, not of the `strategy` build is given: a new "
+        "MirroredStrategy() picks its own devices. Build inside `with strategy.scope():`"
+    )
     return found
 
 
@@ -66,7 +71,17 @@ def check_step(replica_step: Callable, learning_rate: float = 0.1, seed: int = 0
         total = tf.reduce_sum(tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities))
     gradients = tape.gradient(total, model.trainable_variables)  # of the SUM: the check scales it itself
     correct = float(np.sum(np.argmax(probabilities.numpy(), axis=1) == labels))
-    result = replica_step(model, tf.keras.optimizers.SGD(learning_rate), tf.constant(images), tf.constant(labels), 16)
+    try:
+        result = replica_step(
+            model, tf.keras.optimizers.SGD(learning_rate), tf.constant(images), tf.constant(labels), 16
+        )
+    except ValueError as exc:
+        if "No gradients provided" not in str(exc):
+            raise
+        raise AssertionError(
+            "no gradient reached the weights: tape.gradient gave None for every variable, so the tape never saw "
+            "the weights used. Run the model's forward pass, and the loss, inside `with tf.GradientTape() as tape:`"
+        ) from None
     assert isinstance(result, (tuple, list)) and len(result) == 2, "replica_step should return (loss, correct)"
     loss, got_correct = float(result[0]), float(result[1])
     total = float(total)
@@ -103,6 +118,7 @@ class Comparison:
     initial: list[np.ndarray]
     history: dict[int, list[dict]]
     global_batch: int
+    distributed: set[int] = field(default_factory=set)  # replica counts whose loop distributed its dataset
 
     def difference(self, n: int, base: int = 1) -> float:
         """Largest absolute weight difference between `n` replicas and `base`."""
@@ -133,9 +149,10 @@ def compare_replicas(
     labels = rng.integers(0, 10, steps * global_batch)
     tf.keras.utils.set_random_seed(seed)
     initial = models.mnist_cnn().get_weights()
-    weights, history = {}, {}
+    weights, history, distributed = {}, {}, set()
     for n in replicas:
         strategy = training.mirrored_strategy(n)
+        _note_distribution(strategy, distributed, n)
         try:
             model, optimizer = build(strategy, models.mnist_cnn, learning_rate)
             model.set_weights(initial)
@@ -149,7 +166,20 @@ def compare_replicas(
                 f"{_hint(exc)}"
             ) from None
         weights[n] = model.get_weights()
-    return Comparison(weights, initial, history, global_batch)
+    return Comparison(weights, initial, history, global_batch, distributed)
+
+
+def _note_distribution(strategy: Any, distributed: set[int], n: int) -> None:
+    """Add `n` to `distributed` when the learner's loop distributes a dataset with `strategy` (a diagnosis: a run
+    on an undistributed dataset and one with a per-replica mean loss move the weights alike)."""
+    for name in ("experimental_distribute_dataset", "distribute_datasets_from_function"):
+        original = getattr(strategy, name)
+
+        def noted(*args, _original=original, **kwargs):
+            distributed.add(n)
+            return _original(*args, **kwargs)
+
+        setattr(strategy, name, noted)
 
 
 def _hint(exc: Exception) -> str:
@@ -171,6 +201,12 @@ def check_same_as_one_device(comparison: Comparison, n: int = 2) -> float:
     ratio = c.movement(n) / c.movement(1)
     difference = c.difference(n)
     if difference > TOLERANCE:
+        if n not in c.distributed:
+            raise AssertionError(
+                f"with {n} replicas the weights moved {ratio:.2f}x as far as with 1 device: the loop never distributed "
+                f"its dataset, so every replica trained on the whole global batch of {c.global_batch}. Iterate "
+                f"strategy.experimental_distribute_dataset(...), which splits each global batch among the replicas"
+            )
         if abs(ratio - n) < 0.15 * n:
             raise AssertionError(
                 f"with {n} replicas the weights moved {ratio:.2f}x as far as with 1 device on the same global batches: "

@@ -1,7 +1,8 @@
 """course.mirrored, notebook 06's checks of a MirroredStrategy loop the learner writes, on 2 real logical CPU
 devices: a right build and step pass (the right loop passes in notebook 06's execution test: 2 replicas = 1 device to
 1e-5), and each plausible wrong one fails with a message that names its mistake (per-replica mean, no
-strategy.reduce, variables outside the scope).
+strategy.reduce, variables outside the scope or in another strategy's, the forward pass outside the tape, an
+undistributed dataset).
 """
 
 from __future__ import annotations
@@ -35,3 +36,7 @@ def test_checks_pass_right_answers_and_name_each_mistake():
     assert "mean over the replica's own 8 images" in found["step per-replica mean"]
     assert "per-replica mean" in found["loop per-replica mean"], found["loop per-replica mean"]
     assert "strategy.reduce" in found["loop no reduce"] and "about 1/2" in found["loop no reduce"]
+    assert "another strategy" in found["build in a new strategy"], found["build in a new strategy"]
+    assert "inside `with tf.GradientTape()" in found["step forward outside tape"], found["step forward outside tape"]
+    undistributed = found["loop undistributed dataset"]
+    assert "never distributed its dataset" in undistributed and "per-replica mean" not in undistributed, undistributed

@@ -25,10 +25,18 @@ def build(strategy, make_model, learning_rate, optimizer_in_scope=True, model_in
     return model or make_model(), optimizer or tf.keras.optimizers.SGD(learning_rate)
 
 
-def make_step(per_replica_mean=False):
+def build_in_a_new_strategy(strategy, make_model, learning_rate):
+    with tf.distribute.MirroredStrategy(strategy.extended.worker_devices).scope():  # the same devices, another strategy
+        return make_model(), tf.keras.optimizers.SGD(learning_rate)
+
+
+def make_step(per_replica_mean=False, forward_outside_tape=False):
     def replica_step(model, optimizer, images, labels, global_batch):
-        with tf.GradientTape() as tape:
+        if forward_outside_tape:
             probabilities = model(images, training=True)
+        with tf.GradientTape() as tape:
+            if not forward_outside_tape:
+                probabilities = model(images, training=True)
             per_image = tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities)
             loss = (
                 tf.reduce_mean(per_image)
@@ -43,9 +51,11 @@ def make_step(per_replica_mean=False):
     return replica_step
 
 
-def make_train(step, reduce="sum"):
+def make_train(step, reduce="sum", distribute=True):
     def train(strategy, model, optimizer, dataset, global_batch, epochs):
-        batches = strategy.experimental_distribute_dataset(dataset.batch(global_batch, drop_remainder=True))
+        batches = dataset.batch(global_batch, drop_remainder=True)
+        if distribute:
+            batches = strategy.experimental_distribute_dataset(batches)
 
         @tf.function
         def distributed_step(images, labels):
@@ -87,6 +97,11 @@ cases = {
     ),
     "loop no reduce": lambda: mirrored.check_same_as_one_device(
         mirrored.compare_replicas(build, make_train(right, reduce="none"))
+    ),
+    "build in a new strategy": lambda: mirrored.check_build(build_in_a_new_strategy),
+    "step forward outside tape": lambda: mirrored.check_step(make_step(forward_outside_tape=True)),
+    "loop undistributed dataset": lambda: mirrored.check_same_as_one_device(
+        mirrored.compare_replicas(build, make_train(right, distribute=False))
     ),
 }
 print("RESULT " + json.dumps({name: outcome(check) for name, check in cases.items()}), flush=True)
