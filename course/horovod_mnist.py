@@ -27,6 +27,7 @@ than one epoch takes. --min-epoch-seconds makes short epochs as long as a real d
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -153,6 +154,8 @@ def configurations(text: str) -> list[tuple[str, str | None]]:
 def main(argv: list[str] | None = None) -> int:
     global _began
     signal.signal(signal.SIGUSR1, _on_warning)  # before the slow imports: the default action would kill the rank
+    # Killed at the time limit (Slurm's SIGTERM), each rank first writes where it was to stderr, then dies as before
+    faulthandler.register(signal.SIGTERM, chain=True)
     _began = time.monotonic()
     args = parse(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -244,6 +246,26 @@ def test_bad_results_file_stops_every_rank_before_training(tmp_path):
         f"the folder {tmp_path / 'missing-folder'} does not exist"
     ], done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "Epoch 1" not in done.stdout and "SUMMARY" not in done.stdout
+
+
+def test_a_rank_killed_at_the_time_limit_says_where_it_was(tmp_path):
+    """Slurm ends a job at its limit with SIGTERM: the rank still dies of it, after writing its stack to stderr."""
+    env = dict(
+        mpi.env(), TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    command = [sys.executable, "-m", "course.horovod_mnist", "--limit", "200", "--min-epoch-seconds", "300"]
+    rank = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        for line in rank.stdout:  # one rank, no mpiexec: Horovod runs alone
+            if line.startswith("Epoch 1/"):
+                break
+        time.sleep(2)  # in training: tracing the step, or in the epoch's floor
+        rank.terminate()
+        _, err = rank.communicate(timeout=60)
+    finally:
+        rank.kill()
+    assert rank.returncode == -signal.SIGTERM, (rank.returncode, err[-3000:])
+    assert "most recent call first" in err and re.search(r'horovod_mnist.py", line \d+ in train\n', err), err[-3000:]
 
 
 # ---------------------------------------------------------------------------------- MirroredStrategy
