@@ -1,4 +1,4 @@
-"""Benchmark: course.comm's ring all-reduce against MPI.Allreduce, on 2 and 4 ranks, 1 KB to 64 MB.
+"""Benchmark: the course's ring all-reduce (course.answers, instructor-only) against MPI.Allreduce, on 2 and 4 ranks, 1 KB to 64 MB.
 
 Run: .venv/bin/python benchmarks/collectives.py   (it launches itself under mpiexec for each rank count)
 Both are timed side by side in one run (A B A B ...), and the median ratio is reported, because
@@ -21,14 +21,14 @@ def measure() -> None:
     """Runs on every rank: interleaved timings, rank 0 prints one row per size."""
     from mpi4py import MPI
 
-    from course import comm
+    from course import answers, comm
 
     world = MPI.COMM_WORLD
     for nbytes in SIZES:
         data = np.random.default_rng(world.rank).standard_normal(nbytes // 8)
         ratios, ring_times, mpi_times = [], [], []
         for _ in range(PAIRS):
-            ring = comm.time_collective(world, comm.ring_allreduce, data, repeats=1)
+            ring = comm.time_collective(world, answers.ring_allreduce, data, repeats=1)
             ref = comm.time_collective(world, comm.mpi_allreduce, data, repeats=1)
             ring_times.append(ring)
             mpi_times.append(ref)

@@ -1,9 +1,10 @@
-"""Collectives written out by hand for teaching, over mpi4py, and the alpha-beta model of their cost.
+"""Collectives for teaching, over mpi4py: timing them, the alpha-beta model of their cost, counting a learner's
+messages and running a learner's collective on more ranks than the notebook's engines.
 
-Each function takes an mpi4py communicator and a NumPy array and returns what the matching MPI
-collective would: learners compare them with `MPI.Allreduce` and time both. `reduce_scatter_allgather`
-builds the same all-reduce from MPI's own reduce-scatter and all-gather. The array sizes need
-not divide by the number of ranks (chunks come from `np.array_split`).
+`mpi_allreduce` and `reduce_scatter_allgather` take an mpi4py communicator and a NumPy array and return the
+all-reduce, the second from MPI's own reduce-scatter and all-gather (the array size need not divide by the number
+of ranks). The hand-written ring and parameter server that notebook 03 asks learners to write are not here: they
+are the instructor's (`course.answers`).
 """
 
 from __future__ import annotations
@@ -35,75 +36,6 @@ def _chunks(flat: np.ndarray, parts: int) -> list[np.ndarray]:
     return [flat[bounds[i] : bounds[i + 1]] for i in range(parts)]
 
 
-def ring_reduce_scatter(
-    comm, array: np.ndarray, op: str = "sum", out: np.ndarray | None = None
-) -> tuple[np.ndarray, int]:
-    """Phase 1 of ring all-reduce: after p-1 steps rank r holds the reduced chunk (r+1) % p.
-
-    Works straight in `out` (a new flat array unless given; `array` is only read): each step receives a
-    neighbour's partial sum into the chunk it belongs to and adds this rank's own values to it in place.
-    Returns `out` (only the finished chunk is final) and the index of that chunk.
-    """
-    reduce = _op(op)
-    rank, size = comm.Get_rank(), comm.Get_size()
-    mine = np.ascontiguousarray(array).reshape(-1)  # a copy only if `array` is not contiguous
-    out = np.empty_like(mine) if out is None else out
-    inputs, chunks = _chunks(mine, size), _chunks(out, size)
-    right, left = (rank + 1) % size, (rank - 1) % size
-    for step in range(size - 1):
-        sending, receiving = (rank - step) % size, (rank - step - 1) % size
-        send = inputs[sending] if step == 0 else chunks[sending]  # at first our own values, then partial sums
-        comm.Sendrecv(send, dest=right, recvbuf=chunks[receiving], source=left)
-        reduce(chunks[receiving], inputs[receiving], out=chunks[receiving])
-    return out, (rank + 1) % size
-
-
-def ring_allgather(comm, work: np.ndarray, owned: int) -> np.ndarray:
-    """Phase 2: pass finished chunks around the ring until every rank has all of them (in `work`, in place)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    chunks = _chunks(work, size)
-    right, left = (rank + 1) % size, (rank - 1) % size
-    for step in range(size - 1):
-        send, recv = chunks[(owned - step) % size], chunks[(owned - step - 1) % size]
-        comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
-    return work
-
-
-def ring_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
-    """All-reduce as Horovod and NCCL do it: a ring reduce-scatter, then a ring all-gather.
-
-    Each rank sends 2 (p-1)/p of the data whatever the number of ranks: bandwidth-optimal. One output
-    buffer serves both phases, so nothing is copied up front and `array` is left as it was.
-    """
-    array = np.asarray(array)
-    if comm.Get_size() == 1:
-        return array.copy()
-    work, owned = ring_reduce_scatter(comm, array, op)
-    return ring_allgather(comm, work, owned).reshape(array.shape)
-
-
-def parameter_server_allreduce(comm, array: np.ndarray, op: str = "sum", server: int = 0) -> np.ndarray:
-    """All-reduce through one parameter server: everyone sends to `server`, it reduces and sends back.
-
-    The server receives and sends p-1 full arrays: its link is the bottleneck as p grows.
-    """
-    reduce = _op(op)
-    rank, size = comm.Get_rank(), comm.Get_size()
-    array = np.asarray(array)
-    result = np.array(array, copy=True)
-    if rank == server:
-        incoming = np.empty_like(result)
-        for worker in (r for r in range(size) if r != server):
-            comm.Recv(incoming, source=worker)
-            reduce(result, incoming, out=result)
-        for worker in (r for r in range(size) if r != server):
-            comm.Send(result, dest=worker)
-    else:
-        comm.Send(np.ascontiguousarray(array), dest=server)
-        comm.Recv(result, source=server)
-    return result
-
-
 def _mpi_op(name: str):
     """The MPI reduction (MPI.SUM, MAX, MIN) for one of the names in OPS."""
     from mpi4py import MPI
@@ -115,7 +47,7 @@ def _mpi_op(name: str):
 def reduce_scatter_allgather(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
     """All-reduce as MPI's own reduce-scatter followed by MPI's own all-gather.
 
-    The same two phases as `ring_allreduce`, but with library collectives instead of a hand-written ring:
+    The same two phases as a ring all-reduce, but with library collectives instead of a hand-written ring:
     rank r receives the reduced chunk r (`Reduce_scatter`), then every rank gathers all chunks (`Allgatherv`).
     This is the decomposition Horovod and NCCL build their all-reduce from. Returns an array of `array`'s shape.
     """
@@ -185,38 +117,16 @@ def fit_alpha_beta(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, floa
     return float(max(alpha, 0.0)), float(beta)
 
 
-def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int) -> np.ndarray:
-    """Distributed K-Means (Lloyd) in SPMD style: each rank holds its chunk of `points`;
-    per iteration the ranks all-reduce per-cluster sums and counts, so every rank gets the same centroids.
-    """
-    from mpi4py import MPI
+def references() -> tuple[Callable, ...]:
+    """The course's own versions of notebook 03's collectives, which a check refuses in an answer: the two built
+    on MPI's collectives here, and the hand-written answers of `course.answers` where it exists (not in the
+    student copy, which has nothing more to call)."""
+    try:
+        from course import answers
+    except ImportError:
+        return (reduce_scatter_allgather, mpi_allreduce)
+    return (reduce_scatter_allgather, mpi_allreduce, *answers.ALL)
 
-    centroids = np.array(centroids, dtype=np.float64, copy=True)
-    k = len(centroids)
-    for _ in range(iterations):
-        distances = ((points[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=-1)
-        nearest = distances.argmin(axis=1)
-        local = np.zeros((k, points.shape[1] + 1))
-        np.add.at(local[:, :-1], nearest, points)
-        np.add.at(local[:, -1], nearest, 1.0)
-        total = np.empty_like(local)
-        comm.Allreduce(local, total, op=MPI.SUM)
-        counts = total[:, -1:]
-        centroids = np.where(counts > 0, total[:, :-1] / np.maximum(counts, 1), centroids)
-    return centroids
-
-
-# The course's own implementations of the collectives notebook 03 asks learners to write: a check refuses an answer
-# that calls them (course.shortcuts.Watch)
-REFERENCE = (
-    ring_reduce_scatter,
-    ring_allgather,
-    ring_allreduce,
-    parameter_server_allreduce,
-    reduce_scatter_allgather,
-    mpi_allreduce,
-    kmeans_spmd,
-)
 
 # --- counting a learner's messages ------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 
 The instructor's checkout holds every solution and hidden test (solutions/), the wrong answers the tests
 use, and the instructor guide. OUT gets only what a learner needs to run the course: the package
-(course/, with its offline data fallback), the student notebooks generated afresh from solutions/ by
+(course/, with its offline data fallback, without the course's own answers), the student notebooks generated afresh from solutions/ by
 nbgrader's preprocessors, the set-up (Makefile, scripts/setup-*.sh, pyproject.toml, environment.yml,
 binder/), the benchmarks the notebooks mention, and a README for learners. Binder launches it and
 JupyterHub pulls it (nbgitpuller); see the instructor guide.
@@ -28,7 +28,9 @@ FILES = (
     "scripts/setup-system.sh",
     "scripts/setup-python.sh",
 )
-IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
+# The course's own answers to notebook 03 (and the benchmark that times them) stay with the instructor
+INSTRUCTOR_ONLY = ("course/answers.py", "benchmarks/collectives.py")
+IGNORE = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 
 README = """# Distributed Deep Learning on HPC
 
@@ -69,7 +71,8 @@ def build(out: Path, solutions: Path | None = None) -> list[str]:
     solutions = Path(solutions).resolve() if solutions is not None else ROOT / "solutions"
     _prepare(out)
     for folder in FOLDERS:
-        shutil.copytree(ROOT / folder, out / folder, ignore=IGNORE)
+        left_out = [Path(p).name for p in INSTRUCTOR_ONLY if Path(p).parent.name == folder]
+        shutil.copytree(ROOT / folder, out / folder, ignore=shutil.ignore_patterns(*IGNORE, *left_out))
     for name in FILES:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, out / name)

@@ -7,12 +7,17 @@ own package and gets full marks from the instructor's grader (hidden tests inclu
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
+import subprocess
+import sys
+import sysconfig
 
 import nbformat
 import pytest
 
+from course import answers as course_answers
 from course.cli import main
 from course.grading.release import course_notebooks
 from tests.conftest import ROOT, run_course
@@ -63,6 +68,11 @@ def _secrets() -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]
                     found = [[line.strip() for line in cell.source.splitlines() if line.strip()]]
                 answers += [(where, lines) for lines in found]
             hidden += [(where, lines) for lines in _regions(cell.source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")]
+    for function in course_answers.ALL:  # the course's own answers, in the instructor's package only
+        body = inspect.getsource(function).split('"""')[-1]  # its code, without the docstring
+        answers.append(
+            (f"course.answers.{function.__name__}", [line.strip() for line in body.splitlines() if line.strip()])
+        )
     return answers, hidden
 
 
@@ -87,8 +97,20 @@ def test_the_copy_has_what_a_learner_needs_and_nothing_of_the_instructors(copy):
         assert (copy / needed).is_file(), f"the student copy lacks {needed}"
     assert sorted(p.name for p in (copy / "notebooks").glob("*.ipynb")) == [p.name for p in SOLUTIONS]
     names = {str(p.relative_to(copy)) for p in copy.rglob("*")}
-    for banned in ("solutions", "tests", "docs", "nbgrader_config.py"):
+    for banned in ("solutions", "tests", "docs", "nbgrader_config.py", "course/answers.py"):
         assert banned not in names, f"the student copy holds {banned}"
+    # its package runs without the answers: the checks refuse only what the copy has. -S: the copy's package alone,
+    # with this environment's libraries but not its editable install of the checkout (which would find the answers)
+    probe = "from course import comm; print(' '.join(f.__name__ for f in comm.references()))"
+    path = os.pathsep.join([str(copy), sysconfig.get_paths()["purelib"]])
+    found = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=copy,
+    )
+    assert found.returncode == 0 and found.stdout.split() == ["reduce_scatter_allgather", "mpi_allreduce"], found
     assert not [n for n in names if "wrong_answers" in n or "instructor" in n or "hostile" in n]
     readme = (copy / "README.md").read_text()
     assert "solutions/" not in readme and "validate" in readme and "mybinder.org" in readme

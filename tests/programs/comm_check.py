@@ -1,4 +1,4 @@
-"""Run under mpiexec: the hand-written collectives must equal MPI's for many sizes, dtypes and ops.
+"""Run under mpiexec: the course's hand-written collectives (course.answers) must equal MPI's for many sizes, dtypes and ops.
 
 Prints 'RANK r OK n' (n comparisons of the ring and the parameter server on rank 0, the count the test expects)
 after 'RANK r ALSO m' (m comparisons of MPI's reduce-scatter + all-gather and of a parameter server on the last
@@ -10,6 +10,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
+from course import answers
 from course import comm as collectives
 
 world = MPI.COMM_WORLD
@@ -18,7 +19,7 @@ checked = also = 0
 # Checked beside the two counted ones: the library-collective all-reduce, and a server that is not rank 0.
 EXTRA = {
     "reduce_scatter_allgather": collectives.reduce_scatter_allgather,
-    "parameter_server_allreduce(server=last)": lambda comm, x, op: collectives.parameter_server_allreduce(
+    "parameter_server_allreduce(server=last)": lambda comm, x, op: answers.parameter_server_allreduce(
         comm, x, op, server=size - 1
     ),
 }
@@ -31,7 +32,7 @@ for dtype in (np.float64, np.float32, np.int32, np.int64):
             # Floating-point sums depend on the order of additions: allow a few ulps of the largest value.
             exact = np.issubdtype(dtype, np.integer)
             tolerance = 0.0 if exact else 4 * size * np.finfo(dtype).eps * 400
-            functions = {name: getattr(collectives, name) for name in ("ring_allreduce", "parameter_server_allreduce")}
+            functions = {name: getattr(answers, name) for name in ("ring_allreduce", "parameter_server_allreduce")}
             for name, function in {**functions, **EXTRA}.items():
                 got = function(world, data, op)
                 if (
@@ -46,7 +47,7 @@ for dtype in (np.float64, np.float32, np.int32, np.int64):
                 else:
                     also += 1
 matrix = np.arange(12.0).reshape(3, 4) * (rank + 1)
-if not np.array_equal(collectives.ring_allreduce(world, matrix), np.arange(12.0).reshape(3, 4) * size * (size + 1) / 2):
+if not np.array_equal(answers.ring_allreduce(world, matrix), np.arange(12.0).reshape(3, 4) * size * (size + 1) / 2):
     print(f"RANK {rank} MISMATCH 2-D shape", flush=True)
     sys.exit(1)
 # reduce_scatter_allgather keeps any shape, also of a non-contiguous view, and a one-rank communicator copies.
@@ -54,7 +55,7 @@ total = np.arange(12.0).reshape(3, 4) * size * (size + 1) / 2
 # The ring reads a non-contiguous view as it is and leaves its input unchanged (it works in its own output).
 kept = matrix.copy()
 for name, got, want in (
-    ("ring transposed", collectives.ring_allreduce(world, matrix.T), total.T),
+    ("ring transposed", answers.ring_allreduce(world, matrix.T), total.T),
     ("ring input unchanged", matrix, kept),
 ):
     if got.shape != want.shape or not np.array_equal(got, want):
@@ -74,7 +75,7 @@ for name, got, want in (
 # Distributed K-Means on this rank's chunk, from shared initial centroids.
 points = np.random.default_rng(7).standard_normal((300, 2)) + np.repeat(np.eye(2) * 4, 150, axis=0)
 chunk = np.array_split(points, size)[rank]
-centroids = collectives.kmeans_spmd(world, chunk, points[:3], iterations=20)
+centroids = answers.kmeans_spmd(world, chunk, points[:3], iterations=20)
 if rank == 0:
     np.save(sys.argv[1], centroids)
 print(f"RANK {rank} ALSO {also}", flush=True)
