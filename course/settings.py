@@ -43,14 +43,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "COURSE_ENGINE_CORES",
         "the host's cores shared by its engines",
-        "task slots each engine offers the task runtime (notebooks 01 and 04)",
+        "task slots each engine offers the task runtime (notebooks 01 and 05)",
     ),
     Setting(
         "COURSE_TASKS_BIND",
         "`127.0.0.1` on the notebook's host, else the host's address",
         "where an engine's task-data server listens",
     ),
-    Setting("COURSE_RESULTS", "a temporary CSV", "the class's shared results CSV that notebook 04 appends to"),
+    Setting("COURSE_RESULTS", "a temporary CSV", "the class's shared results CSV that notebook 05 appends to"),
     Setting("COURSE_JOBS_DIR", "`~/.cache/course/jobs`", "where `course job` records the jobs it submitted"),
     Setting("COURSE_NBGRADER_ROOT", "`build/nbgrader` in the checkout", "nbgrader's course directory"),
     Setting("COURSE_NBGRADER_EXCHANGE", "nbgrader's own (`/srv/nbgrader/exchange`)", "nbgrader's exchange directory"),

@@ -1,6 +1,6 @@
 """Noticing answers that call what already exists instead of writing the exercise: the course's own reference code
 (ring all-reduce, parameter server, K-Means, the averaging strategies) or MPI's collectives where the text forbids
-them. The checks of notebooks 03 and 04 use it; it holds no answer."""
+them. The checks of notebooks 03, 04 and 05 use it; it holds no answer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""course.horovod_check on real `horovodrun -np 2` runs of the scripts notebook 05 shows (its single-process
+"""course.horovod_check on real `horovodrun -np 2` runs of the scripts notebook 06 shows (its single-process
 script and the solution of its conversion exercise): the solution passes; a conversion with four faults is told
 each of them by name (what the learner's feedback says)."""
 
@@ -13,11 +13,11 @@ import pytest
 from course import UserError, horovod_check
 from tests.conftest import ROOT
 
-NOTEBOOK = ROOT / "solutions" / "05_horovod.ipynb"
+NOTEBOOK = ROOT / "solutions" / "06_horovod.ipynb"
 
 
 def notebook_scripts() -> tuple[str, str]:
-    """(the single-process script, the solution of the conversion) as notebook 05 writes them."""
+    """(the single-process script, the solution of the conversion) as notebook 06 writes them."""
     notebook = json.loads(NOTEBOOK.read_text())
     cells = [("".join(c["source"]), c["metadata"].get("nbgrader", {})) for c in notebook["cells"]]
     single = next(s for s, _ in cells if s.startswith("%%writefile {OUT}/train_single.py"))

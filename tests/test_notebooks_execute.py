@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb"))
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
-WITHOUT_FIGURES = {"08_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
+WITHOUT_FIGURES = {"09_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
 
 
 class RecordingValidator(Validator):

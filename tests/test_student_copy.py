@@ -26,10 +26,10 @@ from tests.grading_support import grade, rows
 SOLUTIONS = course_notebooks(ROOT / "solutions")
 # Answers the course's own package also implements, because the notebooks use or compare against it (reported to
 # the notebook owners; anything else found in the copy fails): Horovod's standard GPU pinning in course.training,
-# and the relaxed-sync fold in course.averaging that notebook 04 then runs at scale.
+# and the relaxed-sync fold in course.averaging that notebook 05 then runs at scale.
 LIBRARY = {
-    ("05_horovod ex1-answer", "course/training.py"),
-    ("04_parameter_averaging ex3-answer", "course/averaging.py"),
+    ("06_horovod ex1-answer", "course/training.py"),
+    ("05_parameter_averaging ex3-answer", "course/averaging.py"),
 }
 
 
