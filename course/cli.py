@@ -130,7 +130,9 @@ def add_cluster(commands) -> None:
         "--controller-ip", default=None, help="where the controller listens (default 127.0.0.1; '*' for Slurm)"
     )
     start.add_argument("--partition", default=None, help="Slurm partition")
-    start.add_argument("--time", dest="time_limit", default=None, help="Slurm time limit HH:MM:SS, as in course job")
+    start.add_argument(
+        "--time", dest="time_limit", default=None, help="Slurm time limit, as in course job (e.g. 00:30:00)"
+    )
     start.add_argument("--time-limit", dest="time_limit", help=argparse.SUPPRESS)  # its older name
     start.add_argument("--account", default=None, help="Slurm account")
     start.add_argument("--gpus-per-node", type=int, default=None, help="Slurm: GPUs per node (one engine per GPU)")
@@ -330,7 +332,11 @@ def add_job(commands) -> None:
     parser.add_argument("--tasks-per-node", type=int, default=None, help="processes per node (Horovod: = GPUs)")
     parser.add_argument("--cpus-per-task", type=int, default=None, help="CPU cores per process")
     parser.add_argument("--mem", default=None, help="memory per node, e.g. 16G")
-    parser.add_argument("--time", default="00:30:00", help="time limit HH:MM:SS (default 00:30:00)")
+    parser.add_argument(
+        "--time",
+        default="00:30:00",
+        help="time limit as sbatch reads it: minutes, HH:MM:SS or D-HH:MM:SS (default 00:30:00)",
+    )
     parser.add_argument("--partition", default=None, help="Slurm partition")
     parser.add_argument("--account", default=None, help="Slurm account to charge")
     add_site_options(parser)

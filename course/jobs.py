@@ -59,7 +59,6 @@ LAUNCHERS = ("mpiexec", "srun")
 SRUN_CPUS = "--cpus-per-task=${SLURM_CPUS_PER_TASK}"
 OVERSUBSCRIBE = "OMPI_MCA_rmaps_base_oversubscribe"  # course.mpi sets it for runs here; job scripts only on request
 MAX_RESUBMITS = 10  # --resubmit-on-timeout: jobs that may follow the first one
-_TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _LIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,-]*$")
@@ -72,16 +71,14 @@ def jobs_dir() -> Path:
 
 
 def parse_time(text: str) -> int:
-    """Seconds in a Slurm time limit HH:MM:SS (or D-HH:MM:SS); UserError for anything else."""
-    match = _TIME.match(text.strip()) if isinstance(text, str) else None
-    if not match:
-        raise UserError(f"--time must be HH:MM:SS (e.g. 00:30:00 for half an hour), not {text!r}")
-    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-    if minutes > 59 or seconds > 59:
-        raise UserError(f"--time {text}: minutes and seconds must be 00-59")
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    """Seconds in a Slurm time limit, read as sbatch reads --time (slurm.TIME_FORMS); UserError for anything else."""
+    total = slurm.time_limit_seconds(text)
+    if total is None:
+        raise UserError(
+            f"--time must be a Slurm time limit ({slurm.TIME_FORMS}; e.g. 00:30:00 for half an hour), not {text!r}"
+        )
     if total == 0:
-        raise UserError("--time 00:00:00 gives the job no time at all: ask for at least a minute")
+        raise UserError(f"--time {text} gives the job no time at all: ask for at least a minute")
     return total
 
 

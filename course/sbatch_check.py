@@ -79,7 +79,6 @@ FLAGS = frozenset(
     """contiguous exclusive get-user-env hold ignore-pbs no-kill no-requeue overcommit oversubscribe
 parsable quiet reboot requeue spread-job test-only use-min-nodes verbose wait wait-all-nodes""".split()
 )
-_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
 LAUNCHERS = ("mpiexec", "mpirun", "srun", "horovodrun")
 
 
@@ -193,21 +192,6 @@ def _read_line(rest: str, number: int, header: Header) -> None:
         else:
             header.options.append(Option(None, None, number, word))
             header.slips.append(f"line {number}: '{word}' is not an sbatch option (options start with - or --)")
-
-
-def seconds(limit: str) -> int | None:
-    """Seconds in a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), None if malformed."""
-    match = _TIME.match(limit.strip())
-    if not match:
-        return None
-    d, dh, dm, ds, a, b, c = (int(g) if g else None for g in match.groups())
-    if d is not None:
-        return ((d * 24 + dh) * 60 + (dm or 0)) * 60 + (ds or 0)
-    if c is not None:  # HH:MM:SS
-        return (a * 60 + b) * 60 + c
-    if b is not None:  # MM:SS
-        return a * 60 + b
-    return a * 60  # minutes
 
 
 def _minutes(total: int) -> str:
@@ -366,7 +350,7 @@ def _limit(h: Header, want: Exercise) -> list[str]:
             "no --time (-t): the partition's default limit applies - often the maximum, which makes the job wait "
             "longer for a slot, or a short one that kills it"
         ]
-    got, asked = seconds(value), seconds(want.time)
+    got, asked = slurm.time_limit_seconds(value), slurm.time_limit_seconds(want.time)
     if got is None:
         return [f"--time {value!r} is not a Slurm time limit: write HH:MM:SS (or minutes, or D-HH:MM:SS)"]
     if got != asked:
@@ -554,10 +538,9 @@ def srun_problems(words: list[str], ntasks: int, cpus_per_task: int, time: str, 
     limit = header.get("time")
     if limit is None:
         found.append("no --time (-t): without one the step gets the partition's default limit")
-    elif seconds(limit) != seconds(time):
+    elif (got := slurm.time_limit_seconds(limit)) != (asked := slurm.time_limit_seconds(time)):
         found.append(
-            f"--time {limit} is {_minutes(seconds(limit)) if seconds(limit) else 'not a time limit'}, "
-            f"the exercise asks for {_minutes(seconds(time))}"
+            f"--time {limit} is {_minutes(got) if got else 'not a time limit'}, the exercise asks for {_minutes(asked)}"
         )
     if rest != [str(w) for w in program]:
         found.append(

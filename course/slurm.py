@@ -77,6 +77,26 @@ _FLAGS = ("exclusive", "export_all", "extra")  # not written as --name=value
 _SBATCH_NAMES = {"tasks_per_node": "ntasks-per-node", "gpus_per_node": "gres"}  # others: the field, - for _
 
 
+# sbatch's time limits (man sbatch, --time): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+_TIME_LIMIT = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
+TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+
+
+def time_limit_seconds(limit: str) -> int | None:
+    """Seconds in a Slurm time limit, read as sbatch reads --time (TIME_FORMS); None if it is not one."""
+    match = _TIME_LIMIT.match(limit.strip()) if isinstance(limit, str) else None
+    if not match:
+        return None
+    d, dh, dm, ds, a, b, c = (int(g) if g else None for g in match.groups())
+    if d is not None:
+        return ((d * 24 + dh) * 60 + (dm or 0)) * 60 + (ds or 0)
+    if c is not None:  # HH:MM:SS
+        return (a * 60 + b) * 60 + c
+    if b is not None:  # MM:SS
+        return a * 60 + b
+    return a * 60  # minutes
+
+
 def sbatch_lines(options: Options) -> list[str]:
     """The `#SBATCH` lines for `options`, in the order of its fields (the order a reader expects); site lines
     (`extra`) come last."""

@@ -35,7 +35,7 @@ REFUSED = [
     (["horovod", "--gpus-per-node", "2", "--tasks-per-node", "4"], "more than --gpus-per-node 2"),
     (["horovod", "--gpus-per-node", "4", "--tasks-per-node", "2"], "idle"),
     (["horovod", "--time", "1h"], "HH:MM:SS"),
-    (["horovod", "--time", "00:75:00"], "00-59"),
+    (["horovod", "--time", "1:2:3:4"], "D-HH:MM:SS"),
     (["horovod", "--time", "00:00:00"], "no time"),
     (["mirrored", "--nodes", "2"], "one node"),
     (["mirrored", "--tasks-per-node", "2"], "one process"),
@@ -86,6 +86,14 @@ def test_site_options_and_cores_per_gpu_rank_in_the_script():
     mirrored = jobs.script(jobs.Request("mirrored", gpus_per_node=2))
     assert "#SBATCH --cpus-per-task=8\n" in mirrored  # one process feeding both GPUs
     assert "#SBATCH --cpus-per-task=1\n" in jobs.script(jobs.Request("horovod", tasks_per_node=2))
+
+
+def test_time_limits_are_read_as_sbatch_reads_them():
+    """One grammar for --time, sbatch's, in course.slurm: what the job command takes, the #SBATCH checker reads."""
+    for limit, seconds in (("45", 2700), ("45:30", 2730), ("01:00:00", 3600), ("1-00", 86400), ("1-02:03:04", 93784)):
+        assert jobs.parse_time(limit) == seconds
+    with pytest.raises(UserError, match="no time at all"):
+        jobs.parse_time("0")
 
 
 def test_status_of_a_non_number_is_refused():

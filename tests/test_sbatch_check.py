@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from course import jobs, sbatch_check
+from course.slurm import time_limit_seconds
 from course.sbatch_check import Exercise
 from tests.slurm import slurm  # noqa: F401  (the session fixture)
 
@@ -155,7 +156,7 @@ def test_short_and_long_forms_read_the_same():
     ],
 )
 def test_slurm_time_formats(limit, expected):
-    assert sbatch_check.seconds(limit) == expected
+    assert time_limit_seconds(limit) == expected
 
 
 MISTAKES = [
