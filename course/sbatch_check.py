@@ -198,15 +198,6 @@ def _minutes(total: int) -> str:
     return f"{total // 3600} h {total % 3600 // 60:02d} min" if total >= 3600 else f"{total / 60:g} min"
 
 
-def _gpus_per_node(gres: str) -> int | None:
-    """GPUs per node in a --gres value ('gpu:4', 'gpu:a100:4', 'gpu' = 1), None if it asks for no GPUs."""
-    for part in gres.split(","):
-        bits = part.split(":")
-        if bits[0] == "gpu":
-            return int(bits[-1]) if len(bits) > 1 and bits[-1].isdigit() else 1
-    return None
-
-
 @dataclass
 class Exercise:
     """What a batch-script exercise asks for: the layout, the time limit, the files and the program to start."""
@@ -315,8 +306,8 @@ def _gpus(h: Header, want: Exercise) -> list[str]:
     gres, per_node, total = h.get("gres"), h.get("gpus-per-node"), h.get("gpus")
     asked = None
     if gres is not None:
-        asked = _gpus_per_node(gres)
-        if asked is None:
+        asked = slurm.gres_gpus(gres)
+        if not asked:
             return [f"--gres={gres} asks for no GPU: write it as gpu:N (N GPUs per node)"]
         where = "--gres"
     elif per_node is not None:

@@ -178,10 +178,17 @@ class Partition:
     gpus_per_node: int = 0
 
 
-def _gpus(gres: str) -> int:
-    """GPUs per node in sinfo's GRES column, e.g. 'gpu:a100:4(S:0-1)' -> 4, '(null)' -> 0."""
-    found = re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres)
-    return sum(int(n) for n in found)
+# One GRES entry naming GPUs: gpu, gpu:N, gpu:TYPE or gpu:TYPE:N, with sinfo's socket note, e.g. (S:0-1), after it
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:,(]+))?(?::(\d+))?(?=\(|,|$)")
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs per node in a GRES value, as sbatch's --gres or sinfo's GRES column gives it: 'gpu' or 'gpu:a100' 1,
+    'gpu:4' or 'gpu:a100:4(S:0-1)' 4; 0 where it names no GPU ('(null)', 'mps:100')."""
+    total = 0
+    for kind, count in _GPU_GRES.findall(gres):
+        total += int(count or (kind if kind.isdigit() else 1))  # gpu:4 names a count, gpu:a100 a type
+    return total
 
 
 def partitions() -> list[Partition]:
@@ -194,7 +201,7 @@ def partitions() -> list[Partition]:
     for line in done.stdout.splitlines():
         try:
             name, nodes, cpus, gres = line.strip().split("|")
-            part = Partition(name.rstrip("*"), int(nodes), int(cpus.rstrip("+")), _gpus(gres))
+            part = Partition(name.rstrip("*"), int(nodes), int(cpus.rstrip("+")), gres_gpus(gres))
         except ValueError:
             continue
         if name.endswith("*"):

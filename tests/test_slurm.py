@@ -46,8 +46,21 @@ def test_sbatch_lines_carry_site_options_and_refuse_what_is_not_an_option():
             speak.check_extra(bad)
 
 
-def test_gpus_are_read_from_sinfos_gres_column():
-    assert speak._gpus("gpu:a100:4(S:0-1)") == 4 and speak._gpus("gpu:2") == 2 and speak._gpus("(null)") == 0
+@pytest.mark.parametrize(
+    "gres,gpus",
+    [
+        ("gpu:a100:4(S:0-1)", 4),  # sinfo's GRES column
+        ("gpu:2", 2),
+        ("(null)", 0),
+        ("gpu", 1),  # sbatch's --gres: a bare gpu is one
+        ("gpu:a100", 1),
+        ("gpu:a100:8,mps:100", 8),
+        ("mps:100", 0),
+        ("gpu:1g.5gb:2", 2),  # a MIG type, starting with a digit
+    ],
+)
+def test_gpus_are_read_from_a_gres_value_as_sinfo_and_sbatch_write_it(gres, gpus):
+    assert speak.gres_gpus(gres) == gpus
 
 
 @pytest.fixture
