@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from course import UserError
+from course import UserError, from_args
 from course.grading.cli import add_grading
 
 
@@ -19,11 +18,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def from_args(args: argparse.Namespace, names: str) -> dict[str, Any]:
-    """The options `names` (separated by spaces) of `args`, as keywords of the same names."""
-    return {name: getattr(args, name) for name in names.split()}
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

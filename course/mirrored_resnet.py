@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--replicas, --batch, --epochs and --input-size must be positive")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from course import UserError, results, training
-    from course.cli import from_args
+    from course import from_args
 
     try:
         if args.results:

@@ -33,7 +33,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
     if args.timeout is not None:
         check_timeout(args.timeout)
-    from course.cli import from_args
+    from course import from_args
 
     options = from_args(args, "solutions timeout workers memory regrade")
     print(grade(args.submissions, args.out, progress=sys.stderr.isatty(), **options))
