@@ -35,3 +35,8 @@ def offline_home(tmp_path, monkeypatch):
     monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
     monkeypatch.setenv("COURSE_OFFLINE", "1")
     return tmp_path
+
+
+# Session fixtures any test may ask for by name: a real single-node Slurm, and the two-node virtual cluster beside it
+from tests.slurm import slurm  # noqa: E402, F401
+from tests.virtual_cluster import virtual_cluster  # noqa: E402, F401

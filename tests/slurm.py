@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (not from conftest, which imports this module)
+
 
 SCRIPT = ROOT / "scripts" / "single-node-slurm.sh"
 

@@ -19,7 +19,6 @@ from ipyparallel import interactive
 
 from course import UserError, cluster, devices
 from tests.conftest import ROOT, run_course
-from tests.slurm import slurm  # noqa: F401  (session fixture: a real single-node Slurm)
 
 KINDS = ["local", "mpi", "slurm"]
 

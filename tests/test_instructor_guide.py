@@ -22,7 +22,6 @@ import pytest
 from course import cluster, mpi
 from tests.conftest import ROOT
 from tests.grading_support import FIXTURE_COURSE, HOSTILE
-from tests.slurm import slurm  # noqa: F401  (session fixture: a real single-node Slurm)
 
 GUIDE = ROOT / "docs" / "instructor-guide.md"
 SECTIONS = ("## 3.", "## 4.", "## 5.", "## 7.")
@@ -61,7 +60,7 @@ def results_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def test_every_command_block_runs_in_order(tmp_path, slurm):  # noqa: F811
+def test_every_command_block_runs_in_order(tmp_path, slurm):
     checkout = tmp_path / "checkout"  # the course checkout: the fixture course as solutions/, the real .venv
     checkout.mkdir()
     (checkout / ".venv").symlink_to(ROOT / ".venv")

@@ -10,7 +10,6 @@ import pytest
 
 from course import UserError, jobs
 from tests.conftest import PROGRAMS, ROOT, run_course
-from tests.slurm import slurm  # noqa: F401  (the session fixture)
 
 
 @pytest.fixture
@@ -124,7 +123,7 @@ def _test_only(text: str, folder: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_every_generated_script_is_accepted_by_slurm(name, slurm, tmp_path):  # noqa: F811
+def test_every_generated_script_is_accepted_by_slurm(name, slurm, tmp_path):
     """`sbatch --test-only` parses every directive and schedules the job.
 
     This Slurm is one node without GPUs: for GPU and multi-node scripts, the only complaint allowed is about
@@ -187,7 +186,7 @@ def test_job_scripts_oversubscribe_only_when_asked():
 
 
 @pytest.mark.slow
-def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records):  # noqa: F811
+def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records):
     """Submitted through the CLI: two ranks under mpiexec, both print the summed all-reduce [1+2, 10+10]."""
     env = _env(records)
     submitted = run_course(
@@ -216,7 +215,7 @@ def test_horovod_job_runs_to_completion_with_both_ranks(slurm, tmp_path, records
 
 
 @pytest.mark.slow
-def test_a_sweep_as_a_job_array_appends_one_row_per_worker_count(slurm, tmp_path, records, monkeypatch):  # noqa: F811
+def test_a_sweep_as_a_job_array_appends_one_row_per_worker_count(slurm, tmp_path, records, monkeypatch):
     """`job train --array 1,2` (issue 15): one array task per worker count, each with its own %A_%a files, both
     running at once on the test Slurm (a CPU each); every task's `course train` appends its row to the one
     class-results CSV, and no row is lost to the other task writing at the same time."""
@@ -278,7 +277,7 @@ def _decisions(out: str) -> list[tuple[int, float, float, float, bool]]:
 
 
 @pytest.mark.slow
-def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(slurm, tmp_path, records):  # noqa: F811
+def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(slurm, tmp_path, records):
     """Two-minute Horovod jobs (2 ranks) warned 90 s before their limit (issue 15): the script resubmits itself,
     rank 0 decides at each epoch's end whether the next one still fits (printing its figures), the job stops with
     status 75 after a checkpoint, and the next job resumes from it ("resumed from rank 0's checkpoint at epoch E")
@@ -345,7 +344,7 @@ def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same
 
 
 @pytest.mark.slow
-def test_a_warning_that_comes_as_the_job_starts_waits_until_every_rank_can_take_it(slurm, tmp_path, records):  # noqa: F811
+def test_a_warning_that_comes_as_the_job_starts_waits_until_every_rank_can_take_it(slurm, tmp_path, records):
     """Slurm may send the warning up to a minute early, even as the job starts, while the ranks are still
     importing TensorFlow: USR1 then would kill them (exit 138). The script holds it until the program has
     created $COURSE_READY_FILE; the program then goes on (plenty of time is left), finishes, and the job
@@ -389,7 +388,7 @@ def test_a_warning_that_comes_as_the_job_starts_waits_until_every_rank_can_take_
 
 
 @pytest.mark.slow
-def test_cancel_a_queued_or_running_job(slurm, tmp_path, records):  # noqa: F811
+def test_cancel_a_queued_or_running_job(slurm, tmp_path, records):
     sleepy = tmp_path / "sleepy.py"
     sleepy.write_text("import time\ntime.sleep(900)\n")
     job_id = jobs.submit(jobs.Request(str(sleepy), time="00:20:00", output_dir=str(tmp_path), workdir=str(tmp_path)))

@@ -8,7 +8,6 @@ import pytest
 from course import jobs, sbatch_check
 from course.slurm import time_limit_seconds
 from course.sbatch_check import Exercise
-from tests.slurm import slurm  # noqa: F401  (the session fixture)
 
 WANT = Exercise(
     nodes=2,

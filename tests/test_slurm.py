@@ -12,8 +12,6 @@ import pytest
 
 from course import UserError, doctor
 from course import slurm as speak
-from tests.slurm import slurm  # noqa: F401  (the session fixture)
-from tests.virtual_cluster import virtual_cluster  # noqa: F401  (the session fixture)
 
 
 def test_sbatch_lines_carry_site_options_and_refuse_what_is_not_an_option():
@@ -64,7 +62,7 @@ def test_gpus_are_read_from_a_gres_value_as_sinfo_and_sbatch_write_it(gres, gpus
 
 
 @pytest.fixture
-def on_virtual_cluster(virtual_cluster, monkeypatch):  # noqa: F811
+def on_virtual_cluster(virtual_cluster, monkeypatch):
     for name in ("SLURM_CONF",):
         monkeypatch.setenv(name, virtual_cluster[name])
     return virtual_cluster
@@ -92,7 +90,7 @@ def test_requests_that_cannot_fit_are_refused(on_virtual_cluster, request_, mess
     speak.check_fits(nodes=2, tasks_per_node=1)  # what fits passes
 
 
-def test_job_state_and_cancel_on_a_real_job(slurm, tmp_path):  # noqa: F811
+def test_job_state_and_cancel_on_a_real_job(slurm, tmp_path):
     script = tmp_path / "sleep.sh"
     script.write_text(
         "#!/bin/sh\n"
@@ -110,18 +108,18 @@ def test_job_state_and_cancel_on_a_real_job(slurm, tmp_path):  # noqa: F811
     assert str(job_id) not in speak.my_jobs("course-sleep")
 
 
-def test_srun_offers_an_mpi_plugin(slurm):  # noqa: F811
+def test_srun_offers_an_mpi_plugin(slurm):
     assert speak.srun_mpi_plugin() in ("pmix", "pmi2")
 
 
-def test_sbatch_refusal_is_one_line(slurm, tmp_path):  # noqa: F811
+def test_sbatch_refusal_is_one_line(slurm, tmp_path):
     script = tmp_path / "bad.sh"
     script.write_text("#!/bin/sh\n#SBATCH --partition=no-such-partition\ntrue\n")
     with pytest.raises(UserError, match="sbatch refused the job: .*partition"):
         speak.submit(str(script))
 
 
-def test_a_controller_that_does_not_answer_is_known_at_once_without_waiting_on_sinfo(slurm, tmp_path, monkeypatch):  # noqa: F811
+def test_a_controller_that_does_not_answer_is_known_at_once_without_waiting_on_sinfo(slurm, tmp_path, monkeypatch):
     assert speak.available() and speak.controller_down() is None  # the test Slurm answers
     with socket.socket() as probe:  # a port nothing listens on: a site whose slurmctld is stopped
         probe.bind(("127.0.0.1", 0))

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROGRAMS, ROOT, run_course
-from tests.slurm import slurm  # noqa: F401  (the session fixtures)
-from tests.virtual_cluster import SCRIPT, exports, virtual_cluster  # noqa: F401
+from tests.virtual_cluster import SCRIPT, exports
 
 pytestmark = pytest.mark.slow
 CPUS = max(1, (os.cpu_count() or 2) // 2)  # each of the two virtual nodes has half this machine's cores
@@ -23,7 +22,7 @@ def run(args: list[str], env: dict, timeout: float = 120) -> subprocess.Complete
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def test_start_prints_what_a_client_needs_and_is_idempotent(virtual_cluster):  # noqa: F811
+def test_start_prints_what_a_client_needs_and_is_idempotent(virtual_cluster):
     again = run(["bash", str(SCRIPT), "start", "--nodes", "2"], virtual_cluster)
     assert again.returncode == 0 and "already running" in again.stderr, again.stderr
     given = exports(again.stdout)
@@ -33,13 +32,13 @@ def test_start_prints_what_a_client_needs_and_is_idempotent(virtual_cluster):  #
     assert status.returncode == 0 and re.search(r"vc1 idle", status.stdout) and "vc2" in status.stdout, status.stdout
 
 
-def test_each_node_has_its_own_hostname(virtual_cluster):  # noqa: F811
+def test_each_node_has_its_own_hostname(virtual_cluster):
     done = run(["srun", "-N2", "-n2", "hostname"], virtual_cluster)
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == ["vc1", "vc2"]
 
 
-def test_the_single_node_slurm_runs_beside_it(virtual_cluster, slurm):  # noqa: F811
+def test_the_single_node_slurm_runs_beside_it(virtual_cluster, slurm):
     """Clients without SLURM_CONF still reach the single-node Slurm: the two clusters do not mix."""
     env = {k: v for k, v in virtual_cluster.items() if k != "SLURM_CONF"}
     done = run(["sinfo", "-h", "-o", "%P"], env)
@@ -63,7 +62,7 @@ if comm.rank == 0:
 """
 
 
-def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tmp_path):  # noqa: F811
+def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tmp_path):
     from course import mpi
 
     program = tmp_path / "allreduce.py"
@@ -87,7 +86,7 @@ def test_mpi4py_allreduce_across_two_nodes_in_one_allocation(virtual_cluster, tm
         (["--nodes", "2", "--tasks-per-node", str(CPUS + 1)], f"{CPUS + 1} task(s) per node"),
     ],
 )
-def test_requests_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, tmp_path, argv, message):  # noqa: F811
+def test_requests_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, tmp_path, argv, message):
     env = dict(virtual_cluster, COURSE_JOBS_DIR=str(tmp_path / "records"))
     done = run_course("job", "horovod", *argv, "--submit", env=env, timeout=120)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
@@ -105,7 +104,7 @@ def test_requests_the_nodes_cannot_run_are_refused_before_submission(virtual_clu
         (["-n", "2", "--sbatch", "exclusive"], "not an sbatch option"),
     ],
 )
-def test_slurm_engines_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, argv, message):  # noqa: F811
+def test_slurm_engines_the_nodes_cannot_run_are_refused_before_submission(virtual_cluster, argv, message):
     before = _ipengine_jobs(virtual_cluster)
     done = run_course(
         "cluster", "start", "--engines", "slurm", "--id", "vc-refused", *argv, env=virtual_cluster, timeout=120
@@ -122,7 +121,7 @@ def _ipengine_jobs(env: dict) -> str:
     return run(["squeue", "-h", "-o", "%i %j"], env).stdout
 
 
-def test_slurm_engines_on_two_nodes_reach_the_controller_and_share_one_mpi_world(virtual_cluster):  # noqa: F811
+def test_slurm_engines_on_two_nodes_reach_the_controller_and_share_one_mpi_world(virtual_cluster):
     """cluster.start(2, engines="slurm", tasks_per_node=1): an engine on each node, connected to a controller
     that listens where the nodes can reach it; %px and mpi4py work across them; stop() cancels the job."""
     done = _engines(virtual_cluster, "vc-engines")
@@ -133,7 +132,7 @@ def test_slurm_engines_on_two_nodes_reach_the_controller_and_share_one_mpi_world
     assert "ipengine-course-vc-engines" not in _ipengine_jobs(virtual_cluster)
 
 
-def test_cluster_stop_all_cancels_a_two_node_engine_job(virtual_cluster):  # noqa: F811
+def test_cluster_stop_all_cancels_a_two_node_engine_job(virtual_cluster):
     kept = _engines(virtual_cluster, "vc-kept", "--keep")
     assert kept.returncode == 0 and "HOSTS vc1 vc2" in kept.stdout, kept.stdout + kept.stderr
     assert "ipengine-course-vc-kept" in _ipengine_jobs(virtual_cluster)
@@ -163,7 +162,7 @@ def guide_block(heading: str) -> str:
     return after.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_guides_rehearsal_runs_in_order_and_stop_leaves_nothing_behind(virtual_cluster, tmp_path):  # noqa: F811
+def test_the_guides_rehearsal_runs_in_order_and_stop_leaves_nothing_behind(virtual_cluster, tmp_path):
     """Last in this file: the guide's block, as written (from a folder with the checkout's scripts/), then
     every daemon, namespace, link and /etc/hosts line that start made is gone."""
     block = guide_block("### Rehearsing a multi-node workshop on one machine")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.slurm import slurm  # noqa: F401  (installs slurm-wlm and munge where they are missing)
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (not from conftest, which imports this module)
+
 
 SCRIPT = ROOT / "scripts" / "virtual-cluster.sh"
 
@@ -27,7 +28,7 @@ def exports(text: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def virtual_cluster(slurm) -> dict[str, str]:  # noqa: F811
+def virtual_cluster(slurm) -> dict[str, str]:
     """Start the two-node cluster (idempotent); returns os.environ plus what its clients need."""
     started = subprocess.run(
         ["bash", str(SCRIPT), "start", "--nodes", "2"], capture_output=True, text=True, timeout=180
