@@ -395,15 +395,13 @@ def script(request: Request, command_line: str | None = None) -> str:
                 account=r.account,
                 qos=r.qos,
                 constraint=r.constraint,
+                signal=f"B:USR1@{r.resubmit_on_timeout}" if r.resubmit_on_timeout is not None else None,
+                array=f"0-{len(r.array) - 1}" if r.array else None,
                 exclusive=r.exclusive,
                 extra=r.sbatch,
             )
         ),
     ]
-    if r.resubmit_on_timeout is not None:
-        lines.append(f"#SBATCH --signal=B:USR1@{r.resubmit_on_timeout}")
-    if r.array:
-        lines.append(f"#SBATCH --array=0-{len(r.array) - 1}")
     lines += [""] + (_warning_trap(r.resubmit_on_timeout) if r.resubmit_on_timeout is not None else [])
     lines += [
         "set -eo pipefail",

@@ -68,6 +68,8 @@ class Options:
     account: str | None = None
     qos: str | None = None
     constraint: str | None = None
+    signal: str | None = None  # e.g. B:USR1@300, a warning to the batch shell 300 s before the time limit
+    array: str | None = None  # e.g. 0-3, one task per index
     exclusive: bool = False
     export_all: bool = False
     extra: list[str] = field(default_factory=list)
