@@ -68,10 +68,15 @@ def spans(source: Path, nb, trials: list[dict[str, str]]) -> list[tuple[int, int
 def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     """Run SOURCE once with every trial's detour. Returns, per trial, the graded cells that failed (with their
     errors); the solution's failed graded cells; and, per trial, the graded cells the solution failed when run
-    again right after it (the last trial at a cell is followed by the solution's own run)."""
+    again right after it (the last trial at a cell is followed by the solution's own run).
+
+    The solution's own cells, each as it last ran (its line through the notebook, top to bottom), are written to
+    WORKDIR/executed.ipynb, and the result also says what a top-to-bottom run must show: the peak memory of the
+    kernel and its engines, and whether the notebook left its cluster running (tests/test_notebooks_execute.py
+    holds them to Binder and nbgrader's validator)."""
     from nbclient import NotebookClient
 
-    from course import cluster
+    from course import cluster, memory
 
     nb = nbformat.read(str(source), as_version=4)
     where = spans(source, nb, trials)
@@ -93,8 +98,10 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     failed: list[dict[str, str]] = [{} for _ in trials]
     solution: dict[str, str] = {}
     retried: dict[int, dict[str, str]] = {}
+    executed = copy.deepcopy(nb)
+    left_running, peak = True, memory.PeakMemory()
     try:
-        with client.setup_kernel(env=env):
+        with peak, client.setup_kernel(env=env):
             for index in range(len(solution_cells)):
                 here = starting.get(index, [])
                 for k in here:
@@ -104,11 +111,14 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
                         if again:
                             retried[k] = again
                 cell = _execute(client, copy.deepcopy(solution_cells[index]), index)
+                executed.cells[index] = cell
                 if _graded(cell) and _failed(cell):
                     solution[_grade_id(cell)] = _error(cell)
+            left_running = cluster_id in cluster.running_ids()  # the notebook's own stop cell has run
     finally:
         cluster.stop(cluster_id)  # a detour or the solution may have left engines
-    return {"failed": failed, "solution": solution, "retried": retried}
+    nbformat.write(executed, str(workdir / "executed.ipynb"))
+    return {"failed": failed, "solution": solution, "retried": retried, "peak": peak.peak, "left_running": left_running}
 
 
 class _Bound(ast.NodeVisitor):

@@ -47,6 +47,35 @@ def course_notebooks() -> list[Path]:
     return [FIXTURE_COURSE / "99_fixture.ipynb", *sorted((ROOT / "solutions").glob("*.ipynb"))]
 
 
+def reads_grading_mode(path: Path) -> bool:
+    """Whether a solution notebook acts on NBGRADER_EXECUTION (09 submits its Slurm jobs only outside grading): such
+    a notebook runs top to bottom on its own too, as a learner runs it, besides the strength test's graded run."""
+    return "NBGRADER_EXECUTION" in path.read_text()
+
+
+def errors(notebook) -> list[str]:
+    """'cell N: ExcName: message' for every code cell of an executed notebook that raised."""
+    return [
+        f"cell {i}: {out.ename}: {out.evalue}"
+        for i, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.output_type == "error"
+    ]
+
+
+def validate_executed(path: Path, executed) -> dict:
+    """nbgrader's validator's verdict on PATH (what `nbgrader validate` says), judged on EXECUTED, the notebook as
+    it already ran, instead of running it once more."""
+    from nbgrader.validator import Validator
+
+    class AlreadyExecuted(Validator):
+        def _preprocess(self, nb):
+            return executed
+
+    return AlreadyExecuted().validate(str(path))
+
+
 def grade(
     submissions: Path,
     out: Path,

@@ -7,7 +7,9 @@ Each notebook runs once for all of these (tests/answer_trials.py: every answer t
 exercise), two notebooks at a time. The fixture course is also graded for real, as a class of submissions, with
 `python -m course grade` (nbgrader's autograde, hidden tests restored), and both ways must agree: that holds the
 one-run shortcut to nbgrader's grading. nbgrader's own `nbgrader validate` must accept every solution notebook
-(the fixture here; the course's notebooks in tests/test_notebooks_execute.py, which runs them top to bottom).
+(the fixture here). The same run is each solution notebook's top-to-bottom run: every cell runs without an error,
+the notebook stops its cluster, peaks under Binder's memory, publishes its key figures, and nbgrader's validator
+accepts it as it ran (tests/test_notebooks_execute.py runs apart the notebooks that act on NBGRADER_EXECUTION).
 Notebooks added to solutions/ join here.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course import memory, run
 from course.grading.release import render, student_version
 from tests.conftest import ROOT
 from tests.grading_support import (
@@ -30,9 +33,12 @@ from tests.grading_support import (
     by_cell,
     combine,
     course_notebooks,
+    errors,
     exercise_checks,
     grade,
     graded_cells,
+    reads_grading_mode,
+    validate_executed,
     with_answers,
     wrong_answers,
 )
@@ -86,7 +92,7 @@ def _try(source: Path, base: Path) -> dict:
         timeout=3000,
     )
     assert done.returncode == 0, f"trying the answers to {source.name} failed:\n{done.stderr[-3000:]}"
-    return json.loads((work / "tried.json").read_text())
+    return {**json.loads((work / "tried.json").read_text()), "executed": work / "executed.ipynb"}
 
 
 def _try_all(sources: list[Path], base: Path) -> dict[str, dict]:
@@ -134,6 +140,27 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, r
     assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {source.stem}"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # the first test to ask for the course's run waits for all of it
+@pytest.mark.parametrize(
+    "source", [p for p in course_notebooks() if p != FIXTURE and not reads_grading_mode(p)], ids=lambda p: p.stem
+)
+def test_solution_runs_top_to_bottom_and_nbgrader_validates_it(source, tried_course):
+    """The solution's own line through the one run: its cells as they last ran, top to bottom."""
+    result = tried_course[source.stem]
+    executed = nbformat.read(str(result["executed"]), as_version=4)
+    assert executed.metadata.kernelspec.name == run.KERNEL
+    assert errors(executed) == [], f"{source.name} raised while running top to bottom"
+    verdict = validate_executed(source, executed)
+    assert verdict == {}, f"nbgrader's validator rejects {source.name}: {verdict}"
+    assert not result["left_running"], f"{source.name} left its cluster running: end it with a stop cell"
+    assert 0 < result["peak"] < memory.BINDER_LIMIT, (
+        f"{source.name} peaked at {memory.megabytes(result['peak'])}: Binder restarts "
+        f"the kernel above {memory.megabytes(memory.BINDER_LIMIT)}"
+    )
+    assert run.figures_in(executed), f"{source.name} publishes no key figure (course.run.key_figure)"
+
+
 def test_trying_answers_in_one_run_agrees_with_grading_them(tried_fixture, tmp_path):
     """The fixture's class graded for real (the unanswered release, the solution, one submission per group of wrong
     answers): per cell, the points nbgrader gives are zero exactly where the one-run trial saw a check fail."""
@@ -168,8 +195,8 @@ def test_trying_answers_in_one_run_agrees_with_grading_them(tried_fixture, tmp_p
 
 
 def test_nbgrader_validate_accepts_the_solution():
-    """`nbgrader validate` itself, on the fixture; the course's notebooks go through nbgrader's validator
-    in tests/test_notebooks_execute.py, in the same run that executes them."""
+    """`nbgrader validate` itself, on the fixture; the course's notebooks go through nbgrader's validator on the
+    run above (test_solution_runs_top_to_bottom_and_nbgrader_validates_it) or in tests/test_notebooks_execute.py."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
         [sys.executable, "-m", "nbgrader", "validate", str(FIXTURE)],

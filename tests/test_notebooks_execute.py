@@ -4,7 +4,9 @@ runs) accepts it, and its peak memory (kernel, engines and their children, sampl
 Binder's 2 GB. Every student notebook (notebooks/*.ipynb) runs up to its first unanswered exercise with
 no cell before it failing.
 
-One execution serves both checks: the notebooks are slow, and CI has 90 minutes for everything.
+The notebooks are slow, and each runs once for all of its checks: the strength test's run (tests/answer_trials.py,
+which also tries every answer in place) is held to the above in tests/test_checks_strength.py. Here run only the
+notebooks that act on NBGRADER_EXECUTION (09 submits its Slurm jobs only outside grading), as a learner runs them.
 The instructor's dry run (`python -m course run`) is tested on small notebooks in tests/test_run.py.
 """
 
@@ -18,8 +20,9 @@ from traitlets.config import Config
 
 from course import cluster, memory, run
 from tests.conftest import ROOT
+from tests.grading_support import errors, reads_grading_mode
 
-NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb"))
+NOTEBOOKS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb")) if reads_grading_mode(p)]
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
 WITHOUT_FIGURES = {"09_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
 
@@ -32,17 +35,6 @@ class RecordingValidator(Validator):
     def _preprocess(self, nb):
         self.executed = super()._preprocess(nb)
         return self.executed
-
-
-def errors(notebook) -> list[str]:
-    """'cell N: ExcName: message' for every code cell that raised."""
-    return [
-        f"cell {i}: {out.ename}: {out.evalue}"
-        for i, cell in enumerate(notebook.cells)
-        if cell.cell_type == "code"
-        for out in cell.get("outputs", [])
-        if out.output_type == "error"
-    ]
 
 
 @pytest.mark.slow
