@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 
 from course import UserError, devices, mpi, slurm
+from course.processes import kill, kill_tree
 from course.devices import thread_env, visible_gpus
 
 PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
@@ -1021,25 +1022,7 @@ def _wait_gone(procs: list[psutil.Process], timeout: float = 30) -> None:
         return
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     for process in alive:
-        _kill_tree(process)
-
-
-def _kill_tree(process: psutil.Process) -> None:
-    try:
-        family = process.children(recursive=True) + [process]
-    except psutil.Error:
-        return
-    kill(family)
-
-
-def kill(processes: list[psutil.Process], timeout: float = 10) -> None:
-    """SIGKILL every process (those already gone are skipped) and wait up to `timeout` s for them to end."""
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(processes, timeout=timeout)
+        kill_tree(process)
 
 
 def _read(path: str) -> str:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from ipyparallel import interactive
 
-from course import UserError, cluster, devices
+from course import UserError, cluster, devices, processes
 from tests.conftest import ROOT, run_course
 
 KINDS = ["local", "mpi", "slurm"]
@@ -487,4 +487,4 @@ def test_processes_whose_parent_ended_are_told_apart_for_stop_to_end_them_at_onc
         assert cluster._orphaned(procs, parents) == children
     finally:
         parent.kill()
-        cluster.kill(children, timeout=5)
+        processes.kill(children, timeout=5)

@@ -28,7 +28,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from course import UserError
+from course import UserError, processes
 from course.grading import parse_memory, quiet_log, size_words  # noqa: F401  (re-exported)
 
 MAX_OUTPUT = 2**20  # bytes of output kept per cell
@@ -105,22 +105,13 @@ class Watchdog(threading.Thread):
         if self.reason is None:
             self.reason, self.reason_cell = reason, self.cell
         self.cell_started = None
-        for proc in self._tree():
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+        processes.kill(self._tree(), timeout=0)  # the watchdog goes on polling: no waiting here
 
     def stop(self) -> None:
         """Stop polling and kill anything the kernel left behind (engines, ranks)."""
         self.done.set()
         self._tree()
-        for proc in list(self.seen.values()):
-            try:
-                if proc.is_running():
-                    proc.kill()
-            except psutil.Error:
-                pass
+        processes.kill([proc for proc in self.seen.values() if proc.is_running()], timeout=0)
 
 
 class LimitedExecute(Execute):

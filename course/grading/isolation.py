@@ -28,7 +28,7 @@ def fresh_cluster_id() -> str:
 
 def end_cluster(cluster_id: str) -> None:
     """Stop the cluster `cluster_id` from its files, then kill any process that still carries the id."""
-    from course import cluster
+    from course import cluster, processes
 
     try:
         cluster.stop(cluster_id)
@@ -42,7 +42,7 @@ def end_cluster(cluster_id: str) -> None:
                 left.append(proc)
         except psutil.Error:
             continue
-    cluster.kill(left)
+    processes.kill(left)
 
 
 class IsolatedKernelManager(AsyncKernelManager):

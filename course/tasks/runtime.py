@@ -997,6 +997,8 @@ def _end_engines(rt: Runtime) -> None:
         return
     import psutil
 
+    from course import processes
+
     here = socket.gethostname()
     for engine in cluster.engines:
         if engine.get("host") != here:
@@ -1005,14 +1007,9 @@ def _end_engines(rt: Runtime) -> None:
             process = psutil.Process(engine["pid"])
             if engine.get("create_time") and abs(process.create_time() - engine["create_time"]) > 1:
                 continue  # the pid now belongs to another process
-            doomed = [*process.children(recursive=True), process]
         except psutil.Error:
             continue
-        for p in doomed:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+        processes.kill(processes.tree(process), timeout=0)
     cluster.stop()
 
 

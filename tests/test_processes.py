@@ -1,0 +1,41 @@
+"""course.processes: a process and everything it started end together, on real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+
+from course import processes
+
+# A parent that starts a child and a grandchild, then waits: a tree of three real processes.
+FAMILY = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {inner!r}]); time.sleep(600)"
+INNER = "import subprocess, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"
+
+
+def _family() -> tuple[subprocess.Popen, list[psutil.Process]]:
+    parent = subprocess.Popen([sys.executable, "-c", FAMILY.format(inner=INNER)])
+    root = psutil.Process(parent.pid)
+    for _ in range(100):  # until the grandchild has started
+        if len(root.children(recursive=True)) == 2:
+            break
+        time.sleep(0.1)
+    return parent, processes.tree(root)
+
+
+def test_kill_tree_ends_a_process_and_everything_it_started():
+    parent, family = _family()
+    assert len(family) == 3 and family[-1].pid == parent.pid, family
+    processes.kill_tree(psutil.Process(parent.pid), timeout=10)
+    parent.wait(timeout=10)
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_process_already_gone_is_skipped():
+    done = subprocess.Popen(["true"])
+    gone = psutil.Process(done.pid)
+    done.wait()
+    processes.kill([gone], timeout=1)  # no error: it has ended
+    assert processes.tree(gone) == []
