@@ -10,6 +10,7 @@ the exchange and the hub's state live in a temporary folder; the shared environm
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import os
 import pwd
@@ -682,12 +683,35 @@ def hidden_lines() -> list[str]:
     return sorted(line for line in lines if not re.match(r"(import|from) \S+", line))  # an import tells nothing
 
 
+def answer_lines() -> list[str]:
+    """The code lines of the course's own answers (course/answers.py: the ring, the parameter server, K-Means) that
+    nothing a learner gets holds (the released notebooks, the rest of the package), long enough (30+ characters) that
+    no library in the shared environment holds one by chance: `return centroids` gives nothing away."""
+    from course import answers
+
+    public = {
+        line.strip()
+        for path in (ROOT / "notebooks").glob("*.ipynb")
+        for cell in nbformat.read(str(path), as_version=4).cells
+        for line in cell.source.splitlines()
+    }
+    public |= {
+        line.strip()
+        for path in (ROOT / "course").rglob("*.py")
+        if path.name != "answers.py"
+        for line in path.read_text().splitlines()
+    }
+    lines = {line.strip() for f in answers.ALL for line in inspect.getsource(f).split('"""')[-1].splitlines()}
+    return sorted(line for line in lines - public if len(line) >= 30 and not line.startswith(("#", "import ", "from ")))
+
+
 def test_no_file_a_learner_can_read_holds_an_answer(hub, graded):
     """As a learner, read every file under the site's paths (the shared environment, the exchange, every home of
-    the class, the hub's state) but their own: no course notebook with answer blocks, no hidden-test line. The
-    instructor's checkout and course directory hold plenty, and the learner can read neither."""
-    patterns = hidden_lines()
-    assert len(patterns) > 10, patterns
+    the class, the hub's state) but their own: no course notebook with answer blocks, no hidden-test line, no line
+    of the course's own answers. The instructor's checkout and course directory hold plenty, and the learner can
+    read neither."""
+    patterns = hidden_lines() + answer_lines()
+    assert len(patterns) > 10 and answer_lines(), patterns
     roots = [PREFIX, hub.exchange, hub.state, *(home(u) for u in (*LEARNERS, INSTRUCTOR))]
     done = run_as(
         LEARNERS[1],
