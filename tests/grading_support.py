@@ -53,6 +53,19 @@ def reads_grading_mode(path: Path) -> bool:
     return "NBGRADER_EXECUTION" in path.read_text()
 
 
+def course_answers() -> dict[str, list[str]]:
+    """The course's own answers (course/answers.py, instructor-only): function name -> its code lines, stripped,
+    without the docstring or blank lines. The student copy and a hub's learners must hold none of them."""
+    import inspect
+
+    from course import answers
+
+    return {
+        f.__name__: [line.strip() for line in inspect.getsource(f).split('"""')[-1].splitlines() if line.strip()]
+        for f in answers.ALL
+    }
+
+
 def errors(notebook) -> list[str]:
     """'cell N: ExcName: message' for every code cell of an executed notebook that raised."""
     return [

@@ -7,7 +7,6 @@ own package and gets full marks from the instructor's grader (hidden tests inclu
 
 from __future__ import annotations
 
-import inspect
 import os
 import shutil
 import subprocess
@@ -17,11 +16,10 @@ import sysconfig
 import nbformat
 import pytest
 
-from course import answers as course_answers
 from course.cli import main
 from course.grading.release import course_notebooks
 from tests.conftest import ROOT, run_course
-from tests.grading_support import grade, rows
+from tests.grading_support import course_answers, grade, rows
 
 SOLUTIONS = course_notebooks(ROOT / "solutions")
 # Answers the course's own package also implements, because the notebooks use or compare against it (reported to
@@ -68,11 +66,7 @@ def _secrets() -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]
                     found = [[line.strip() for line in cell.source.splitlines() if line.strip()]]
                 answers += [(where, lines) for lines in found]
             hidden += [(where, lines) for lines in _regions(cell.source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")]
-    for function in course_answers.ALL:  # the course's own answers, in the instructor's package only
-        body = inspect.getsource(function).split('"""')[-1]  # its code, without the docstring
-        answers.append(
-            (f"course.answers.{function.__name__}", [line.strip() for line in body.splitlines() if line.strip()])
-        )
+    answers += [(f"course.answers.{name}", lines) for name, lines in course_answers().items()]
     return answers, hidden
 
 
