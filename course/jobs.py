@@ -36,23 +36,58 @@ from pathlib import Path
 from course import UserError, mpi, slurm
 from course.horovod_mnist import STOPPED  # its exit status after checkpointing on the time-limit warning
 
+
+@dataclass(frozen=True)
+class Workload:
+    """What a job runs and what that allows: how many processes, a sweep, a restart after the limit's warning."""
+
+    name: str  # as given to `course job` (a .py file is "script")
+    title: str  # as messages name it
+    module: tuple[str, ...]  # python's arguments before the workload's own: -m MODULE ...
+    description: str  # the job script's "# Workload:" line
+    one_process: bool = False  # one process on one node that uses every GPU there (else one rank per task)
+    rank_per_gpu: bool = False  # tasks per node default to, and must equal, the GPUs per node
+    sweep: str | None = None  # --array: "workers" (the program's own --workers) or "ranks" (mpiexec -n)
+    resumes: bool = True  # can checkpoint when warned before its limit, and resume in the next job
+    checkpoint_option: str | None = None  # the option the program resumes from, which --resubmit-on-timeout needs
+    announces_ready: bool = False  # creates $COURSE_READY_FILE once every rank takes the warning
+    timeline: bool = False  # records a Horovod timeline even on one rank
+
+
 WORKLOADS = {
-    "train": (
-        "python -m course train",
-        ["-m", "course", "train"],
-        "parameter averaging over engines (python -m course train), one process",
-    ),
-    "horovod": (
-        "python -m course.horovod_mnist",
-        ["-m", "course.horovod_mnist"],
-        "Horovod, one process (rank) per GPU",
-    ),
-    "mirrored": (
-        "python -m course.mirrored_resnet",
-        ["-m", "course.mirrored_resnet"],
-        "MirroredStrategy, one process with one replica per GPU",
-    ),
+    w.name: w
+    for w in (
+        Workload(
+            "train",
+            "course train",
+            ("-m", "course", "train"),
+            "parameter averaging over engines (python -m course train), one process",
+            one_process=True,
+            sweep="workers",
+            resumes=False,
+        ),
+        Workload(
+            "horovod",
+            "Horovod",
+            ("-m", "course.horovod_mnist"),
+            "Horovod, one process (rank) per GPU",
+            rank_per_gpu=True,
+            sweep="ranks",
+            checkpoint_option="--checkpoint-dir",
+            announces_ready=True,
+            timeline=True,
+        ),
+        Workload(
+            "mirrored",
+            "MirroredStrategy",
+            ("-m", "course.mirrored_resnet"),
+            "MirroredStrategy, one process with one replica per GPU",
+            one_process=True,
+            resumes=False,
+        ),
+    )
 }
+SCRIPT = Workload("script", "your script", (), "")  # a .py file of the user's: one rank per task, anything goes
 LAUNCHERS = ("mpiexec", "srun")
 # srun inside a batch job: since Slurm 22.05 it no longer inherits the job's --cpus-per-task (man sbatch), so
 # without this each rank would get one CPU whatever the job asked for
@@ -113,7 +148,12 @@ class Request:
     @property
     def kind(self) -> str:
         """train, horovod, mirrored, or script."""
-        return self.workload if self.workload in WORKLOADS else "script"
+        return self.program.name
+
+    @property
+    def program(self) -> Workload:
+        """The workload's entry in WORKLOADS, or SCRIPT for a .py file."""
+        return WORKLOADS.get(self.workload, SCRIPT)
 
     @property
     def total_tasks(self) -> int:
@@ -174,40 +214,34 @@ def _check_options(r: Request) -> None:
 
 def _check_tasks(r: Request) -> None:
     """Tasks per node as the workload runs: Horovod one per GPU, MirroredStrategy and train one process."""
-    gpus, kind = r.gpus_per_node, r.kind
-    if kind == "horovod":
-        if r.tasks_per_node is None:
-            r.tasks_per_node = gpus or 1
-        if gpus and r.tasks_per_node > gpus:
-            raise UserError(
-                f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} is more than "
-                f"--gpus-per-node {gpus} (leave --tasks-per-node out: it defaults to the GPUs)"
-            )
-        if gpus and r.tasks_per_node < gpus:
-            raise UserError(
-                f"Horovod runs one process per GPU: --tasks-per-node {r.tasks_per_node} would leave "
-                f"{gpus - r.tasks_per_node} of the {gpus} GPUs per node idle (make them equal)"
-            )
-    elif kind in ("mirrored", "train"):
-        what = "MirroredStrategy" if kind == "mirrored" else "course train"
+    gpus, w = r.gpus_per_node, r.program
+    if w.one_process:
         if r.tasks_per_node not in (None, 1):
             raise UserError(
-                f"{what} runs in one process (it uses every GPU of the node itself): "
+                f"{w.title} runs in one process (it uses every GPU of the node itself): "
                 f"drop --tasks-per-node {r.tasks_per_node}, or use the horovod workload"
             )
         if r.nodes != 1:
             raise UserError(
-                f"{what} runs in one process on one node: use --nodes 1, or the horovod workload for several nodes"
+                f"{w.title} runs in one process on one node: use --nodes 1, or the horovod workload for several nodes"
             )
         r.tasks_per_node = 1
-    else:
-        if r.tasks_per_node is None:
-            r.tasks_per_node = 1
-        if gpus and r.tasks_per_node > gpus:
-            raise UserError(
-                f"--tasks-per-node {r.tasks_per_node} is more than --gpus-per-node {gpus}: "
-                f"with GPUs, each task needs its own GPU"
-            )
+        return
+    if r.tasks_per_node is None:
+        r.tasks_per_node = (gpus or 1) if w.rank_per_gpu else 1
+    if gpus and r.tasks_per_node > gpus:
+        raise UserError(
+            f"{w.title} runs one process per GPU: --tasks-per-node {r.tasks_per_node} is more than "
+            f"--gpus-per-node {gpus} (leave --tasks-per-node out: it defaults to the GPUs)"
+            if w.rank_per_gpu
+            else f"--tasks-per-node {r.tasks_per_node} is more than --gpus-per-node {gpus}: "
+            f"with GPUs, each task needs its own GPU"
+        )
+    if w.rank_per_gpu and gpus and r.tasks_per_node < gpus:
+        raise UserError(
+            f"{w.title} runs one process per GPU: --tasks-per-node {r.tasks_per_node} would leave "
+            f"{gpus - r.tasks_per_node} of the {gpus} GPUs per node idle (make them equal)"
+        )
 
 
 def _default_cpus(r: Request) -> int:
@@ -224,7 +258,7 @@ def _check_extras(r: Request) -> None:
             "--oversubscribe lets mpiexec start more ranks than the slots Slurm gave: it needs several "
             "tasks and --launcher mpiexec (srun starts exactly the tasks allocated)"
         )
-    if r.timeline is not None and r.total_tasks < 2 and r.kind != "horovod":
+    if r.timeline is not None and r.total_tasks < 2 and not r.program.timeline:
         raise UserError("--timeline records a Horovod timeline: it needs the horovod workload or several tasks")
     if r.resubmit_on_timeout is not None:
         _check_resubmit(r)
@@ -234,15 +268,16 @@ def _check_extras(r: Request) -> None:
 
 def _check_array(r: Request) -> None:
     """--array 1,2,4: worker counts of a scaling sweep, one array task each, for train and horovod."""
-    if r.kind not in ("train", "horovod"):
-        raise UserError(f"--array sweeps the worker count of the train or horovod workload, not of {r.kind}")
+    if r.program.sweep is None:
+        sweeps = " or ".join(w.name for w in WORKLOADS.values() if w.sweep)
+        raise UserError(f"--array sweeps the worker count of the {sweeps} workload, not of {r.kind}")
     if not r.array or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in r.array):
         raise UserError(f"--array takes worker counts, whole numbers >= 1 such as 1,2,4, not {r.array!r}")
     if r.resubmit_on_timeout is not None:
         raise UserError("--array and --resubmit-on-timeout do not go together: resubmit each sweep point on its own")
-    if r.kind == "horovod" and max(r.array) > r.total_tasks:
+    if r.program.sweep == "ranks" and max(r.array) > r.total_tasks:
         raise UserError(
-            f"--array asks for up to {max(r.array)} Horovod ranks but the job has {r.total_tasks} "
+            f"--array asks for up to {max(r.array)} {r.program.title} ranks but the job has {r.total_tasks} "
             f"task(s): ask for them with --nodes and --tasks-per-node (each array task uses what it needs)"
         )
 
@@ -257,15 +292,16 @@ def _check_resubmit(r: Request) -> None:
             f"--resubmit-on-timeout {warning} s is not before the end of --time {r.time}: warn earlier "
             f"than the limit, e.g. a few minutes before it (more than one epoch takes)"
         )
-    if r.kind in ("mirrored", "train"):
+    if not r.program.resumes:
         raise UserError(
             f"--resubmit-on-timeout needs a program that checkpoints on the warning (SIGUSR1): the "
             f"{r.kind} workload does not; use horovod with --checkpoint-dir, or your own script"
         )
-    if r.kind == "horovod" and not any(a == "--checkpoint-dir" or a.startswith("--checkpoint-dir=") for a in r.args):
+    option = r.program.checkpoint_option
+    if option and not any(a == option or a.startswith(option + "=") for a in r.args):
         raise UserError(
-            "--resubmit-on-timeout: the horovod workload resumes only from a checkpoint: add "
-            "-- --checkpoint-dir DIR (the same folder for every job)"
+            f"--resubmit-on-timeout: the {r.kind} workload resumes only from a checkpoint: add "
+            f"-- {option} DIR (the same folder for every job)"
         )
 
 
@@ -331,14 +367,12 @@ def _passing_the_warning_on(launch: str, announces_ready: bool) -> list[str]:
 
 
 def _program(r: Request) -> list[str]:
-    if r.kind == "script":
-        return [r.python, r.workload, *r.args]
-    return [r.python, *WORKLOADS[r.kind][1], *r.args]
+    return [r.python, *(r.program.module or (r.workload,)), *r.args]
 
 
 def _launch(r: Request) -> tuple[list[str], str]:
     program = _program(r)
-    if r.array and r.kind == "train":
+    if r.array and r.program.sweep == "workers":
         return [*program, "--workers", "${WORKERS}"], "one process, ${WORKERS} workers per array task"
     if r.array:  # horovod: each array task starts the ranks it sweeps over, within the tasks the job holds
         return (
@@ -372,7 +406,7 @@ def script(request: Request, command_line: str | None = None) -> str:
     launch, how = _launch(r)
     gpus = r.gpus_per_node
     layout = f"{r.nodes} node(s) x {r.tasks_per_node} task(s)" + (f", {gpus} GPU(s) per node" if gpus else ", CPU only")
-    description = WORKLOADS[r.kind][2] if r.kind != "script" else f"the script {r.workload}"
+    description = r.program.description or f"the script {r.workload}"
     files = "%A_%a" if r.array else "%j"  # an array's tasks each write their own files: job id, task index
     lines = [
         "#!/bin/bash",
@@ -441,7 +475,7 @@ def script(request: Request, command_line: str | None = None) -> str:
     if r.resubmit_on_timeout is None:
         lines += ["", command, ""]
     else:
-        lines += ["", *_passing_the_warning_on(command, announces_ready=r.kind == "horovod"), ""]
+        lines += ["", *_passing_the_warning_on(command, announces_ready=r.program.announces_ready), ""]
     return "\n".join(lines)
 
 
