@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from course import UserError
+from course import UserError, settings
 
 Arrays = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -71,7 +71,7 @@ def keras_cache_dir() -> Path:
 
 def data_dir_file(name: str, directory: str | os.PathLike | None = None) -> Path | None:
     """The `<name>.npz` file in `directory` (default COURSE_DATA_DIR) if it exists."""
-    directory = directory or os.environ.get("COURSE_DATA_DIR")
+    directory = directory or settings.get("COURSE_DATA_DIR")
     if not directory:
         return None
     candidate = Path(directory).expanduser() / f"{info(name).name}.npz"
@@ -85,7 +85,7 @@ def in_keras_cache(name: str) -> bool:
 
 def network_allows_download(timeout: float = 3.0) -> bool:
     """True when the host tf.keras.datasets downloads from answers (COURSE_OFFLINE=1 says no at once)."""
-    if os.environ.get("COURSE_OFFLINE", "") not in ("", "0"):
+    if settings.get("COURSE_OFFLINE") not in ("", "0"):
         return False
     try:
         socket.create_connection(DOWNLOAD_HOST, timeout=timeout).close()

@@ -36,6 +36,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from course import settings
+
 STOPPED = 75  # exit status after the time-limit warning: sysexits' EX_TEMPFAIL, "temporary failure, try again"
 # After the warning, an epoch is estimated as the slowest of the job's last 3 (a busy node slows some), leaving
 # out the job's first (it also traces the model) once there is another. The estimates are multiplied by SAFETY.
@@ -127,7 +129,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def announce_ready(rank: int) -> None:
     """Create $COURSE_READY_FILE (set by a resubmitting job script) once every rank handles the warning, so
     that the script passes USR1 on only then: before, it would kill a rank still starting."""
-    ready = os.environ.get("COURSE_READY_FILE")
+    ready = settings.get("COURSE_READY_FILE")
     if ready:
         import horovod.tensorflow as hvd_tf
 

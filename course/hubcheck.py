@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from course import settings
 from course.doctor import Check
 
 DEFAULT_PREFIX = "/opt/ddl-hpc"
@@ -160,11 +161,11 @@ def run_checks(prefix: Path | None = None) -> list[Check]:
     if not prefix and not os.environ.get("HUB_PREFIX") and (here / "bin" / "jupyterhub-singleuser").exists():
         prefix = here
     prefix = Path(prefix or os.environ.get("HUB_PREFIX") or DEFAULT_PREFIX)
-    exchange = Path(os.environ.get("COURSE_NBGRADER_EXCHANGE") or "/srv/nbgrader/exchange")
+    exchange = Path(settings.get("COURSE_NBGRADER_EXCHANGE"))
     roots = [prefix, exchange]
     for checkout in dict.fromkeys([ROOT, Path.cwd()]):  # the checkout of this `course`, the folder it runs in
         if (checkout / "solutions").is_dir():
             roots.append(checkout)
-    if os.environ.get("COURSE_NBGRADER_ROOT"):
-        roots.append(Path(os.environ["COURSE_NBGRADER_ROOT"]))
+    if settings.get("COURSE_NBGRADER_ROOT"):
+        roots.append(Path(settings.get("COURSE_NBGRADER_ROOT")))
     return [check_environment(prefix), check_kernel(prefix), check_exchange(exchange), check_answers(roots)]

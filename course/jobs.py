@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course import UserError, mpi, slurm
+from course import UserError, mpi, settings, slurm
 from course.horovod_mnist import STOPPED  # its exit status after checkpointing on the time-limit warning
 
 
@@ -102,7 +102,7 @@ _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\[\]*&|,:()-]+$")
 
 def jobs_dir() -> Path:
     """Where submitted jobs are recorded (their script and output file names): COURSE_JOBS_DIR or ~/.cache/course/jobs."""
-    return Path(os.environ.get("COURSE_JOBS_DIR") or Path.home() / ".cache" / "course" / "jobs")
+    return Path(settings.get("COURSE_JOBS_DIR"))
 
 
 def parse_time(text: str) -> int:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course import UserError
+from course import UserError, settings
 
 KERNEL_NAME = "ddl-hpc"
 FIRST_NOTEBOOK = "notebooks/00_environment_and_cluster.ipynb"
@@ -53,7 +53,7 @@ def serve(ip: str = "127.0.0.1", port: int = 8888, root: str | os.PathLike = "."
     if not root_path.is_dir():
         raise UserError(f"{root_path} is not a folder")
     port = free_port(ip, port)
-    token = os.environ.get("COURSE_LAB_TOKEN") or secrets.token_hex(16)
+    token = settings.get("COURSE_LAB_TOKEN") or secrets.token_hex(16)
     start = FIRST_NOTEBOOK if (root_path / FIRST_NOTEBOOK).exists() else ""
     host = "127.0.0.1" if ip in ("0.0.0.0", "") else ip
     print(

@@ -6,11 +6,10 @@ Notebooks size their runs with `pick(quick=..., full=...)` so the code is the sa
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TypeVar
 
-from course import UserError
+from course import UserError, settings
 
 PROFILES = ("quick", "full")
 T = TypeVar("T")
@@ -24,7 +23,7 @@ def has_nvidia_gpu() -> bool:
 
 def name() -> str:
     """The active profile: COURSE_PROFILE if set, else `full` with a GPU and `quick` without."""
-    chosen = os.environ.get("COURSE_PROFILE", "").strip().lower()
+    chosen = settings.get("COURSE_PROFILE").strip().lower()
     if not chosen:
         return "full" if has_nvidia_gpu() else "quick"
     if chosen not in PROFILES:

@@ -6,6 +6,7 @@ checks that every COURSE_* variable the course reads or sets is listed here, and
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -17,6 +18,7 @@ class Setting:
     default: str
     meaning: str
     internal: bool = False  # set by the course for its own processes (engines); users leave it alone
+    value: str = ""  # what the course uses when unset, where that is fixed ("" where the reader works it out)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -51,16 +53,32 @@ SETTINGS: tuple[Setting, ...] = (
         "where an engine's task-data server listens",
     ),
     Setting("COURSE_RESULTS", "a temporary CSV", "the class's shared results CSV that notebook 05 appends to"),
-    Setting("COURSE_JOBS_DIR", "`~/.cache/course/jobs`", "where `course job` records the jobs it submitted"),
+    Setting(
+        "COURSE_JOBS_DIR",
+        "`~/.cache/course/jobs`",
+        "where `course job` records the jobs it submitted",
+        value="~/.cache/course/jobs",
+    ),
     Setting("COURSE_NBGRADER_ROOT", "`build/nbgrader` in the checkout", "nbgrader's course directory"),
-    Setting("COURSE_NBGRADER_EXCHANGE", "nbgrader's own (`/srv/nbgrader/exchange`)", "nbgrader's exchange directory"),
+    Setting(
+        "COURSE_NBGRADER_EXCHANGE",
+        "nbgrader's own (`/srv/nbgrader/exchange`)",
+        "nbgrader's exchange directory",
+        value="/srv/nbgrader/exchange",
+    ),
     Setting("COURSE_LAB_TOKEN", "a random token", "the token `course lab` starts JupyterLab with"),
     Setting(
         "COURSE_GPU",
         "unset",
         "set-up: `1` installs TensorFlow's CUDA build and builds Horovod with NCCL (as `make setup GPU=1`)",
     ),
-    Setting("COURSE_DEVICE", "set per engine", "the device an engine was given (a GPU, or CPU threads)", internal=True),
+    Setting(
+        "COURSE_DEVICE",
+        "set per engine (`CPU` outside one)",
+        "the device an engine was given (a GPU, or CPU threads)",
+        internal=True,
+        value="CPU",
+    ),
     Setting(
         "COURSE_LOCAL_RANK", "set per engine", "an engine's rank on its node (it picks the engine's GPU)", internal=True
     ),
@@ -79,6 +97,11 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+def get(name: str) -> str:
+    """The variable's value, else its listed default (`~` expanded), else "". Only listed names: a typo is a KeyError."""
+    return os.environ.get(name) or os.path.expanduser(BY_NAME[name].value)
 
 
 def table() -> str:

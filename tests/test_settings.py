@@ -1,6 +1,9 @@
 """course/settings.py lists every COURSE_* variable the course reads or sets, and the instructor guide shows it."""
 
 import re
+from pathlib import Path
+
+import pytest
 
 from course import settings
 from tests.conftest import ROOT
@@ -48,3 +51,22 @@ def test_the_instructor_guide_carries_the_table():
     rows = table.splitlines()[2:]
     assert len(rows) == sum(not s.internal for s in settings.SETTINGS)
     assert not [s.name for s in settings.SETTINGS if s.internal and f"`{s.name}`" in table]
+
+
+def test_a_setting_is_read_through_the_table_with_the_default_the_guide_shows(monkeypatch, tmp_path):
+    """settings.get: the environment's value when set, else the fixed default, which the table's column shows;
+    the readers (jobs_dir here) take it from there; a name not in the table is a KeyError, not a silent None."""
+    from course import jobs
+
+    fixed = [s for s in settings.SETTINGS if s.value]
+    assert fixed, "some settings have a fixed default"
+    for s in fixed:
+        assert f"`{s.value}`" in s.default, f"{s.name}: the guide shows {s.default!r}, the course uses {s.value!r}"
+        monkeypatch.delenv(s.name, raising=False)
+        assert settings.get(s.name) == str(Path(s.value).expanduser())
+    monkeypatch.setenv("COURSE_JOBS_DIR", "")  # set but empty counts as unset, as a shell's VAR= leaves it
+    assert jobs.jobs_dir() == Path.home() / ".cache" / "course" / "jobs"
+    monkeypatch.setenv("COURSE_JOBS_DIR", str(tmp_path))
+    assert settings.get("COURSE_JOBS_DIR") == str(tmp_path) and jobs.jobs_dir() == tmp_path
+    with pytest.raises(KeyError):
+        settings.get("COURSE_NOT_A_SETTING")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from course import UserError
+from course import UserError, settings
 from course.grading import ASSIGNMENT, CELL_TIMEOUT, ROOT
 
 ENV_ROOT = "COURSE_NBGRADER_ROOT"
@@ -29,7 +29,7 @@ FEEDBACK = [
 
 def course_root(checkout: Path = ROOT) -> Path:
     """nbgrader's course directory: $COURSE_NBGRADER_ROOT, else build/nbgrader in the checkout."""
-    return Path(os.environ.get(ENV_ROOT) or checkout / "build" / "nbgrader").expanduser().resolve()
+    return Path(settings.get(ENV_ROOT) or checkout / "build" / "nbgrader").expanduser().resolve()
 
 
 def assignment_id(notebook: str) -> str:
