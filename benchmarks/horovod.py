@@ -43,13 +43,13 @@ EXTRA_ENV: dict[str, str] = {}
 
 
 def horovod_throughput(ranks: int, epochs: int, batch: int) -> float:
-    """images/s of `mpiexec -n ranks python -m course.horovod_mnist`, each rank 1 thread (first epoch excluded)."""
+    """images/s of `mpiexec -n ranks python -m course.programs.horovod_mnist`, each rank 1 thread (first epoch excluded)."""
     env = dict(mpi.env(), **devices.thread_env(1), TF_CPP_MIN_LOG_LEVEL="2", **EXTRA_ENV)
     command = mpi.command(
         ranks,
         sys.executable,
         "-m",
-        "course.horovod_mnist",
+        "course.programs.horovod_mnist",
         "--epochs",
         str(epochs),
         "--batch",

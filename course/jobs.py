@@ -16,8 +16,8 @@ and requests no node of the partition could run, are refused with one line befor
 With --resubmit-on-timeout SECONDS the job asks Slurm for a warning (USR1 to the batch shell, `--signal=B:USR1@S`)
 that many seconds before its limit; the script's trap then submits the same script again, to start once this job
 has ended (`--dependency=afterany`), and passes the warning on to the program once it is ready for it
-(course.horovod_mnist creates $COURSE_READY_FILE when every rank handles USR1), which checkpoints and stops
-(course.horovod_mnist with --checkpoint-dir; the next job resumes from rank 0's checkpoint); if the program
+(course.programs.horovod_mnist creates $COURSE_READY_FILE when every rank handles USR1), which checkpoints and stops
+(course.programs.horovod_mnist with --checkpoint-dir; the next job resumes from rank 0's checkpoint); if the program
 finishes in time after all, the script cancels the job it submitted. At most
 MAX_RESUBMITS jobs follow the first, so a job that can never finish does not queue forever.
 """
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course import UserError, mpi, settings, slurm
-from course.horovod_mnist import STOPPED  # its exit status after checkpointing on the time-limit warning
+from course.programs.horovod_mnist import STOPPED  # its exit status after checkpointing on the time-limit warning
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ WORKLOADS = {
         Workload(
             "horovod",
             "Horovod",
-            ("-m", "course.horovod_mnist"),
+            ("-m", "course.programs.horovod_mnist"),
             "Horovod, one process (rank) per GPU",
             rank_per_gpu=True,
             sweep="ranks",
@@ -80,7 +80,7 @@ WORKLOADS = {
         Workload(
             "mirrored",
             "MirroredStrategy",
-            ("-m", "course.mirrored_resnet"),
+            ("-m", "course.programs.mirrored_resnet"),
             "MirroredStrategy, one process with one replica per GPU",
             one_process=True,
             resumes=False,
@@ -340,7 +340,7 @@ def _passing_the_warning_on(launch: str, announces_ready: bool) -> list[str]:
     """The end of the script with --resubmit-on-timeout: the program in the background, the warning passed on.
 
     USR1 kills a process that has not yet installed its handler: a program that `announces_ready`
-    (course.horovod_mnist) gets the warning only once it has created $COURSE_READY_FILE; a script of your own
+    (course.programs.horovod_mnist) gets the warning only once it has created $COURSE_READY_FILE; a script of your own
     gets it at once, so it should set its handler first thing.
     """
     ready = '[ -e "$COURSE_READY_FILE" ]' if announces_ready else "true"

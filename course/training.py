@@ -106,7 +106,7 @@ def horovodrun(ranks: int) -> list[str]:
 def run_horovod_mnist(
     ranks: int, *options: str, timeline: str | os.PathLike | None = None, timeout: float = 1800
 ) -> dict:
-    """Run `python -m course.horovod_mnist OPTIONS` on `ranks` processes with horovodrun; return rank 0's SUMMARY.
+    """Run `python -m course.programs.horovod_mnist OPTIONS` on `ranks` processes with horovodrun; return rank 0's SUMMARY.
 
     With `timeline`, rank 0 writes the Horovod timeline there. A failed run raises UserError with its output's end.
     """
@@ -134,13 +134,13 @@ def _horovod_mnist_summaries(ranks: int, options: tuple, timeline, timeout: floa
     from course import mpi
 
     command = horovodrun(ranks) + (["--timeline-filename", str(timeline)] if timeline else [])
-    command += [sys.executable, "-m", "course.horovod_mnist", *options]
+    command += [sys.executable, "-m", "course.programs.horovod_mnist", *options]
     done = subprocess.run(command, capture_output=True, text=True, env=mpi.env(), timeout=timeout)
     found = re.findall(r"SUMMARY (\{.*\})", done.stdout)  # horovodrun prefixes each line with [rank]<stdout>:
     if done.returncode != 0 or not found:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise UserError(
-            f"horovodrun -np {ranks} python -m course.horovod_mnist failed (exit code "
+            f"horovodrun -np {ranks} python -m course.programs.horovod_mnist failed (exit code "
             f"{done.returncode}); the end of its output:\n{tail}"
         )
     return [json.loads(summary) for summary in found]

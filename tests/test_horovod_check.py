@@ -1,4 +1,4 @@
-"""course.horovod_check on real `horovodrun -np 2` runs of the scripts notebook 06 shows (its single-process
+"""course.checks.horovod_script on real `horovodrun -np 2` runs of the scripts notebook 06 shows (its single-process
 script and the solution of its conversion exercise): the solution passes; a conversion with four faults is told
 each of them by name (what the learner's feedback says)."""
 
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from course import UserError, horovod_check
+from course import UserError
+from course.checks import horovod_script
 from tests.conftest import ROOT
 
 NOTEBOOK = ROOT / "solutions" / "06_horovod.ipynb"
@@ -42,9 +43,9 @@ def runs(tmp_path_factory):
     scripts = {"single": single_text, "solution": solution, "faulty": faulty}
     for name, text in scripts.items():
         (folder / f"{name}.py").write_text(text)
-    result = {"single": horovod_check.run_script(folder / "single.py", folder / "out-single", ranks=1, horovod=False)}
+    result = {"single": horovod_script.run_script(folder / "single.py", folder / "out-single", ranks=1, horovod=False)}
     for name in ("solution", "faulty"):
-        result[name] = horovod_check.run_script(folder / f"{name}.py", folder / f"out-{name}", ranks=2)
+        result[name] = horovod_script.run_script(folder / f"{name}.py", folder / f"out-{name}", ranks=2)
     return result
 
 
@@ -53,15 +54,15 @@ def test_the_solution_passes(runs, capsys):
     single, solution = runs["single"], runs["solution"]
     assert single.returncode == 0 and solution.returncode == 0, solution.output[-3000:]
     assert single.records[0].steps_per_epoch == [18] and solution.records[0].steps_per_epoch == [9]
-    assert horovod_check.problems(solution, single) == []
-    horovod_check.check(solution, single)
+    assert horovod_script.problems(solution, single) == []
+    horovod_script.check(solution, single)
     assert capsys.readouterr().out.startswith("Correct: 2 ranks, identical weights, 9 steps per epoch each")
     assert solution.records[1].files == [] and "model.h5" in solution.records[0].files
 
 
 @pytest.mark.slow
 def test_each_fault_is_named(runs):
-    found = horovod_check.problems(runs["faulty"], runs["single"])
+    found = horovod_script.problems(runs["faulty"], runs["single"])
     text = "\n".join(found)
     assert "the optimizer is not Horovod's" in text
     assert "the ranks end with different weights" in text
@@ -72,23 +73,25 @@ def test_each_fault_is_named(runs):
     assert "each rank took 18 steps per epoch; the single process took 18" in text
     assert "no warm-up: the first epoch already ran at 0.1" in text
     with pytest.raises(AssertionError, match=r"problem\(s\) with faulty.py"):
-        horovod_check.check(runs["faulty"], runs["single"])
+        horovod_script.check(runs["faulty"], runs["single"])
 
 
 def test_a_missing_script_is_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="write it first"):
-        horovod_check.run_script(tmp_path / "train_hvd.py", tmp_path / "out")
+        horovod_script.run_script(tmp_path / "train_hvd.py", tmp_path / "out")
 
 
 def test_a_script_that_fails_is_reported_with_its_error(tmp_path):
     (tmp_path / "broken.py").write_text("raise NotImplementedError()\n")
-    single = horovod_check.Run("single.py", 1, 0, "", {0: None})
-    run = horovod_check.run_script(tmp_path / "broken.py", tmp_path / "out", ranks=1, horovod=False)
-    (problem,) = horovod_check.problems(run, single)
+    single = horovod_script.Run("single.py", 1, 0, "", {0: None})
+    run = horovod_script.run_script(tmp_path / "broken.py", tmp_path / "out", ranks=1, horovod=False)
+    (problem,) = horovod_script.problems(run, single)
     assert problem.startswith("the Horovod run failed (exit code 1; ranks that trained: none)")
     assert "NotImplementedError" in problem
 
 
 def test_usage():
-    done = subprocess.run([sys.executable, "-m", "course.horovod_check"], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 2 and "usage: python -m course.horovod_check SCRIPT FOLDER" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "course.checks.horovod_script"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 2 and "usage: python -m course.checks.horovod_script SCRIPT FOLDER" in done.stderr

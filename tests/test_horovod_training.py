@@ -69,7 +69,7 @@ def test_rank0_only_outputs_resume_and_timeline(tmp_path):
     timeline = tmp_path / "timeline.json"
     args = [
         "-m",
-        "course.horovod_mnist",
+        "course.programs.horovod_mnist",
         "--limit",
         "400",
         "--batch",
@@ -147,7 +147,7 @@ def test_after_the_warning_an_epoch_is_estimated_by_the_slowest_recent_one():
     """The time-limit decision (issue 32): the slowest of the last 3 epochs, not the fastest nor the first
     (it also traces the model) unless it is the only one, plus the final evaluation before the last epoch; the
     job goes on only if all of that fits."""
-    from course.horovod_mnist import EXIT_SECONDS, EXIT_SHARE, SAFETY, decide
+    from course.programs.horovod_mnist import EXIT_SECONDS, EXIT_SHARE, SAFETY, decide
 
     times = [9.0, 2.0, 2.0, 2.0, 5.0]  # a slow first epoch, then a loaded node slows the latest
     assert decide(5, 20, 100.0, times).epoch_time == 5.0
@@ -174,7 +174,7 @@ def test_warmup_ramps_up_to_the_scaled_rate_and_each_rule_trains_in_one_launch(t
             2,
             sys.executable,
             "-m",
-            "course.horovod_mnist",
+            "course.programs.horovod_mnist",
             "--limit",
             "200",
             "--batch",
@@ -218,7 +218,11 @@ def test_warmup_ramps_up_to_the_scaled_rate_and_each_rule_trains_in_one_launch(t
 )
 def test_bad_scaling_configurations_are_one_line_errors(argv, message):
     done = subprocess.run(
-        [sys.executable, "-m", "course.horovod_mnist", *argv], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "course.programs.horovod_mnist", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
 
@@ -229,7 +233,7 @@ def test_bad_results_file_stops_every_rank_before_training(tmp_path):
         2,
         sys.executable,
         "-m",
-        "course.horovod_mnist",
+        "course.programs.horovod_mnist",
         "--limit",
         "400",
         "--results",
@@ -256,7 +260,7 @@ def test_a_rank_killed_at_the_time_limit_says_where_it_was(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "course.horovod_mnist",
+        "course.programs.horovod_mnist",
         "--limit",
         "200",
         "--epochs",
@@ -299,7 +303,7 @@ def test_mirrored_program_writes_tensorboard_logs_and_a_results_row(tmp_path):
         [
             sys.executable,
             "-m",
-            "course.mirrored_resnet",
+            "course.programs.mirrored_resnet",
             "--replicas",
             "2",
             "--model",

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from course import quiz
+from course.checks import quiz
 
 KEY = {1: quiz.digest(1, "b"), 2: quiz.digest(2, {"A", "B", "D"})}
 
@@ -36,6 +36,6 @@ def test_digest_depends_on_the_question():
 
 def test_command_line_prints_the_key_entry():
     out = subprocess.run(
-        [sys.executable, "-m", "course.quiz", "2", "A,B,D"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "course.checks.quiz", "2", "A,B,D"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == KEY[2]

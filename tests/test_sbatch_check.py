@@ -1,13 +1,14 @@
-"""course.sbatch_check: hand-written batch scripts read as sbatch reads them, each mistake named, and
+"""course.checks.sbatch_script: hand-written batch scripts read as sbatch reads them, each mistake named, and
 `sbatch --test-only` asked for real on the test suite's Slurm."""
 
 from __future__ import annotations
 
 import pytest
 
-from course import jobs, sbatch_check
+from course import jobs
+from course.checks import sbatch_script
 from course.slurm import time_limit_seconds
-from course.sbatch_check import Exercise
+from course.checks.sbatch_script import Exercise
 
 WANT = Exercise(
     nodes=2,
@@ -17,7 +18,7 @@ WANT = Exercise(
     time="00:45:00",
     job_name="hvd-mnist",
     folder="logs",
-    module="course.horovod_mnist",
+    module="course.programs.horovod_mnist",
     epochs=4,
 )
 
@@ -33,7 +34,7 @@ RIGHT = """\
 #SBATCH --time=00:45:00
 
 export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
-mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot python -m course.horovod_mnist --epochs 4
+mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot python -m course.programs.horovod_mnist --epochs 4
 """
 
 SHORT_FORMS = """\
@@ -44,7 +45,7 @@ SHORT_FORMS = """\
 #SBATCH -t 45
 #SBATCH -o logs/%x_%j.out -e logs/%x_%j.err
 
-srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python -m course.horovod_mnist \\
+srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python -m course.programs.horovod_mnist \\
     --epochs 4 --batch 64
 """
 
@@ -56,7 +57,7 @@ def submit_dir(tmp_path):
 
 
 def _problems(text: str, folder) -> list[str]:
-    return sbatch_check.problems(text, WANT, folder)
+    return sbatch_script.problems(text, WANT, folder)
 
 
 @pytest.mark.parametrize(
@@ -131,14 +132,14 @@ def test_srun_given_the_cpus_per_task_again_is_right(launch, submit_dir):
 
 
 def test_short_and_long_forms_read_the_same():
-    header = sbatch_check.read(SHORT_FORMS)
+    header = sbatch_script.read(SHORT_FORMS)
     assert [
         header.get(n) for n in ("job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node", "time")
     ] == ["hvd-mnist", "2", "8", "6", "a100:8", "45"]
     assert header.commands == [
-        (8, 'srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python -m course.horovod_mnist --epochs 4 --batch 64')
+        (8, 'srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python -m course.programs.horovod_mnist --epochs 4 --batch 64')
     ]
-    assert sbatch_check.read("#!/bin/bash\n#SBATCH -N 1\n#SBATCH -N 3\n").get("nodes") == "3"  # the last one wins
+    assert sbatch_script.read("#!/bin/bash\n#SBATCH -N 1\n#SBATCH -N 3\n").get("nodes") == "3"  # the last one wins
 
 
 @pytest.mark.parametrize(
@@ -215,7 +216,7 @@ MISTAKES = [
         "--epochs 4 --learning-rate 0.1",
         ["the training refuses its arguments: ", "unrecognized arguments: --learning-rate"],
     ),
-    ("python -m course.horovod_mnist --epochs 4", "echo training", ["no launch line starts the ranks"]),
+    ("python -m course.programs.horovod_mnist --epochs 4", "echo training", ["no launch line starts the ranks"]),
 ]
 
 
@@ -241,7 +242,7 @@ def test_a_sbatch_line_after_the_first_command_is_ignored(submit_dir):
 
 def test_missing_output_folder_is_named(tmp_path):
     want = Exercise(nodes=2, gpus_per_node=8, cpus_per_task=6, time="00:45:00")
-    found = sbatch_check.problems(RIGHT, want, tmp_path)  # no logs/ folder under tmp_path
+    found = sbatch_script.problems(RIGHT, want, tmp_path)  # no logs/ folder under tmp_path
     assert any("does not exist, and Slurm does not create it" in p for p in found), found
 
 
@@ -270,11 +271,11 @@ def test_check_raises_with_one_line_per_problem(submit_dir):
     script = submit_dir / "job.sbatch"
     script.write_text(RIGHT.replace("--ntasks-per-node=8", "--ntasks-per-node=4").replace("_%j.out", ".out"))
     with pytest.raises(AssertionError) as raised:
-        sbatch_check.check(script, WANT)
+        sbatch_script.check(script, WANT)
     lines = str(raised.value).splitlines()
     assert lines[0] == "2 thing(s) to fix in job.sbatch:" and len(lines) == 3, lines
     with pytest.raises(AssertionError, match="no script at"):
-        sbatch_check.check(submit_dir / "missing.sbatch", WANT)
+        sbatch_script.check(submit_dir / "missing.sbatch", WANT)
 
 
 # ---------------------------------------------------------------------------------- the real Slurm
@@ -282,17 +283,17 @@ def test_check_raises_with_one_line_per_problem(submit_dir):
 
 def test_sbatch_test_only_on_the_real_slurm(slurm, submit_dir):
     """The right script, shrunk to the test partition, is accepted; Slurm's own error line reaches the learner."""
-    verdict = sbatch_check.ask_slurm(RIGHT)
+    verdict = sbatch_script.ask_slurm(RIGHT)
     assert verdict is not None and verdict.accepted, verdict
     assert verdict.line.startswith("sbatch: Job") and f"partition {slurm}" in verdict.line, verdict.line
     assert "--gres left out (no GPUs here)" in verdict.changes and "--nodes 2 -> 1" in verdict.changes
-    bad_time = sbatch_check.ask_slurm(RIGHT.replace("--time=00:45:00", "--time=45m"))
+    bad_time = sbatch_script.ask_slurm(RIGHT.replace("--time=00:45:00", "--time=45m"))
     assert not bad_time.accepted and bad_time.line == "sbatch: error: Invalid --time specification", bad_time
-    typo = sbatch_check.ask_slurm(RIGHT.replace("--ntasks-per-node=8", "--ntask-per-node=8"))
+    typo = sbatch_script.ask_slurm(RIGHT.replace("--ntasks-per-node=8", "--ntask-per-node=8"))
     assert not typo.accepted and "unrecognized option '--ntask-per-node=8'" in typo.line, typo
     script = submit_dir / "hvd_mnist.sbatch"
     script.write_text(RIGHT)
-    said = sbatch_check.check(script, WANT)
+    said = sbatch_script.check(script, WANT)
     assert said.startswith("Every #SBATCH line and the launch line are right. Slurm accepts it"), said
 
 
@@ -310,7 +311,7 @@ PROGRAM = ["/opt/env/bin/python", "-m", "course", "doctor", "--json"]
 )
 def test_an_srun_command_is_read_as_srun_reads_it(options):
     """Short and long forms, values after '=' or in the next word, unique prefixes: all mean the same to srun."""
-    assert sbatch_check.srun_problems(["srun", *options, *PROGRAM], 1, 1, "00:05:00", PROGRAM) == []
+    assert sbatch_script.srun_problems(["srun", *options, *PROGRAM], 1, 1, "00:05:00", PROGRAM) == []
 
 
 @pytest.mark.parametrize(
@@ -328,5 +329,5 @@ def test_an_srun_command_is_read_as_srun_reads_it(options):
     ],
 )
 def test_each_mistake_in_an_srun_command_is_named(words, named):
-    found = sbatch_check.srun_problems(words, 1, 1, "00:05:00", PROGRAM)
+    found = sbatch_script.srun_problems(words, 1, 1, "00:05:00", PROGRAM)
     assert any(named in problem for problem in found), found

@@ -1,4 +1,4 @@
-"""Run in a fresh process (2 logical CPU devices): course.mirrored's checks on a right build and step and on
+"""Run in a fresh process (2 logical CPU devices): course.checks.mirrored_loop's checks on a right build and step and on
 plausible wrong ones (the right loop passes in notebook 07's own execution test); prints one line `RESULT {json}` mapping each case to "pass" or the check's message."""
 
 import json
@@ -10,7 +10,7 @@ from course import training
 training.replica_devices(2)  # before TensorFlow starts
 import tensorflow as tf  # noqa: E402
 
-from course import mirrored  # noqa: E402
+from course.checks import mirrored_loop  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 
@@ -87,21 +87,23 @@ def outcome(check):
 
 right, mean_step = make_step(), make_step(per_replica_mean=True)
 cases = {
-    "build right": lambda: mirrored.check_build(build)["kind"],
-    "step right": lambda: mirrored.check_step(right)["loss"],
-    "model outside scope": lambda: mirrored.check_build(lambda s, m, lr: build(s, m, lr, model_in_scope=False)),
-    "optimizer outside scope": lambda: mirrored.check_build(lambda s, m, lr: build(s, m, lr, optimizer_in_scope=False)),
-    "step per-replica mean": lambda: mirrored.check_step(mean_step),
-    "loop per-replica mean": lambda: mirrored.check_same_as_one_device(
-        mirrored.compare_replicas(build, make_train(mean_step))
+    "build right": lambda: mirrored_loop.check_build(build)["kind"],
+    "step right": lambda: mirrored_loop.check_step(right)["loss"],
+    "model outside scope": lambda: mirrored_loop.check_build(lambda s, m, lr: build(s, m, lr, model_in_scope=False)),
+    "optimizer outside scope": lambda: mirrored_loop.check_build(
+        lambda s, m, lr: build(s, m, lr, optimizer_in_scope=False)
     ),
-    "loop no reduce": lambda: mirrored.check_same_as_one_device(
-        mirrored.compare_replicas(build, make_train(right, reduce="none"))
+    "step per-replica mean": lambda: mirrored_loop.check_step(mean_step),
+    "loop per-replica mean": lambda: mirrored_loop.check_same_as_one_device(
+        mirrored_loop.compare_replicas(build, make_train(mean_step))
     ),
-    "build in a new strategy": lambda: mirrored.check_build(build_in_a_new_strategy),
-    "step forward outside tape": lambda: mirrored.check_step(make_step(forward_outside_tape=True)),
-    "loop undistributed dataset": lambda: mirrored.check_same_as_one_device(
-        mirrored.compare_replicas(build, make_train(right, distribute=False))
+    "loop no reduce": lambda: mirrored_loop.check_same_as_one_device(
+        mirrored_loop.compare_replicas(build, make_train(right, reduce="none"))
+    ),
+    "build in a new strategy": lambda: mirrored_loop.check_build(build_in_a_new_strategy),
+    "step forward outside tape": lambda: mirrored_loop.check_step(make_step(forward_outside_tape=True)),
+    "loop undistributed dataset": lambda: mirrored_loop.check_same_as_one_device(
+        mirrored_loop.compare_replicas(build, make_train(right, distribute=False))
     ),
 }
 print("RESULT " + json.dumps({name: outcome(check) for name, check in cases.items()}), flush=True)

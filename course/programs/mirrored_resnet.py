@@ -1,6 +1,6 @@
 """ResNet with MirroredStrategy as a standalone program (Torres's BSC multi-GPU hands-on script): what a Slurm job runs.
 
-    python -m course.mirrored_resnet --replicas 2 --epochs 3            # one process, one replica per GPU
+    python -m course.programs.mirrored_resnet --replicas 2 --epochs 3            # one process, one replica per GPU
     python -m course job mirrored --gpus-per-node 4 --submit -- --epochs 5
 
 Without GPUs it makes logical CPU devices so the mechanics can be seen. Prints one `SUMMARY {json}` line
@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The program's command line."""
-    parser = argparse.ArgumentParser(prog="python -m course.mirrored_resnet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m course.programs.mirrored_resnet", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--replicas", type=int, default=None, help="default: the GPUs visible, else 1")
     parser.add_argument("--model", default="resnet50v2", help="resnet50v2 or resnet152v2")
     parser.add_argument("--batch", type=int, default=32, help="batch per replica (global = batch x replicas)")

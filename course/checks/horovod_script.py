@@ -7,12 +7,12 @@ relative path shows which rank wrote it. Every `Model.fit` gets one more callbac
 check needs, read from the model and its optimizer: steps per epoch, the learning rate of each epoch, the
 logged loss, the final weights, Horovod's size and whether the optimizer is Horovod's.
 
-    run = horovod_check.run_script("train_hvd.py", "out/hvd", ranks=2)
-    single = horovod_check.run_script("train_single.py", "out/single", ranks=1, horovod=False)
-    single = horovod_check.reference(18, 0.05, ["model.h5"])   # or what it does, from its constants
-    horovod_check.check(run, single)      # prints what is right, fails naming what is wrong
+    run = horovod_script.run_script("train_hvd.py", "out/hvd", ranks=2)
+    single = horovod_script.run_script("train_single.py", "out/single", ranks=1, horovod=False)
+    single = horovod_script.reference(18, 0.05, ["model.h5"])   # or what it does, from its constants
+    horovod_script.check(run, single)      # prints what is right, fails naming what is wrong
 
-    python -m course.horovod_check SCRIPT FOLDER    # what each process runs (under horovodrun or alone)
+    python -m course.checks.horovod_script SCRIPT FOLDER    # what each process runs (under horovodrun or alone)
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def run_script(
     if folder.exists():
         shutil.rmtree(folder)  # the check's own output folder: a rerun starts clean
     folder.mkdir(parents=True)
-    program = [sys.executable, "-m", "course.horovod_check", str(script), str(folder.resolve())]
+    program = [sys.executable, "-m", "course.checks.horovod_script", str(script), str(folder.resolve())]
     if horovod:
         program = training.horovodrun(ranks) + program
     env = mpi.env()
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run SCRIPT in FOLDER/rank<r>/ and write FOLDER/record-<r>.json and .npz after it."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m course.horovod_check SCRIPT FOLDER", file=sys.stderr)
+        print("usage: python -m course.checks.horovod_script SCRIPT FOLDER", file=sys.stderr)
         return 2
     import runpy
 

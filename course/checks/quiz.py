@@ -2,7 +2,7 @@
 
 The key holds a salted SHA-256 digest of each right answer, so a learner is told at once which answers are
 right (and why, once they are) while the answers themselves do not appear in the student notebook. Hidden
-tests still grade. Make a key entry with ``python -m course.quiz QUESTION_ID ANSWER``.
+tests still grade. Make a key entry with ``python -m course.checks.quiz QUESTION_ID ANSWER``.
 
     >>> key = {"q1": digest("q1", "b")}
     >>> check({"q1": "B"}, key, explanations={"q1": "init sets up communication"})
@@ -63,7 +63,10 @@ def check(answers: Mapping, key: Mapping, explanations: Mapping | None = None) -
 def main(argv: list[str]) -> int:
     """Print the key entry for one question and answer (for instructors writing a notebook)."""
     if len(argv) != 2:
-        print("usage: python -m course.quiz QUESTION_ID ANSWER   (a set: comma-separated, e.g. A,B,D)", file=sys.stderr)
+        print(
+            "usage: python -m course.checks.quiz QUESTION_ID ANSWER   (a set: comma-separated, e.g. A,B,D)",
+            file=sys.stderr,
+        )
         return 2
     question, answer = argv
     print(digest(question, answer.split(",") if "," in answer else answer))

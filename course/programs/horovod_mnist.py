@@ -1,9 +1,9 @@
 """The MNIST CNN trained with Horovod, as a standalone program (the code changes the University of Queensland
 Deep Learning on HPC workshop makes to a Keras script, in one file).
 
-    horovodrun -np 2 -H localhost:2 python -m course.horovod_mnist --epochs 3
-    mpiexec -n 2 --bind-to none python -m course.horovod_mnist --epochs 3      # what a Slurm job runs
-    HOROVOD_TIMELINE=timeline.json horovodrun -np 2 ... python -m course.horovod_mnist   # a timeline from rank 0
+    horovodrun -np 2 -H localhost:2 python -m course.programs.horovod_mnist --epochs 3
+    mpiexec -n 2 --bind-to none python -m course.programs.horovod_mnist --epochs 3      # what a Slurm job runs
+    HOROVOD_TIMELINE=timeline.json horovodrun -np 2 ... python -m course.programs.horovod_mnist   # a timeline from rank 0
 
 Every rank runs this same file. Output paths may contain {rank}; only rank 0 writes checkpoints, TensorBoard
 logs, the saved model, the summary and the class-results row (so e.g. --checkpoint-dir ckpt-{rank} shows that
@@ -61,7 +61,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     from course.data import DATASETS
 
     parser = argparse.ArgumentParser(
-        prog="python -m course.horovod_mnist", description=" ".join(__doc__.split("\n\n")[0].split())
+        prog="python -m course.programs.horovod_mnist", description=" ".join(__doc__.split("\n\n")[0].split())
     )
     parser.add_argument("--epochs", type=int, default=3, help="total epochs (a resumed run stops at the same total)")
     parser.add_argument("--batch", type=int, default=100, help="batch per rank (the global batch is batch x ranks)")

@@ -1,9 +1,9 @@
 """Checking a batch script a learner wrote by hand: its `#SBATCH` lines read as sbatch reads them, each wrong or
 missing option named against what the exercise asks, and (where a Slurm answers) `sbatch --test-only` on it.
 
-    want = sbatch_check.Exercise(nodes=2, gpus_per_node=8, cores_per_node=48, cpus_per_task=6, time="00:45:00")
-    sbatch_check.problems(Path("job.sbatch").read_text(), want)    # [] or one sentence per mistake
-    print(sbatch_check.check("job.sbatch", want))                  # AssertionError listing them, or what Slurm said
+    want = sbatch_script.Exercise(nodes=2, gpus_per_node=8, cores_per_node=48, cpus_per_task=6, time="00:45:00")
+    sbatch_script.problems(Path("job.sbatch").read_text(), want)    # [] or one sentence per mistake
+    print(sbatch_script.check("job.sbatch", want))                  # AssertionError listing them, or what Slurm said
 
 The problems say what is wrong and why (per node or per job, one rank per GPU, %j, the launcher), never the
 whole right script. sbatch's own rules apply: only lines starting exactly `#SBATCH` count, and only before the
@@ -209,7 +209,7 @@ class Exercise:
     cores_per_node: int | None = None
     job_name: str | None = None
     folder: str | None = None  # where .out and .err go (relative to the folder the script is submitted from)
-    module: str = "course.horovod_mnist"
+    module: str = "course.programs.horovod_mnist"
     epochs: int | None = None
 
     @property
@@ -476,9 +476,9 @@ def _rank_count(words: list[str], number: int, want: Exercise) -> list[str]:
 
 
 def _program_args(args: list[str], number: int, want: Exercise) -> list[str]:
-    if want.module != "course.horovod_mnist":
+    if want.module != "course.programs.horovod_mnist":
         return []
-    from course import horovod_mnist
+    from course.programs import horovod_mnist
 
     said = io.StringIO()
     try:

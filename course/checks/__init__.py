@@ -1,0 +1,2 @@
+"""What notebooks call to check a learner's answer: quiz digests, the Horovod script run, the MirroredStrategy loop
+comparison, the `#SBATCH` reader. Never a reference implementation a learner could call instead of the exercise."""
