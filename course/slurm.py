@@ -289,6 +289,7 @@ class Job:
     stdout: str = ""
     stderr: str = ""
     tasks: list["Job"] = field(default_factory=list)  # an array job's tasks, by index (empty for other jobs)
+    array_task: str = ""  # an array task's index (or the indices still pending, e.g. 2-3); "" for other jobs
 
     @property
     def ended(self) -> bool:
@@ -314,6 +315,15 @@ def _array(job_id: int, tasks: list[Job]) -> Job:
     )
 
 
+def array_task_state(job: Job, index: int) -> str:
+    """The state of one task of an array job, as scontrol last reported it ("UNKNOWN" once Slurm forgot it)."""
+    for task in job.tasks or [job]:
+        first, _, last = task.array_task.split("%")[0].partition("-")
+        if first.isdigit() and int(first) <= index <= int(last or first):
+            return task.state
+    return "UNKNOWN"
+
+
 def job(job_id: int | str) -> Job | None:
     """The job from `scontrol show job` (Slurm keeps ended jobs for MinJobAge), else `sacct`; None if unknown."""
     jid = int(job_id)
@@ -332,6 +342,7 @@ def job(job_id: int | str) -> Job | None:
                     fields.get("TimeLimit", ""),
                     fields.get("StdOut", ""),
                     fields.get("StdErr", ""),
+                    array_task=fields.get("ArrayTaskId", ""),
                 )
             )
     sacct = shutil.which("sacct")

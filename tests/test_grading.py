@@ -8,14 +8,16 @@ the class is graded normally.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 import time
 import uuid
 
 import psutil
 import pytest
 
-from tests.conftest import run_course
+from tests.conftest import ROOT, run_course
 from tests.grading_support import FIXTURE_COURSE, HOSTILE, by_cell, copy_tree, grade, rows, tagged_env, tree_digest
 
 NB = "99_fixture"
@@ -295,3 +297,112 @@ def test_totals_per_student_and_only_graded_cells_of_solutions_trigger_regrading
     )
     path.write_text(json.dumps(nb, indent=1))
     assert fingerprint(path) != before
+
+
+# ------------------------------------------------------------------ grading as a Slurm job array (two nodes)
+
+SLURM_LIMITS = ("--timeout", "10", "--memory", "500M")  # the hostile run's limits, so that rows can be compared
+
+
+def _same_rows(out) -> list[tuple]:
+    """What must not depend on where grading ran: student, notebook, cell, points, status of every row."""
+    return sorted((r["student"], r["notebook"], r["cell"], r["points"], r["status"]) for r in rows(out))
+
+
+def _shared_out(name: str):
+    """An output folder on a disk the compute nodes share (the checkout's build/, not /tmp, which is refused)."""
+    out = ROOT / "build" / "test-slurm-grading" / f"{name}-{uuid.uuid4().hex[:8]}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def test_grading_on_slurm_over_two_nodes_gives_the_rows_of_local_grading(hostile, virtual_cluster):
+    """The hostile class (honest, wrong, blank, endless, killed, memory-hungry, broken) graded as a job array of
+    two tasks, one per node of the virtual cluster: the same rows, totals and feedback files as on one machine."""
+    submissions, local, _, before, _ = hostile
+    out = _shared_out("two-nodes")
+    try:
+        done = grade(
+            submissions, out, *SLURM_LIMITS, "--slurm", "--tasks", "2", "--time", "00:10:00", env=virtual_cluster
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+        summary = done.stdout.strip().splitlines()[-1]
+        assert summary.startswith("graded 14 submission(s)") and "(2 array task(s))" in summary, summary
+        assert _same_rows(out) == _same_rows(local)
+        assert (out / "totals.csv").read_text() == (local / "totals.csv").read_text()
+        assert sorted(p.relative_to(out) for p in (out / "feedback").rglob("*.txt")) == sorted(
+            p.relative_to(local) for p in (local / "feedback").rglob("*.txt")
+        )
+        logs = sorted((out / "slurm-logs").glob("*/task-*.out"))
+        nodes = {re.search(r"on (\S+) with", log.read_text()).group(1) for log in logs}
+        assert len(logs) == 2 and len(nodes) == 2, f"the two tasks ran on {nodes}: {[p.read_text() for p in logs]}"
+        assert not (out / ".grading-slurm").exists(), "the run's folder is removed once collected"
+        assert tree_digest(submissions) == before, "grading changed the submissions"
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_a_cancelled_array_task_leaves_its_submissions_not_graded_and_the_next_run_grades_only_those(
+    hostile, virtual_cluster
+):
+    submissions, local, _, _, _ = hostile
+    out = _shared_out("cancelled")
+    try:
+        sent = grade(
+            submissions,
+            out,
+            *SLURM_LIMITS,
+            "--slurm",
+            "--tasks",
+            "2",
+            "--time",
+            "00:10:00",
+            "--no-wait",
+            env=virtual_cluster,
+        )
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        job_id = int(re.search(r"submitted Slurm job (\d+)", sent.stdout).group(1))
+        assert f"course grade --collect {out}" in sent.stdout
+        # while it runs, a second grading into the same folder is refused in one line
+        second = grade(submissions, out, *SLURM_LIMITS, "--workers", "1", env=virtual_cluster)
+        assert second.returncode == 1 and "not collected yet" in second.stderr and "Traceback" not in second.stderr
+        results = out / ".grading-slurm" / "results"
+        deadline = time.monotonic() + 240
+        while not any(int(p.stem) % 2 == 1 for p in results.glob("*.pickle")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        cancelled = subprocess.run(["scancel", f"{job_id}_1"], env=virtual_cluster, capture_output=True, text=True)
+        assert cancelled.returncode == 0, cancelled.stderr
+        collected = run_course("grade", "--collect", str(out), env=virtual_cluster, timeout=900)
+        assert collected.returncode == 0, collected.stdout + collected.stderr
+        not_graded = {(r["student"], r["notebook"]) for r in rows(out) if r["points"] == "" and r["cell"]}
+        assert not_graded, f"task 1 finished before it was cancelled: {collected.stdout}"
+        assert all("CANCELLED" in r["message"] for r in rows(out) if r["points"] == "" and r["cell"])
+        assert "NOT GRADED" in collected.stdout
+        again = grade(
+            submissions, out, *SLURM_LIMITS, "--slurm", "--tasks", "2", "--time", "00:10:00", env=virtual_cluster
+        )
+        assert again.returncode == 0, again.stdout + again.stderr
+        summary = again.stdout.strip().splitlines()[-1]
+        assert summary.startswith(f"graded {len(not_graded)} submission(s)"), summary
+        assert _same_rows(out) == _same_rows(local)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--out", "/tmp/course-grades"], "a node's own disk"),
+        (["--out", "OUT", "--time", "00:01:00"], "ask for at least 00:02:00"),
+        (["--out", "OUT", "--partition", "nosuch"], "no partition 'nosuch'"),
+        (["--out", "OUT", "--workers", "2"], "--workers is for grading on this machine"),
+    ],
+)
+def test_slurm_grading_mistakes_are_one_line(virtual_cluster, args, words):
+    out = _shared_out("refused")
+    args = [str(out) if a == "OUT" else a for a in args]
+    done = run_course(
+        "grade", str(HOSTILE), "--solutions", str(FIXTURE_COURSE), *SLURM_LIMITS, "--slurm", *args, env=virtual_cluster
+    )
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+    assert not out.exists(), "a refused grading writes nothing"

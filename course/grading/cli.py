@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from course import UserError
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -35,8 +38,40 @@ def cmd_grade(args: argparse.Namespace) -> int:
         check_timeout(args.timeout)
     from course import from_args
 
+    progress = sys.stderr.isatty()
+    if args.collect is not None:  # the end of a --slurm --no-wait grading: nothing else may be given
+        if args.submissions or args.out or args.slurm:
+            raise UserError("--collect DIR takes only the output folder: `course grade --collect DIR`")
+        from course.grading import on_slurm
+
+        print(on_slurm.collect(Path(args.collect), progress))
+        return 0
+    if not args.submissions or not args.out:
+        raise UserError("give the class folder and where the grades go: `course grade SUBMISSIONS --out DIR`")
+    slurm_only = [f"--{n.replace('_', '-')}" for n in ("tasks", "partition", "no_wait") if getattr(args, n)]
+    if args.time is not None:
+        slurm_only.append("--time")
+    if slurm_only and not args.slurm:
+        raise UserError(f"{', '.join(slurm_only)} set(s) how grading runs on Slurm: add --slurm, or leave it out")
+    if args.slurm:
+        if args.workers is not None:
+            raise UserError("--workers is for grading on this machine; on Slurm each array task uses its node's CPUs")
+        from course.grading import on_slurm
+
+        options = from_args(args, "solutions timeout memory regrade tasks partition")
+        print(
+            on_slurm.submit(
+                args.submissions,
+                args.out,
+                time_limit=args.time or "01:00:00",
+                wait=not args.no_wait,
+                progress=progress,
+                **options,
+            )
+        )
+        return 0
     options = from_args(args, "solutions timeout workers memory regrade")
-    print(grade(args.submissions, args.out, progress=sys.stderr.isatty(), **options))
+    print(grade(args.submissions, args.out, progress=progress, **options))
     return 0
 
 
@@ -86,13 +121,19 @@ def add_grading(commands) -> None:
     validate.set_defaults(func=cmd_validate)
 
     grade = commands.add_parser("grade", help="autograde SUBMISSIONS/<student>/<notebook>.ipynb into --out DIR")
-    grade.add_argument("submissions", help="the class folder: one folder per student with their notebooks")
-    grade.add_argument("--out", required=True, metavar="DIR", help="where grades.csv and feedback/ go")
+    grade.add_argument("submissions", nargs="?", help="the class folder: one folder per student with their notebooks")
+    grade.add_argument("--out", metavar="DIR", help="where grades.csv and feedback/ go")
     grade.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
     grade.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds per cell (default 300)")
     grade.add_argument("--workers", type=int, default=None, metavar="N", help="parallel graders (default: the cores)")
     grade.add_argument("--memory", default=None, metavar="SIZE", help="memory limit per kernel (default 4G)")
     grade.add_argument("--regrade", action="store_true", help="grade everything again, not only what changed")
+    grade.add_argument("--slurm", action="store_true", help="grade as one Slurm job array (--out on a shared disk)")
+    grade.add_argument("--tasks", type=int, default=None, metavar="N", help="Slurm: array tasks (default: the nodes)")
+    grade.add_argument("--time", default=None, metavar="T", help="Slurm: time limit per task (default 01:00:00)")
+    grade.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's default)")
+    grade.add_argument("--no-wait", action="store_true", help="Slurm: return once submitted (then --collect DIR)")
+    grade.add_argument("--collect", default=None, metavar="DIR", help="finish a --slurm --no-wait grading into DIR")
     grade.set_defaults(func=cmd_grade)
 
     setup = commands.add_parser(

@@ -10,6 +10,7 @@ test cells of solutions/, not its prose), so a second run grades only what chang
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
 import hashlib
@@ -26,12 +27,13 @@ from pathlib import Path
 
 from course import UserError
 from course.grading import number, row, solutions_dir
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:  # nbgrader is imported only once there is something to grade
     from course.grading.autograde import Job, Result, Spec
 
 STATE = ".grading-state.json"
+LOCK = ".grading.lock"  # held while a `course grade` writes the folder
 GRADER_VERSION = "2"  # bump when grading changes meaning, so old results are not reused
 TOTALS = ("student", "notebook", "points", "max_points", "note")
 
@@ -256,16 +258,32 @@ def _init_worker(threads: int) -> None:
     devices.default_threads(os.environ, threads)
 
 
-def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, Result]:
-    """Grade jobs in `workers` processes; a crashed worker costs only the jobs it held (retried alone)."""
+def run_jobs(
+    jobs: list[Job],
+    workers: int,
+    progress: bool = True,
+    cores: int | None = None,
+    on_result: Callable[[int, Result], None] | None = None,
+) -> dict[int, Result]:
+    """Grade jobs in `workers` processes sharing `cores` (default: this machine's); a crashed worker costs only
+    the jobs it held (retried alone). `on_result(i, result)` is called as each job is graded."""
     from tqdm import tqdm
+
+    from course.grading.autograde import _whole
 
     results: dict[int, Result] = {}
     pending = list(range(len(jobs)))
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, (cores or os.cpu_count() or 1) // workers)
     # fork: workers start at once with nbgrader already imported (the parent never runs a kernel)
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     bar = tqdm(total=len(jobs), unit="notebook", desc="grading", disable=not progress or None, leave=False)
+
+    def done(i: int, result: Result) -> None:
+        results[i] = result
+        bar.update(1)
+        if on_result is not None:
+            on_result(i, result)
+
     alone = False
     try:
         while pending:
@@ -277,20 +295,13 @@ def run_jobs(jobs: list[Job], workers: int, progress: bool = True) -> dict[int, 
                 for future in as_completed(futures):
                     i = futures[future]
                     try:
-                        results[i] = future.result()
-                        bar.update(1)
+                        done(i, future.result())
                     except BrokenProcessPool:
                         broken.append(i)
                     except Exception as exc:  # never lose the class for one job
-                        from course.grading.autograde import _whole
-
-                        results[i] = _whole(jobs[i], "error", f"the grader failed on this file: {exc}")
-                        bar.update(1)
+                        done(i, _whole(jobs[i], "error", f"the grader failed on this file: {exc}"))
             if alone and broken:  # this job alone kills its worker
-                from course.grading.autograde import _whole
-
-                results[broken[0]] = _whole(jobs[broken[0]], "error", "grading this file crashed the grader's worker")
-                bar.update(1)
+                done(broken[0], _whole(jobs[broken[0]], "error", "grading this file crashed the grader's worker"))
             pending = [i for i in pending if i not in results]
             alone = alone or bool(broken)
     finally:
@@ -352,22 +363,37 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def grade(
+@dataclass
+class Grading:
+    """One run between its plan and its output: what to grade (`todo`, indices into plan.jobs) and what is known."""
+
+    submissions: Path
+    out: Path
+    timeout: float
+    memory: int
+    workers: int
+    plan: Plan
+    keys: list[str]
+    todo: list[int]
+    state: dict
+    started: float = field(default_factory=time.time)  # wall clock: a Slurm grading is finished by another process
+
+
+def prepare(
     submissions: Path,
     out: Path,
+    workdir: Path,
     solutions: Path | None = None,
     timeout: float | None = None,
     workers: int | None = None,
     memory: str | int | None = None,
     regrade: bool = False,
-    progress: bool = True,
-) -> str:
-    """Grade a class folder into OUT; returns the summary line."""
-    import tempfile
+) -> Grading:
+    """Check the options, read the class (bytes only) and what an earlier run graded; decide what to grade.
+    The instructor notebooks' gradebooks go into `workdir`, which the graders must be able to read."""
+    from course.grading import CELL_TIMEOUT, MEMORY_LIMIT, parse_memory
 
-    from course.grading import CELL_TIMEOUT, MEMORY_LIMIT, parse_memory, size_words
-
-    started = time.monotonic()
+    started = time.time()
     submissions, out = Path(submissions).resolve(), Path(out).resolve()
     solutions = solutions_dir(solutions).resolve()
     timeout = CELL_TIMEOUT if timeout is None else timeout
@@ -383,23 +409,78 @@ def grade(
         raise UserError(f"no submissions folder at {submissions}; expected SUBMISSIONS/<student>/<notebook>.ipynb")
     if not solutions.is_dir():
         raise UserError(f"no solutions folder at {solutions}; run from the course checkout or pass --solutions DIR")
-    out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE
     try:
         state = json.loads(state_path.read_text()) if state_path.exists() and not regrade else {}
     except (OSError, json.JSONDecodeError):
         state = {}
-    with tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
-        the_plan, hashes = plan(submissions, solutions, Path(workdir), timeout, memory_bytes)
-        keys = [_key(job, hashes[job.spec.notebook]) for job in the_plan.jobs]
-        todo = [i for i, job in enumerate(the_plan.jobs) if state.get(job.file, {}).get("key") != keys[i]]
-        fresh = run_jobs([the_plan.jobs[i] for i in todo], workers, progress) if todo else {}
+    the_plan, hashes = plan(submissions, solutions, workdir, timeout, memory_bytes)
+    keys = [_key(job, hashes[job.spec.notebook]) for job in the_plan.jobs]
+    todo = [i for i, job in enumerate(the_plan.jobs) if state.get(job.file, {}).get("key") != keys[i]]
+    return Grading(submissions, out, timeout, memory_bytes, workers, the_plan, keys, todo, state, started)
+
+
+@contextlib.contextmanager
+def writing(out: Path) -> Iterator[None]:
+    """Hold OUT for one grading: a second `course grade` into the same folder is refused, not interleaved."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "a+") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(
+                f"another `course grade` is writing {out} right now: wait for it to end, or choose another --out"
+            ) from None
+        yield
+
+
+def grade(
+    submissions: Path,
+    out: Path,
+    solutions: Path | None = None,
+    timeout: float | None = None,
+    workers: int | None = None,
+    memory: str | int | None = None,
+    regrade: bool = False,
+    progress: bool = True,
+) -> str:
+    """Grade a class folder into OUT on this machine; returns the summary line."""
+    import tempfile
+
+    out = Path(out).resolve()
+    with writing(out), tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
+        refuse_pending(out)
+        g = prepare(submissions, out, Path(workdir), solutions, timeout, workers, memory, regrade)
+        todo = [g.plan.jobs[i] for i in g.todo]
+        fresh = run_jobs(todo, g.workers, progress) if todo else {}
+        return finish(g, fresh)
+
+
+def refuse_pending(out: Path) -> None:
+    """A Slurm grading into OUT that was submitted with --no-wait and not collected must be collected first."""
+    from course.grading import on_slurm
+
+    pending = on_slurm.pending(out)
+    if pending:
+        raise UserError(
+            f"a Slurm grading into {out} (job {pending}) is not collected yet: run `course grade --collect {out}` first"
+        )
+
+
+def finish(g: Grading, fresh: dict[int, Result], where: str = "") -> str:
+    """Merge this run's results (by position in g.todo) with what is kept, write grades.csv, totals.csv, the
+    feedback and the state; returns the summary line."""
+    from course.grading import size_words
+
+    out, state, the_plan = g.out, g.state, g.plan
     new_state = {}
-    for n, i in enumerate(todo):
+    for n, i in enumerate(g.todo):
         job = the_plan.jobs[i]
         # a failure of the grading machinery is kept for this run's report but never reused: no key
         new_state[job.file] = {
-            "key": "" if fresh[n].machinery else keys[i],
+            "key": "" if fresh[n].machinery else g.keys[i],
             "notebook": job.spec.notebook,
             "rows": fresh[n].rows,
             "feedback": fresh[n].feedback,
@@ -429,13 +510,14 @@ def grade(
                 for k, e in new_state.items()
             ):
                 stale.unlink()
-    _write(state_path, json.dumps(new_state, indent=1, sort_keys=True))
+    _write(out / STATE, json.dumps(new_state, indent=1, sort_keys=True))
+    where = where or f"{g.workers} worker(s)"
     return _summary(
-        rows, the_plan, len(todo), time.monotonic() - started, out, workers, timeout, memory_bytes, size_words
+        rows, the_plan, len(g.todo), time.time() - g.started, out, where, g.timeout, g.memory, size_words
     )
 
 
-def _summary(rows, the_plan, graded, seconds, out, workers, timeout, memory, size_words) -> str:
+def _summary(rows, the_plan, graded, seconds, out, where, timeout, memory, size_words) -> str:
     reused = len(the_plan.jobs) - graded
     per = {}
     ungraded = set()
@@ -455,7 +537,7 @@ def _summary(rows, the_plan, graded, seconds, out, workers, timeout, memory, siz
         else ""
     )
     return (
-        f"graded {graded} submission(s) in {seconds:.0f} s on {workers} worker(s)"
+        f"graded {graded} submission(s) in {seconds:.0f} s on {where}"
         f"{f', reused {reused} unchanged' if reused else ''}; {len(the_plan.students)} student(s), "
         f"{full} of {len(per | dict.fromkeys(ungraded))} notebook(s) with full marks, {problems} row(s) with problems "
         f"(limits: {timeout:g} s per cell, {size_words(memory)} per kernel); "
