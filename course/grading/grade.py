@@ -512,9 +512,7 @@ def finish(g: Grading, fresh: dict[int, Result], where: str = "") -> str:
                 stale.unlink()
     _write(out / STATE, json.dumps(new_state, indent=1, sort_keys=True))
     where = where or f"{g.workers} worker(s)"
-    return _summary(
-        rows, the_plan, len(g.todo), time.time() - g.started, out, where, g.timeout, g.memory, size_words
-    )
+    return _summary(rows, the_plan, len(g.todo), time.time() - g.started, out, where, g.timeout, g.memory, size_words)
 
 
 def _summary(rows, the_plan, graded, seconds, out, where, timeout, memory, size_words) -> str:

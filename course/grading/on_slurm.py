@@ -28,6 +28,7 @@ from course.grading.grade import Grading, finish, prepare, refuse_pending, run_j
 RUN = ".grading-slurm"  # in --out: the run the array works on, until it is collected
 JOB_NAME = "course-grade"
 LOCAL_ONLY = ("/tmp", "/var/tmp", "/dev/shm")  # node-local on clusters: compute nodes would not see them
+POLL = 1.0  # seconds between looks at the array while following it
 START_UP = 60  # seconds an array task needs before its first cell: Python, nbgrader, a kernel
 
 
@@ -189,7 +190,7 @@ def collect(out: Path, progress: bool = True) -> str:
         job = slurm.job(run.job_id)
         while job is not None and not job.ended:
             bar.update(len(_results(folder)) - bar.n)
-            time.sleep(2)
+            time.sleep(POLL)
             job = slurm.job(run.job_id)
         bar.close()
         found = _results(folder)
