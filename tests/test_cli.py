@@ -45,11 +45,21 @@ def test_data_where_reports_the_fallback_offline(offline_home):
     ]
 
 
-def test_help_lists_the_commands():
+def test_every_command_the_help_lists_has_its_own_help(capsys):
+    """The commands `--help` lists are the ones that parse: each answers `COMMAND --help` with its own usage."""
+    import re
+
+    from course import cli
+
     result = run_course("--help")
     assert result.returncode == 0
-    for command in ("doctor", "data", "lab"):
-        assert command in result.stdout
+    listed = re.findall(r"^    ([a-z][a-z-]+)", result.stdout, re.M)
+    assert {"doctor", "data", "cluster", "grade", "lab", "job"} <= set(listed), listed
+    for command in listed:
+        with pytest.raises(SystemExit) as ended:
+            cli.main([command, "--help"])
+        assert ended.value.code == 0, command
+        assert capsys.readouterr().out.startswith(f"usage: python -m course {command}"), command
 
 
 def test_version_is_the_packages():

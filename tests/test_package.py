@@ -34,9 +34,14 @@ def test_profile_from_environment(monkeypatch):
     assert profile.pick(quick=1, full=10) == 1
 
 
-def test_profile_default_follows_gpu(monkeypatch):
+@pytest.mark.parametrize("gpu, expected", [(True, "full"), (False, "quick")])
+def test_profile_default_follows_gpu(monkeypatch, gpu, expected):
+    """Unset (or empty, as `COURSE_PROFILE=` leaves it), the profile is `full` on a GPU node, else `quick`."""
+    monkeypatch.setattr(profile, "has_nvidia_gpu", lambda: gpu)
     monkeypatch.delenv("COURSE_PROFILE", raising=False)
-    assert profile.name() == ("full" if profile.has_nvidia_gpu() else "quick")
+    assert profile.name() == expected
+    monkeypatch.setenv("COURSE_PROFILE", "")
+    assert profile.name() == expected
 
 
 def test_unknown_profile_is_a_user_error(monkeypatch):
