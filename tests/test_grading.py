@@ -316,37 +316,15 @@ def _shared_out(name: str):
     return out
 
 
-def test_grading_on_slurm_over_two_nodes_gives_the_rows_of_local_grading(hostile, virtual_cluster):
-    """The hostile class (honest, wrong, blank, endless, killed, memory-hungry, broken) graded as a job array of
-    two tasks, one per node of the virtual cluster: the same rows, totals and feedback files as on one machine."""
-    submissions, local, _, before, _ = hostile
-    out = _shared_out("two-nodes")
-    try:
-        done = grade(
-            submissions, out, *SLURM_LIMITS, "--slurm", "--tasks", "2", "--time", "00:10:00", env=virtual_cluster
-        )
-        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
-        summary = done.stdout.strip().splitlines()[-1]
-        assert summary.startswith("graded 14 submission(s)") and "(2 array task(s))" in summary, summary
-        assert _same_rows(out) == _same_rows(local)
-        assert (out / "totals.csv").read_text() == (local / "totals.csv").read_text()
-        assert sorted(p.relative_to(out) for p in (out / "feedback").rglob("*.txt")) == sorted(
-            p.relative_to(local) for p in (local / "feedback").rglob("*.txt")
-        )
-        logs = sorted((out / "slurm-logs").glob("*/task-*.out"))
-        nodes = {re.search(r"on (\S+) with", log.read_text()).group(1) for log in logs}
-        assert len(logs) == 2 and len(nodes) == 2, f"the two tasks ran on {nodes}: {[p.read_text() for p in logs]}"
-        assert not (out / ".grading-slurm").exists(), "the run's folder is removed once collected"
-        assert tree_digest(submissions) == before, "grading changed the submissions"
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-
-
-def test_a_cancelled_array_task_leaves_its_submissions_not_graded_and_the_next_run_grades_only_those(
+def test_grading_on_slurm_over_two_nodes_gives_the_rows_of_local_grading_and_a_cancelled_task_loses_nothing(
     hostile, virtual_cluster
 ):
-    submissions, local, _, _, _ = hostile
-    out = _shared_out("cancelled")
+    """The hostile class (honest, wrong, blank, endless, killed, memory-hungry, broken) graded as a job array of two
+    tasks, one per node of the virtual cluster, with --no-wait. Task 1 is cancelled once it has graded something:
+    `--collect` then leaves the rest of its share "not graded" (no points, naming the cancelled task), and the next
+    run grades only those. In the end: the same rows, totals and feedback files as on one machine."""
+    submissions, local, _, before, _ = hostile
+    out = _shared_out("two-nodes")
     try:
         sent = grade(
             submissions,
@@ -374,17 +352,27 @@ def test_a_cancelled_array_task_leaves_its_submissions_not_graded_and_the_next_r
         assert cancelled.returncode == 0, cancelled.stderr
         collected = run_course("grade", "--collect", str(out), env=virtual_cluster, timeout=900)
         assert collected.returncode == 0, collected.stdout + collected.stderr
+        assert "(2 array task(s))" in collected.stdout and "NOT GRADED" in collected.stdout, collected.stdout
         not_graded = {(r["student"], r["notebook"]) for r in rows(out) if r["points"] == "" and r["cell"]}
         assert not_graded, f"task 1 finished before it was cancelled: {collected.stdout}"
-        assert all("CANCELLED" in r["message"] for r in rows(out) if r["points"] == "" and r["cell"])
-        assert "NOT GRADED" in collected.stdout
+        assert all(f"{job_id}_1 ended CANCELLED" in r["message"] for r in rows(out) if r["points"] == "" and r["cell"])
+        logs = sorted((out / "slurm-logs" / str(job_id)).glob("task-*.out"))
+        nodes = {re.search(r"on (\S+) with", log.read_text()).group(1) for log in logs}
+        assert len(logs) == 2 and len(nodes) == 2, f"the two tasks ran on {nodes}: {[p.read_text() for p in logs]}"
+        assert not (out / ".grading-slurm").exists(), "the run's folder is removed once collected"
+
         again = grade(
             submissions, out, *SLURM_LIMITS, "--slurm", "--tasks", "2", "--time", "00:10:00", env=virtual_cluster
         )
-        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.returncode == 0 and "Traceback" not in again.stderr, again.stdout + again.stderr
         summary = again.stdout.strip().splitlines()[-1]
-        assert summary.startswith(f"graded {len(not_graded)} submission(s)"), summary
+        assert summary.startswith(f"graded {len(not_graded)} submission(s)") and "NOT GRADED" not in summary, summary
         assert _same_rows(out) == _same_rows(local)
+        assert (out / "totals.csv").read_text() == (local / "totals.csv").read_text()
+        assert sorted(p.relative_to(out) for p in (out / "feedback").rglob("*.txt")) == sorted(
+            p.relative_to(local) for p in (local / "feedback").rglob("*.txt")
+        )
+        assert tree_digest(submissions) == before, "grading changed the submissions"
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
