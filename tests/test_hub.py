@@ -2,9 +2,11 @@
 on 127.0.0.1, PAM login with real Unix accounts (three learners, one instructor), LocalProcessSpawner, and headless
 Chromium driving the hub's pages as the class would.
 
-One hub serves every test here (session fixture). The accounts and groups are made for the test and removed after;
-the exchange and the hub's state live in a temporary folder; the shared environment is the one `make test` builds
-(/opt/ddl-hpc, or HUB_PREFIX), brought up to date by running scripts/setup-hub.sh, which is under test too.
+One hub serves every test here (session fixture); the last two start a second one for the same class, configured as
+deploy/jupyterhub/jupyterhub_config_slurm.py (each server a Slurm job on the two-node virtual cluster). The accounts
+and groups are made for the test and removed after; the exchange and the hubs' state live in a temporary folder; the
+shared environment is the one `make test` builds (/opt/ddl-hpc, or HUB_PREFIX), brought up to date by running
+scripts/setup-hub.sh, which is under test too.
 """
 
 from __future__ import annotations
@@ -930,9 +932,8 @@ def test_a_learner_sees_slurms_reason_when_it_refuses_or_holds_the_job(slurm_hub
     assert not _jobs_of(user, virtual_cluster)
 
     # Every core of the cluster taken: the learner's job waits, and the pending page says why.
-    blocker = _slurm(
-        ["sbatch", "--parsable", "-n", str(2 * SLURM_NODE_CPUS), "-J", "busy", "--wrap", "sleep 300"], virtual_cluster
-    ).strip()
+    busy = ["sbatch", "--parsable", "-n", str(2 * SLURM_NODE_CPUS), "-J", "busy", "-o", "/dev/null"]
+    blocker = _slurm([*busy, "--wrap", "sleep 300"], virtual_cluster).strip()
     try:
         for _ in range(30):
             if "RUNNING" in _slurm(["squeue", "-h", "-j", blocker, "-o", "%T"], virtual_cluster):
