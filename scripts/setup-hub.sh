@@ -2,7 +2,8 @@
 # The shared environment a JupyterHub serves the course from (docs/instructor-guide.md, "Deploying on JupyterHub").
 #   sudo make setup HUB=1            (or: sudo bash scripts/setup-hub.sh, after `make setup`)
 # It makes HUB_PREFIX (default /opt/ddl-hpc) from a Python every user can run (HUB_PYTHON, default
-# /usr/bin/python3.11), with TensorFlow and Horovod as `make setup` builds them, JupyterHub, and the course as
+# /usr/bin/python3.11), with TensorFlow and Horovod as `make setup` builds them, JupyterHub (and batchspawner, for
+# learners' servers as Slurm jobs: deploy/jupyterhub/jupyterhub_config_slurm.py), and the course as
 # learners get it: the student copy's package, installed (not editable), so no learner's kernel reads the
 # instructor's checkout. Also: the kernel "Python (DDL on HPC)" for every user, JupyterLab's news prompt off,
 # nbgrader's Formgrader and Create Assignment off for everyone (instructors get them back through the

@@ -2,9 +2,11 @@
 on 127.0.0.1, PAM login with real Unix accounts (three learners, one instructor), LocalProcessSpawner, and headless
 Chromium driving the hub's pages as the class would.
 
-One hub serves every test here (session fixture). The accounts and groups are made for the test and removed after;
-the exchange and the hub's state live in a temporary folder; the shared environment is the one `make test` builds
-(/opt/ddl-hpc, or HUB_PREFIX), brought up to date by running scripts/setup-hub.sh, which is under test too.
+One hub serves every test here (session fixture); the last two start a second one for the same class, configured as
+deploy/jupyterhub/jupyterhub_config_slurm.py (each server a Slurm job on the two-node virtual cluster). The accounts
+and groups are made for the test and removed after; the exchange and the hubs' state live in a temporary folder; the
+shared environment is the one `make test` builds (/opt/ddl-hpc, or HUB_PREFIX), brought up to date by running
+scripts/setup-hub.sh, which is under test too.
 """
 
 from __future__ import annotations
@@ -201,8 +203,9 @@ def _remove(created: list[tuple[str, str]]) -> None:
             subprocess.run(["groupdel", name], capture_output=True)
 
 
-def _start_hub(base: Path, exchange: Path, command: list[str]) -> Hub:
-    port = lab.free_port("127.0.0.1", 18600)
+def _start_hub(base: Path, exchange: Path, command: list[str], extra: dict | None = None, first: int = 18600) -> Hub:
+    """COMMAND (a hub) with the test's names and ports, and EXTRA in its environment; once its pages answer."""
+    port = lab.free_port("127.0.0.1", first)
     api, proxy_api = lab.free_port("127.0.0.1", port + 1), lab.free_port("127.0.0.1", port + 11)
     state = base / "state"
     env = {
@@ -217,6 +220,7 @@ def _start_hub(base: Path, exchange: Path, command: list[str]) -> Hub:
         "COURSE_NBGRADER_EXCHANGE": str(exchange),
         "COURSE_PROFILE": "quick",
         "COURSE_OFFLINE": "1",
+        **(extra or {}),
     }
     log = base / "hub.log"
     process = subprocess.Popen(
@@ -781,3 +785,179 @@ def test_doctor_hub_says_what_a_machine_without_a_hub_lacks(tmp_path):
     assert re.search(r"FAIL\s+hub-env\s+no JupyterHub in .*nowhere", done.stdout), done.stdout
     assert re.search(r"FAIL\s+hub-kernel\s", done.stdout), done.stdout
     assert f"exchange: sudo mkdir -p {tmp_path / 'exchange'} && sudo chmod 1777" in done.stdout, done.stdout
+
+
+# --- JupyterLab as a Slurm job (deploy/jupyterhub/jupyterhub_config_slurm.py) on the two-node virtual cluster -----
+
+SLURM_SECTION = "## A Slurm-spawned JupyterLab"
+SLURM_NODE_CPUS = max(1, (os.cpu_count() or 2) // 2)  # each of the two virtual nodes has half this machine's cores
+NODE_CELL = """import os, socket, course
+print("NODE", socket.gethostname(), os.environ["SLURM_JOB_ID"], os.environ["SLURM_CPUS_ON_NODE"], course.__file__)"""
+
+
+def slurm_guide_lines() -> list[str]:
+    """The command lines of the guide's Slurm section's bash block, with the test's names, without comments."""
+    text = GUIDE.read_text()
+    block = text[text.index(SLURM_SECTION) :].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [as_here(line) for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _slurm(args: list[str], env: dict) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, f"{' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def _jobs_of(user: str, env: dict) -> list[list[str]]:
+    """The user's jobs in the virtual cluster's queue: [job id, name, state, node(s)]."""
+    return [line.split() for line in _slurm(["squeue", "-h", "-u", user, "-o", "%i %j %T %N"], env).splitlines()]
+
+
+@pytest.fixture(scope="module")
+def slurm_hub(hub, virtual_cluster):
+    """A second hub, started as the guide's Slurm section says (the set-up, the cluster's variables, the hub with
+    jupyterhub_config_slurm.py), for the class of the first hub; each server it starts is a job on the cluster."""
+    *steps, start = slurm_guide_lines()
+    assert "jupyterhub_config_slurm.py" in start and "jupyterhub -f" in start, start
+    exports = [line for line in steps if line.startswith("eval ")]
+    env = {**os.environ, "HUB_PREFIX": str(PREFIX), "COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}
+    for step in steps:
+        if step not in exports:
+            done = subprocess.run(["bash", "-c", step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+            assert done.returncode == 0, f"{step}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    base = hub.base / "slurm"
+    base.mkdir()
+    command = ["bash", "-c", "set -e\n" + "\n".join(exports) + f"\nexec {start}"]
+    # the cluster's script needs root's tools (ip, nsenter); the hub then runs with the PATH the first hub has
+    running = _start_hub(
+        base, hub.exchange, command, {"PATH": f"{PREFIX / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"}, 18700
+    )
+    try:
+        yield running
+    finally:
+        _stop_hub(running)
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copy(running.log, ARTIFACTS / "jupyterhub-slurm.log")
+        for user in LEARNERS:  # a job the hub could not cancel must not hold the nodes for the tests after
+            subprocess.run(["scancel", "-u", user], env=virtual_cluster, capture_output=True, timeout=60)
+
+
+def spawn_page(browser, hub: Hub, user: str):
+    """A fresh browser session logged in as USER on the hub's spawn page (the Slurm options form)."""
+    from playwright.sync_api import expect
+
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", PASSWORD)
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(r"/hub/(spawn|home)"), timeout=60_000)
+    page.goto(f"{hub.url}/hub/spawn/{user}")
+    expect(page.locator("#partition")).to_be_visible(timeout=60_000)
+    return page
+
+
+def start_with(page, **fields: str) -> None:
+    """Fill the spawn form's FIELDS (partition, runtime, nprocs) and press Start."""
+    for name, value in fields.items():
+        page.fill(f"#{name}", value)
+    page.locator("#spawn_form [type=submit]").click()
+
+
+def test_a_learners_jupyterlab_runs_as_a_slurm_job_on_a_node_and_stops_with_it(slurm_hub, browser, virtual_cluster):
+    """Log in, start with the form's defaults: the server is a Slurm job on one node, runs in that node's network
+    namespace, and a kernel there imports the course and sees the node's name and cores; Stop ends the job."""
+    from playwright.sync_api import expect
+
+    user = LEARNERS[0]
+    page = spawn_page(browser, slurm_hub, user)
+    assert page.input_value("#runtime") == "02:00:00" and page.input_value("#nprocs") == "1"
+    start_with(page)
+    page.wait_for_url(re.compile(rf"/user/{user}/lab"), timeout=300_000)
+    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
+
+    jobs = _jobs_of(user, virtual_cluster)
+    assert len(jobs) == 1 and jobs[0][1:3] == ["spawner-jupyterhub", "RUNNING"], jobs
+    job, node = jobs[0][0], jobs[0][3]
+    assert node in ("vc1", "vc2"), jobs
+    servers = [
+        p
+        for p in psutil.process_iter(["username", "cmdline"])
+        if p.info["username"] == user and "jupyterhub-singleuser" in " ".join(p.info["cmdline"] or [])
+    ]
+    namespaces = {
+        p: subprocess.run(["ip", "netns", "identify", str(p.pid)], capture_output=True, text=True).stdout.strip()
+        for p in servers
+    }
+    on_node = [p for p, namespace in namespaces.items() if namespace == node]
+    assert on_node, f"no server of {user} in {node}'s network namespace: {namespaces}"
+
+    notebook = home(user) / "slurm-node.ipynb"
+    cell = nbformat.v4.new_code_cell(NODE_CELL)
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb.metadata["kernelspec"] = {"name": "ddl-hpc", "display_name": "Python (DDL on HPC)", "language": "python"}
+    run_as(user, ["sh", "-c", f"cat > {notebook}"], home(user), input=nbformat.writes(nb))
+    page.goto(f"{slurm_hub.url}/user/{user}/lab/tree/{notebook.name}?reset")
+    expect(page.locator(".jp-KernelName").first).to_have_text("Python (DDL on HPC)", timeout=120_000)
+    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=120_000)
+    output = _run_cell(page, "socket.gethostname()").locator(".jp-OutputArea-output")
+    expect(output).to_contain_text("NODE", timeout=120_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "hub-slurm-node.png"))
+    _, hostname, job_id, cores, source = output.inner_text().split()
+    assert (hostname, job_id, cores) == (node, job, str(SLURM_NODE_CPUS)), output.inner_text()
+    assert source.startswith(str(PREFIX)), f"the kernel imported the course from {source}"
+
+    page.goto(f"{slurm_hub.url}/hub/home")
+    page.click("#stop")
+    expect(page.locator("#stop")).to_be_hidden(timeout=120_000)
+    for _ in range(30):
+        if not _jobs_of(user, virtual_cluster):
+            break
+        time.sleep(1)
+    assert not _jobs_of(user, virtual_cluster), "stopping the server left its job in the queue"
+    _, left = psutil.wait_procs(on_node, timeout=30)
+    assert not left, f"the server outlived its job: {left}"
+
+
+def test_a_learner_sees_slurms_reason_when_it_refuses_or_holds_the_job(slurm_hub, browser, virtual_cluster):
+    """Refused by sbatch (an unknown partition), pending (the nodes busy), and pending for a reason that never
+    clears (a time limit over the partition's): each shows Slurm's own words on the hub's spawn pages."""
+    from playwright.sync_api import expect
+
+    user = LEARNERS[1]
+    page = spawn_page(browser, slurm_hub, user)
+    start_with(page, partition="nosuch")
+    expect(page.locator("body")).to_contain_text("Invalid partition name specified", timeout=60_000)
+    assert not _jobs_of(user, virtual_cluster)
+
+    # Every core of the cluster taken: the learner's job waits, and the pending page says why.
+    busy = ["sbatch", "--parsable", "-n", str(2 * SLURM_NODE_CPUS), "-J", "busy", "-o", "/dev/null"]
+    blocker = _slurm([*busy, "--wrap", "sleep 300"], virtual_cluster).strip()
+    try:
+        for _ in range(30):
+            if "RUNNING" in _slurm(["squeue", "-h", "-j", blocker, "-o", "%T"], virtual_cluster):
+                break
+            time.sleep(1)
+        page.goto(f"{slurm_hub.url}/hub/spawn/{user}")
+        start_with(page, partition="")
+        expect(page.locator("#progress-message")).to_contain_text("pending in the queue: Resources", timeout=120_000)
+        page.screenshot(path=str(ARTIFACTS / "hub-slurm-pending.png"))
+        (pending,) = _jobs_of(user, virtual_cluster)
+        assert pending[2] == "PENDING", pending
+        subprocess.run(["scancel", pending[0]], env=virtual_cluster, check=True, timeout=60)
+        expect(page.locator("#progress-message")).to_contain_text("Spawn failed", timeout=120_000)
+    finally:
+        subprocess.run(["scancel", blocker], env=virtual_cluster, timeout=60)
+
+    # A time limit over the partition's (Slurm's default keeps such a job pending for ever): refused at once.
+    _slurm(["scontrol", "update", "PartitionName=vc", "MaxTime=04:00:00"], virtual_cluster)
+    try:
+        page.goto(f"{slurm_hub.url}/hub/spawn/{user}")
+        expect(page.locator("#partition")).to_be_visible(timeout=60_000)
+        start_with(page, runtime="08:00:00")
+        # Slurm's reason for it: PartitionTimeLimit, or PartitionConfig as Debian 12's Slurm 22.05 says
+        expect(page.locator("body")).to_contain_text(re.compile(r"Partition(TimeLimit|Config) \("), timeout=120_000)
+    finally:
+        _slurm(["scontrol", "update", "PartitionName=vc", "MaxTime=INFINITE"], virtual_cluster)
+    assert not _jobs_of(user, virtual_cluster), "the job Slurm would never start was left in the queue"
