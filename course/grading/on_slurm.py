@@ -231,11 +231,16 @@ def grade_share(folder: Path, task: int) -> int:
     mine = [n for n in range(len(run.grading.todo)) if n % run.tasks == task]
     jobs = [run.grading.plan.jobs[run.grading.todo[n]] for n in mine]
     cpus = int(os.environ.get("SLURM_CPUS_PER_TASK") or run.cpus_per_task)
-    print(f"array task {task}: {len(jobs)} submission(s) on {os.uname().nodename} with {cpus} CPU(s)", flush=True)
+    began = time.monotonic()
+    print(
+        f"array task {task}: {len(jobs)} submission(s) on {os.uname().nodename} with {cpus} CPU(s), "
+        f"from {time.strftime('%H:%M:%S')}",
+        flush=True,
+    )
 
     def save(i: int, result) -> None:
         _save(folder / "results" / f"{mine[i]}.pickle", result)
-        print(f"graded {jobs[i].file}", flush=True)
+        print(f"{time.monotonic() - began:7.1f} s  graded {jobs[i].file}", flush=True)
 
     run_jobs(jobs, workers=cpus, progress=False, cores=cpus, on_result=save)
     return 0
