@@ -266,9 +266,11 @@ def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(m
     """Engines that register but do not answer their first call (a controller whose scheduler lost the race for
     its port when several clusters start at once) get a new controller, once; then one clear error, no strays.
     Here no first call can be answered in time: both attempts fail, each with its own controller."""
-    monkeypatch.setattr(cluster, "FIRST_CALL_TIMEOUT", 0.001)
-    made, real = [], cluster._new_ipp_cluster
-    monkeypatch.setattr(cluster, "_new_ipp_cluster", lambda *a: made.append(a) or real(*a))  # counts, then the real one
+    monkeypatch.setattr(cluster.handle, "FIRST_CALL_TIMEOUT", 0.001)
+    made, real = [], cluster.lifecycle._new_ipp_cluster
+    monkeypatch.setattr(
+        cluster.lifecycle, "_new_ipp_cluster", lambda *a: made.append(a) or real(*a)
+    )  # counts, then the real one
     before = {p.pid for p in psutil.process_iter()}
     with pytest.raises(cluster.ControllerBroken, match="registered but did not answer a first call"):
         cluster.start(1, cluster_id="t-broken", quiet=True, persist=False)
@@ -480,11 +482,11 @@ def test_processes_whose_parent_ended_are_told_apart_for_stop_to_end_them_at_onc
             time.sleep(0.05)
         assert len(children) == 1, "the parent did not start its child"
         procs = [process, children[0]]
-        parents = cluster._parents(procs)
-        assert cluster._orphaned(procs, parents) == []  # both still where they were started
+        parents = processes.parents(procs)
+        assert processes.orphaned(procs, parents) == []  # both still where they were started
         parent.kill()
         parent.wait()
-        assert cluster._orphaned(procs, parents) == children
+        assert processes.orphaned(procs, parents) == children
     finally:
         parent.kill()
         processes.kill(children, timeout=5)
