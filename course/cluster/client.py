@@ -15,7 +15,8 @@ from course.cluster.errors import ClusterDown, EngineLost
 
 
 def client_class() -> type:
-    """ipyparallel's Client with the course's overrides (built on first use: ipyparallel is imported then)."""
+    """ipyparallel's Client with the course's overrides. Over 60 lines because it holds the two classes: they are
+    built on first use so that importing course.cluster (the command line, the notebooks) does not import ipyparallel."""
     import ipyparallel as ipp
     from ipyparallel.client.view import DirectView
     from ipyparallel.error import CompositeError
