@@ -12,13 +12,15 @@ empty task, in the notebook, the controller and the engine). The engine runs its
 task whose input is not made yet waits for the engine that makes it (worker.py). Values stay on the engine
 that produced them; a task fetches its inputs from its peers, and the notebook only receives a value when
 it asks for it with `compss_wait_on`.
+
+The graph's types (tasks, data and their versions, futures) are in graph.py; the decorators a program writes
+(@task, @constraint, @on_failure, TaskGroup) in decorators.py.
 """
 
 from __future__ import annotations
 
 import atexit
 import hashlib
-import inspect
 import itertools
 import os
 import pickle
@@ -27,10 +29,9 @@ import socket
 import sys
 import threading
 import time
-import types
 import uuid
-from collections import Counter, defaultdict, deque
-from typing import Any, Callable
+from collections import defaultdict, deque
+from typing import TYPE_CHECKING, Any, Callable
 
 import cloudpickle
 
@@ -38,180 +39,16 @@ from course import UserError
 from course.tasks import parameter as P
 from course.tasks import worker
 
-IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
-TASK_OPTIONS = {
-    "returns",
-    "priority",
-    "is_replicated",
-    "is_distributed",
-    "computing_nodes",
-    "on_failure",
-    "time_out",
-    "cache_returns",
-    "target_direction",
-    "varargs_type",
-    "numba",
-    "is_reduce",
-    "chunk_size",
-    "processes",
-    "processes_per_node",
-}
+from course.tasks.graph import Datum, Future, Group, Task, TaskError, _Call, _immutable
+
+if TYPE_CHECKING:
+    from course.tasks.decorators import TaskFunction
+
 SETUP_TIMEOUT = 120.0
-ON_FAILURE = ("RETRY", "CANCEL_SUCCESSORS", "FAIL", "IGNORE")  # PyCOMPSs's policies; RETRY is its default
 MAX_DEPTH = 1 << 30  # PyCOMPSs's default Depth: nested lists are collections all the way down
 BATCH = 16  # at most this many tasks in one message to an engine
 AHEAD = 2  # messages sent to an engine and not answered: while it has this many, new tasks wait in the outbox
 VERSIONS = ".course-tasks"  # beside a file: the versions its tasks wrote, until they are copied back
-
-
-class TaskError(RuntimeError):
-    """A task failed in a way that its own exception cannot be raised again (unpicklable, or lost engine)."""
-
-
-def _immutable(value: Any) -> bool:
-    if isinstance(value, tuple):
-        return all(_immutable(v) for v in value)
-    return isinstance(value, IMMUTABLE)
-
-
-class Task:
-    """One call of a task function: what it depends on, where and when it ran."""
-
-    def __init__(self, number: int, name: str, on_failure: str = "RETRY"):
-        self.number, self.name, self.on_failure = number, name, on_failure
-        self.ar = None  # the answer to the message that took it to its engine (with others, see BATCH)
-        self.index = 0  # its place in that message
-        self.sent = threading.Event()  # set once the message has gone (until then the task is in the outbox)
-        self.target: int | None = None  # the engine the master placed it on
-        self.slot = 0  # how many tasks had been placed on that engine before it
-        self.edges: list[tuple[Task, str]] = []  # (the task whose output this one reads, direction)
-        self.files: list[tuple[str, int, str]] = []  # (file name, version, "reads" or "writes")
-        self.meta: dict | None = None
-        self.error: BaseException | None = None
-        self.reported = False
-
-    def failed(self) -> bool:
-        """Its own code failed (not cancelled because an input's task failed; not ignored)."""
-        self.wait()
-        return self.error is not None or bool(self.meta and not self.meta.get("ok") and not self.meta.get("cancelled"))
-
-    def __repr__(self) -> str:
-        return f"{self.name}#{self.number}"
-
-    def done(self) -> bool:
-        return self.meta is not None or self.error is not None or (self.ar is not None and self.ar.ready())
-
-    def wait(self) -> dict | None:
-        """Wait for the task; its metadata (engine, times) or None when ipyparallel itself failed it."""
-        if self.meta is None and self.error is None:
-            self.sent.wait()
-            try:
-                self.meta = self.ar.get()[self.index]
-            except Exception as exc:  # noqa: BLE001 - lost engine, impossible dependency
-                self.error = exc
-        return self.meta
-
-    def engine(self) -> int | None:
-        """The engine it ran on (or is queued on)."""
-        return self.meta["engine"] if self.meta else self.target
-
-
-class Group:
-    """A run of COMMUTATIVE updates of one object: they run one at a time, in any order."""
-
-    def __init__(self, gid: str, base: tuple, base_writers: list[Task], home: int):
-        self.gid, self.base, self.base_writers, self.home = gid, base, base_writers, home
-        self.tasks: list[Task] = []
-        self.closed = False  # a read or a wait ends the run: later COMMUTATIVE calls start a new group
-
-
-class Datum:
-    """An object the runtime tracks: a task result (Future), a registered object, or a file."""
-
-    def __init__(self, key: str, label: str, obj: Any = None, path: str | None = None):
-        self.key, self.label, self.obj, self.path = key, label, obj, path
-        self.version = 0
-        self.writer: Task | None = None  # the task that wrote the current version
-        self.location: int | None = None  # engine holding the current version when written by the master
-        self.group: Group | None = None  # open COMMUTATIVE group
-        self.readers = 0  # tasks submitted that read the current version (an update then works on a copy)
-        self.updated = False  # an INOUT update was submitted: later updates follow its engine (locality)
-        self.uploaded = False
-        self.vpath = path  # a file: where its current version is (the user's path, or a version file)
-        self.path_readers: list[Task] = []  # a file: tasks that read the user's path itself
-
-    def current_key(self) -> str:
-        return f"{self.key}.{self.version}"
-
-
-class Future:
-    """What a task call returns: a placeholder for its result. Pass it to tasks, or `compss_wait_on` it."""
-
-    __slots__ = ("datum", "__weakref__")
-
-    def __init__(self, datum: Datum):
-        self.datum = datum
-
-    def __repr__(self) -> str:
-        return f"<Future: {self.datum.label}; get its value with compss_wait_on(...)>"
-
-    def __bool__(self) -> bool:
-        raise UserError(f"{self.datum.label} is a Future, not a value yet: use compss_wait_on(...) on it first")
-
-
-class _Call:
-    """One task call while its parameters are bound: what its engine is sent, and the tasks it waits for."""
-
-    def __init__(self, tf: "TaskFunction", task: Task, layout: list[tuple[str, str]]):
-        self.tf, self.task, self.fname = tf, task, tf.name
-        self.layout = layout  # (kind, name) of each parameter: how the engine calls the function
-        self.inputs: dict[str, Any] = {}
-        self.updates: dict[str, str] = {}
-        self.collection_updates: dict[str, Any] = {}
-        self.groups: dict[str, tuple[str, int]] = {}
-        self.copies: list[str] = []  # parameters updated on a copy: earlier readers still read the old version
-        self.deps: list[Task] = []
-        self.edges: list[tuple[Task, str]] = []  # (the task whose output this call reads, direction)
-        self.follow: Task | None = None  # run where this task ran (an update follows its object: locality)
-
-    def homes(self) -> Counter:
-        """How many of the call's inputs each engine holds (or will hold: their writers are queued there)."""
-        held: Counter = Counter()
-        stack = list(self.inputs.values())
-        while stack:
-            ref = stack.pop()
-            if ref[0] == "d" and ref[2] is not None:
-                held[ref[2]] += 1
-            elif ref[0] == "f" or (ref[0] in ("fw", "dw") and ref[3] is not None):  # a file: its writer's
-                stack.append(ref[2] if ref[0] == "f" else ref[3])
-            elif ref[0] == "l":
-                stack.extend(ref[2])
-            elif ref[0] == "m":
-                stack.extend(r for _, r in ref[1])
-        return held
-
-    def depend(self, writers: list[Task], label: str) -> None:
-        """The call reads what `writers` wrote, through a parameter of direction `label`."""
-        self.deps += writers
-        self.edges += [(w, label) for w in writers]
-
-    def spec(self, digest: str, returns: list[str]) -> dict:
-        """What the engine runs: worker.execute's argument."""
-        tf = self.tf
-        return {
-            "name": f"{self.fname}#{self.task.number}",
-            "digest": digest,
-            "call": self.layout,
-            "inputs": self.inputs,
-            "groups": self.groups,
-            "updates": self.updates,
-            "collection_updates": self.collection_updates,
-            "copy": self.copies,
-            "returns": returns,
-            "nreturns": tf.nreturns,
-            "on_failure": tf.on_failure,
-            "defaults": tf.defaults,
-        }
 
 
 class Runtime:
@@ -1026,201 +863,3 @@ def reset(engines: list[int] | int | None = None, locality: bool = True) -> None
 def on_engine() -> bool:
     """True inside a task on an engine (a task called from a task runs there, sequentially)."""
     return worker.STATE.get("engine") is not None
-
-
-class TaskFunction:
-    """A function decorated with @task: calling it submits a task and returns Future(s)."""
-
-    def __init__(self, function: Callable, options: dict):
-        self.function = function
-        self.name = function.__name__
-        self.signature = inspect.signature(function)
-        self.payload: bytes | None = None
-        self.digest: str | None = None
-        self.constraints = dict(getattr(function, "__course_constraints__", {}))
-        params = self.signature.parameters
-        self.directions: dict[str, P.ParameterDirection] = {}
-        returns = options.pop("returns", None)
-        self.on_failure, self.defaults = "RETRY", {}
-        set_on_failure(self, options.pop("on_failure", "RETRY"))
-        self.depths: dict[str, int] = {}  # collections: how many levels of nested lists are taken apart
-        target = options.pop("target_direction", P.INOUT)
-        self.is_method = next(iter(params), None) == "self"
-        if self.is_method:  # a method: the object is INOUT (PyCOMPSs), IN with target_direction=IN
-            target = P.DIRECTIONS.get(target, target) if isinstance(target, str) else target
-            if target not in (P.IN, P.INOUT):
-                raise UserError(f"@task on {self.name}: target_direction={target!r}; use IN or INOUT")
-            self.directions["self"] = target
-        for key, value in options.items():
-            if key in TASK_OPTIONS:
-                continue
-            if key not in params:
-                raise UserError(
-                    f"@task on {self.name}: {key!r} is not a parameter of {self.name}{self.signature}; "
-                    "give directions only for the function's own parameters"
-                )
-            if isinstance(value, dict):
-                if P.Depth in value:
-                    self.depths[key] = _depth(self.name, key, value[P.Depth])
-                stream = value.get(P.StdIOStream)
-                value = value.get(P.Type, value.get(P.Direction, P.FILE_IN if stream else None))
-                if stream in (P.STDIN, P.STDOUT, P.STDERR) and isinstance(value, P.ParameterDirection):
-                    value = P.DIRECTIONS.get(f"{value.name}_{stream}", value)
-            if not isinstance(value, P.ParameterDirection):
-                raise UserError(
-                    f"@task on {self.name}: parameter {key!r} has direction {value!r}, which is not one "
-                    f"of {', '.join(P.DIRECTIONS)}"
-                )
-            self.directions[key] = value
-        self.nreturns, self.returns_sequence = _count_returns(self.name, returns)
-        self.__doc__, self.__name__, self.__wrapped__ = function.__doc__, function.__name__, function
-        self.__module__ = function.__module__
-        self.__qualname__ = getattr(function, "__qualname__", self.name)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if on_engine():
-            return self.function(*args, **kwargs)
-        return current().submit(self, args, kwargs)
-
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        """A task on a method: `obj.method(...)` submits with `self=obj` (INOUT unless target_direction=IN)."""
-        return self if instance is None else types.MethodType(self, instance)
-
-    def __repr__(self) -> str:
-        return f"<task {self.name}{self.signature}>"
-
-
-def _depth(name: str, key: str, depth: Any) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise UserError(f"@task on {name}: parameter {key!r} has Depth {depth!r}; give a whole number from 1")
-    return depth
-
-
-def set_on_failure(tf: "TaskFunction", management: Any, defaults: dict | None = None) -> None:
-    """What a failure of the task does: PyCOMPSs's on_failure policies (RETRY, the default, then FAIL)."""
-    if management not in ON_FAILURE:
-        raise UserError(f"@task on {tf.name}: on_failure={management!r}; use one of {', '.join(ON_FAILURE)}")
-    unknown = sorted(set(defaults or {}) - set(tf.signature.parameters) - {"returns"})
-    if unknown:
-        raise UserError(
-            f"@on_failure on {tf.name}: {', '.join(unknown)} is not a parameter of {tf.name}; "
-            "give defaults for returns= or for the task's own parameters"
-        )
-    tf.on_failure = management
-    tf.defaults = dict(defaults or {})
-
-
-def _count_returns(name: str, returns: Any) -> tuple[int, bool]:
-    if returns is None:
-        return 1, False  # as in the seeds: a task that returns a value without saying `returns=`
-    if isinstance(returns, bool):
-        raise UserError(f"@task on {name}: returns={returns!r}; give a number or a type")
-    if isinstance(returns, int):
-        if returns < 0:
-            raise UserError(f"@task on {name}: returns={returns} must be 0 or more")
-        return returns, returns > 1
-    if isinstance(returns, str) and returns.isdigit():
-        return _count_returns(name, int(returns))
-    if isinstance(returns, (list, tuple)):
-        return len(returns), True
-    if isinstance(returns, type):
-        return 1, False
-    raise UserError(f"@task on {name}: returns={returns!r} is not a number, a type or a list of types")
-
-
-def task(*args: Any, **options: Any) -> Any:
-    """`@task(returns=..., x=INOUT, ...)`: calls of the function become tasks on the engines."""
-    if args and callable(args[0]) and not options and len(args) == 1:
-        return TaskFunction(args[0], {})
-    if args:
-        raise UserError("@task takes keyword arguments only, e.g. @task(returns=1, c=INOUT)")
-
-    def decorate(function: Callable) -> TaskFunction:
-        return TaskFunction(function, dict(options))
-
-    return decorate
-
-
-CONSTRAINT_KEYS = {
-    "computing_units",
-    "processors",
-    "memory_size",
-    "processor_architecture",
-    "operating_system_type",
-    "host_queues",
-    "app_software",
-    "storage_size",
-    "wall_clock_limit",
-}
-
-
-def constraint(**options: Any) -> Callable:
-    """`@constraint(computing_units=N, processors=[{"processorType": "GPU", "computingUnits": 1}])`."""
-    unknown = sorted(set(options) - CONSTRAINT_KEYS)
-    if unknown:
-        raise UserError(
-            f"@constraint: unknown option(s) {', '.join(unknown)}; supported: computing_units, processors, memory_size"
-        )
-    need: dict[str, float] = {}
-    try:
-        if "computing_units" in options:
-            need["cores"] = int(options["computing_units"])
-        for proc in options.get("processors", []) or []:
-            kind = str(proc.get("processorType", proc.get("ProcessorType", "CPU"))).upper()
-            units = int(proc.get("computingUnits", proc.get("ComputingUnits", 1)))
-            if kind == "GPU":
-                need["gpus"] = need.get("gpus", 0) + units
-            else:
-                need["cores"] = max(need.get("cores", 1), units)
-        if "memory_size" in options:
-            need["memory_gb"] = float(options["memory_size"])
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise UserError(f"@constraint: {exc}; give numbers, e.g. computing_units=2") from None
-
-    def decorate(function: Any) -> Any:
-        if isinstance(function, TaskFunction):
-            function.constraints.update(need)
-        else:
-            existing = dict(getattr(function, "__course_constraints__", {}))
-            existing.update(need)
-            function.__course_constraints__ = existing
-        return function
-
-    return decorate
-
-
-def on_failure(management: str, **defaults: Any) -> Callable:
-    """`@on_failure(management="IGNORE", returns=0, x=...)` above `@task`: the policy and, for IGNORE, the outputs."""
-
-    def decorate(function: Any) -> Any:
-        if not isinstance(function, TaskFunction):
-            raise UserError(f"@on_failure on {getattr(function, '__name__', function)!r}: put it above @task")
-        set_on_failure(function, management, defaults)
-        return function
-
-    return decorate
-
-
-class COMPSsException(Exception):
-    """Raised by a task to stop its TaskGroup: the group's other tasks are cancelled and the group's barrier
-    raises it in the program (PyCOMPSs's `pycompss.api.exceptions.COMPSsException`)."""
-
-
-class TaskGroup:
-    """`with TaskGroup("name"):` the tasks submitted inside form a group; at the end of the block the program
-    waits for them (implicit_barrier=True), or later with compss_barrier_group("name")."""
-
-    def __init__(self, group_name: str, implicit_barrier: bool = True):
-        self.group_name, self.implicit_barrier = group_name, implicit_barrier
-
-    def __enter__(self) -> "TaskGroup":
-        rt = current()
-        rt.groups[self.group_name] = []
-        rt.open_groups.append(self.group_name)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        rt = current()
-        rt.open_groups.remove(self.group_name)
-        if self.implicit_barrier and exc[0] is None:
-            rt.barrier_group(self.group_name)
