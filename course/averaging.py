@@ -77,7 +77,7 @@ def worker_model(network: Network):
     """The worker's model, built once per engine and reused (only its weights change from task to task)."""
     model = _MODELS.get(network)
     if model is None:
-        from course.cluster import configure_tensorflow
+        from course.devices import configure_tensorflow
 
         configure_tensorflow()
         model = _MODELS[network] = network.build()

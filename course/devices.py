@@ -10,8 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from course import UserError
+
 NVIDIA_DRIVER_GPUS = "/proc/driver/nvidia/gpus"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
+class DeviceError(UserError):
+    """A device plan asks for more than a machine has (more processes than GPUs, fewer than one thread)."""
 
 
 def visible_gpus(environ: dict[str, str] | None = None, proc: str = NVIDIA_DRIVER_GPUS) -> list[str]:
@@ -73,3 +79,58 @@ def pin_tensorflow(local_rank: int, threads: int = 1) -> None:
         tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
     except RuntimeError:
         pass  # TensorFlow already started in this process (an engine that trained before): keep its set-up
+
+
+def configure_tensorflow() -> str:
+    """Call in an engine after importing TensorFlow: memory growth on its GPU; returns the device it uses."""
+    grow_gpu_memory()
+    return os.environ.get("COURSE_DEVICE", "CPU")
+
+
+def local_ranks(engines: list[dict]) -> dict[int, int]:
+    """Local rank of each engine id: the launcher's (MPI/Slurm) where known, else its place among its host's engines."""
+    ranks: dict[int, int] = {}
+    by_host: dict[str, list[dict]] = {}
+    for engine in engines:
+        by_host.setdefault(engine["host"], []).append(engine)
+    for host_engines in by_host.values():
+        for position, engine in enumerate(sorted(host_engines, key=lambda e: e["id"])):
+            given = engine.get("local_rank")
+            ranks[engine["id"]] = position if given is None else int(given)
+    return ranks
+
+
+def plan_devices(engines: list[dict], threads: int = 1) -> dict[int, dict[str, str]]:
+    """The environment each engine needs, from what it reported: {"id", "host", "gpus": [...], "local_rank"}.
+
+    With GPUs on its host, an engine sees exactly the GPU at its local rank and TensorFlow grows GPU memory
+    as needed; without GPUs it uses `threads` intra-op threads. More engines on a host than it has GPUs is an error.
+    """
+    if threads < 1:
+        raise DeviceError(f"threads must be at least 1, not {threads}")
+    ranks = local_ranks(engines)
+    per_host: dict[str, int] = {}
+    for engine in engines:
+        per_host[engine["host"]] = per_host.get(engine["host"], 0) + 1
+    return {
+        engine["id"]: _engine_env(engine, ranks[engine["id"]], per_host[engine["host"]], threads) for engine in engines
+    }
+
+
+def _engine_env(engine: dict, rank: int, on_host: int, threads: int) -> dict[str, str]:
+    """One engine's device environment: the GPU at its local rank, else `threads` CPU threads."""
+    gpus, host = list(engine.get("gpus") or []), engine["host"]
+    env = {"COURSE_LOCAL_RANK": str(rank)}
+    if not gpus:
+        return {**env, **thread_env(threads), "COURSE_DEVICE": f"CPU ({threads} thread{'s' if threads > 1 else ''})"}
+    if on_host > len(gpus) or rank >= len(gpus):
+        raise DeviceError(
+            f"more engines than GPUs: {on_host} engine(s) on {host}, which has {len(gpus)} GPU(s) "
+            f"({', '.join(gpus)}); start at most {len(gpus)} engine(s) per node (one per GPU)"
+        )
+    return {
+        **env,
+        "CUDA_VISIBLE_DEVICES": gpus[rank],
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        "COURSE_DEVICE": f"GPU {gpus[rank]}",
+    }

@@ -1,5 +1,5 @@
-"""Ending processes: one place that kills a process and everything it started, for the engine clusters, the
-task runtime and grading (a learner's kernel, its engines and their MPI ranks)."""
+"""Processes: one place that finds, waits for and kills a process and everything it started, for the engine
+clusters, the task runtime and grading (a learner's kernel, its engines and their MPI ranks)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,57 @@ def kill(processes: list[psutil.Process], timeout: float = 10) -> None:
 def kill_tree(process: psutil.Process, timeout: float = 10) -> None:
     """SIGKILL `process` and everything it started, and wait up to `timeout` s for them to end."""
     kill(tree(process), timeout=timeout)
+
+
+def running(process: psutil.Process | None) -> bool:
+    """Whether `process` still runs (a zombie has ended; None is no process)."""
+    if process is None:
+        return False
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def still(pid: int, create_time: float | None) -> bool:
+    """True when `pid` is still the process recorded with `create_time` (not a reused number) and not a zombie."""
+    try:
+        process = psutil.Process(pid)
+        if create_time is not None and abs(process.create_time() - create_time) > 1:
+            return False
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_gone(processes: list[psutil.Process], timeout: float = 30) -> None:
+    """Wait for processes to end; kill any left after `timeout` (and their children)."""
+    processes = [p for p in processes if running(p)]
+    if not processes:
+        return
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    for process in alive:
+        kill_tree(process)
+
+
+def parents(processes: list[psutil.Process]) -> dict[int, int | None]:
+    """Each process's parent pid now (None if it ended), to tell later which lost their parent."""
+    found = {}
+    for process in processes:
+        try:
+            found[process.pid] = process.ppid()
+        except psutil.Error:
+            found[process.pid] = None
+    return found
+
+
+def orphaned(processes: list[psutil.Process], before: dict[int, int | None]) -> list[psutil.Process]:
+    """Those of `processes` still running whose parent ended since `before` (from `parents`) was taken."""
+    left = []
+    for process in processes:
+        try:
+            if running(process) and before.get(process.pid) not in (None, process.ppid()):
+                left.append(process)
+        except psutil.Error:
+            pass
+    return left

@@ -11,13 +11,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import psutil
 import pytest
 from ipyparallel import interactive
 
-from course import UserError, cluster, devices, processes
+from course import UserError, cluster, devices
 from tests.conftest import ROOT, run_course
 
 KINDS = ["local", "mpi", "slurm"]
@@ -266,9 +265,11 @@ def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(m
     """Engines that register but do not answer their first call (a controller whose scheduler lost the race for
     its port when several clusters start at once) get a new controller, once; then one clear error, no strays.
     Here no first call can be answered in time: both attempts fail, each with its own controller."""
-    monkeypatch.setattr(cluster, "FIRST_CALL_TIMEOUT", 0.001)
-    made, real = [], cluster._new_ipp_cluster
-    monkeypatch.setattr(cluster, "_new_ipp_cluster", lambda *a: made.append(a) or real(*a))  # counts, then the real one
+    monkeypatch.setattr(cluster.handle, "FIRST_CALL_TIMEOUT", 0.001)
+    made, real = [], cluster.lifecycle._new_ipp_cluster
+    monkeypatch.setattr(
+        cluster.lifecycle, "_new_ipp_cluster", lambda *a: made.append(a) or real(*a)
+    )  # counts, then the real one
     before = {p.pid for p in psutil.process_iter()}
     with pytest.raises(cluster.ControllerBroken, match="registered but did not answer a first call"):
         cluster.start(1, cluster_id="t-broken", quiet=True, persist=False)
@@ -464,27 +465,3 @@ def test_slurm_refusing_the_job_is_one_clear_error(slurm):
         if p.pid not in before and "ipyparallel" in " ".join(p.info["cmdline"] or [])
     ]
     assert gone(left) == [], "the controller of a refused engine job was left running"
-
-
-def test_processes_whose_parent_ended_are_told_apart_for_stop_to_end_them_at_once():
-    # what a controller that dies of SIGTERM while it starts its schedulers leaves: children re-parented, that
-    # nothing will stop (Cluster.stop ends them at once instead of waiting 30 s for them)
-    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
-    parent = subprocess.Popen([sys.executable, "-c", code])
-    process, children = psutil.Process(parent.pid), []
-    try:
-        for _ in range(200):
-            children = process.children()
-            if children:
-                break
-            time.sleep(0.05)
-        assert len(children) == 1, "the parent did not start its child"
-        procs = [process, children[0]]
-        parents = cluster._parents(procs)
-        assert cluster._orphaned(procs, parents) == []  # both still where they were started
-        parent.kill()
-        parent.wait()
-        assert cluster._orphaned(procs, parents) == children
-    finally:
-        parent.kill()
-        processes.kill(children, timeout=5)

@@ -39,3 +39,27 @@ def test_a_process_already_gone_is_skipped():
     done.wait()
     processes.kill([gone], timeout=1)  # no error: it has ended
     assert processes.tree(gone) == []
+
+
+def test_processes_whose_parent_ended_are_told_apart_for_stop_to_end_them_at_once():
+    # what a controller that dies of SIGTERM while it starts its schedulers leaves: children re-parented, that
+    # nothing will stop (Cluster.stop ends them at once instead of waiting 30 s for them)
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    process, children = psutil.Process(parent.pid), []
+    try:
+        for _ in range(200):
+            children = process.children()
+            if children:
+                break
+            time.sleep(0.05)
+        assert len(children) == 1, "the parent did not start its child"
+        procs = [process, children[0]]
+        parents = processes.parents(procs)
+        assert processes.orphaned(procs, parents) == []  # both still where they were started
+        parent.kill()
+        parent.wait()
+        assert processes.orphaned(procs, parents) == children
+    finally:
+        parent.kill()
+        processes.kill(children, timeout=5)

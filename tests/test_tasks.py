@@ -452,7 +452,9 @@ def test_barrier_alone_waits_for_every_task(fresh, tmp_path):
 
 def test_first_task_without_a_cluster_starts_one_and_says_so(tmp_path, monkeypatch, capsys):
     """As in a fresh kernel: no cluster yet, so the first task call starts a local one and announces it."""
-    monkeypatch.setattr(cluster, "_current", None)  # the module's cluster (if started) is set aside, not stopped
+    monkeypatch.setattr(
+        cluster.lifecycle, "_current", None
+    )  # the module's cluster (if started) is set aside, not stopped
     monkeypatch.setattr(runtime, "_RUNTIME", None)
     monkeypatch.setattr(worker, "STATE", dict(worker.STATE))  # the new runtime's auth key and peers stay apart
     monkeypatch.setattr(worker, "_CONNECTIONS", {})

@@ -15,7 +15,8 @@ from course.tasks.api.api import *  # noqa: F403 - PyCOMPSs's api calls (compss_
 from course.tasks.api.api import __all__ as _api
 from course.tasks.parameter import *  # noqa: F403
 from course.tasks.parameter import __all__ as _parameters
-from course.tasks.runtime import COMPSsException, Future, TaskError, constraint, on_failure, reset, task
+from course.tasks.decorators import COMPSsException, constraint, on_failure, task
+from course.tasks.runtime import Future, TaskError, reset
 from course.tasks.sync import synchronised
 from course.tasks.views import Stats, graph, history, stats, trace, waits
 

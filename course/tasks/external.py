@@ -13,7 +13,7 @@ import subprocess
 from typing import Any, Callable
 
 from course import UserError
-from course.tasks.runtime import TaskFunction
+from course.tasks.decorators import TaskFunction
 
 
 def binary(

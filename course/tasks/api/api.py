@@ -1,6 +1,6 @@
 """`from course.tasks.api.api import compss_wait_on, compss_barrier, TaskGroup, ...` (as `pycompss.api.api`)."""
 
-from course.tasks.runtime import TaskGroup
+from course.tasks.decorators import TaskGroup
 from course.tasks.sync import (
     compss_barrier,
     compss_barrier_group,

@@ -1,5 +1,5 @@
 """`from course.tasks.api.constraint import constraint` (as `pycompss.api.constraint`)."""
 
-from course.tasks.runtime import constraint
+from course.tasks.decorators import constraint
 
 __all__ = ["constraint"]

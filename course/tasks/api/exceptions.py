@@ -1,5 +1,5 @@
 """`from course.tasks.api.exceptions import COMPSsException` (as `pycompss.api.exceptions`)."""
 
-from course.tasks.runtime import COMPSsException
+from course.tasks.decorators import COMPSsException
 
 __all__ = ["COMPSsException"]

@@ -1,5 +1,5 @@
 """`from course.tasks.api.on_failure import on_failure` (as `pycompss.api.on_failure`)."""
 
-from course.tasks.runtime import on_failure
+from course.tasks.decorators import on_failure
 
 __all__ = ["on_failure"]

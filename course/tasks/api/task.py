@@ -1,5 +1,5 @@
 """`from course.tasks.api.task import task` (as `pycompss.api.task`)."""
 
-from course.tasks.runtime import task
+from course.tasks.decorators import task
 
 __all__ = ["task"]

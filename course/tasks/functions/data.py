@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from course.tasks.runtime import task
+from course.tasks.decorators import task
 from course.tasks.sync import compss_wait_on
 
 
