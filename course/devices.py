@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from course import UserError
+from course import UserError, settings
 
 NVIDIA_DRIVER_GPUS = "/proc/driver/nvidia/gpus"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
@@ -84,7 +84,7 @@ def pin_tensorflow(local_rank: int, threads: int = 1) -> None:
 def configure_tensorflow() -> str:
     """Call in an engine after importing TensorFlow: memory growth on its GPU; returns the device it uses."""
     grow_gpu_memory()
-    return os.environ.get("COURSE_DEVICE", "CPU")
+    return settings.get("COURSE_DEVICE")
 
 
 def local_ranks(engines: list[dict]) -> dict[int, int]:

@@ -356,6 +356,28 @@ def job(job_id: int | str) -> Job | None:
     return found[0] if found else None
 
 
+def job_state(job_id: int | str) -> tuple[str | None, str]:
+    """(state, reason) of a job, or (None, "") once Slurm no longer knows it (or there is no Slurm here); a Slurm
+    that does not answer is ("UNKNOWN", why), never an exception: callers are following or stopping a job."""
+    if not job_id or not shutil.which("scontrol"):
+        return None, ""
+    try:
+        found = job(job_id)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return "UNKNOWN", "Slurm did not answer"
+    return (found.state, found.reason) if found else (None, "")
+
+
+def cancel_quietly(job_id: int | str) -> None:
+    """Cancel a job and wait until Slurm reports it ended; a job already gone, or no Slurm answering, is no error
+    (whoever stops it goes on with what it can end)."""
+    if shutil.which("scancel"):
+        try:
+            cancel(job_id, wait=60)
+        except (UserError, OSError, subprocess.TimeoutExpired):
+            pass
+
+
 def seconds_left(job_id: int | str) -> float | None:
     """Seconds until a running job's EndTime (its start + --time; Slurm kills it at its next check after that),
     or None where Slurm does not say (no Slurm, unknown job, no end time)."""

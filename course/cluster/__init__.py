@@ -39,7 +39,6 @@ from course.cluster.kinds import (
     MpiEngines,
     SlurmEngines,
     default_engines,
-    slurm_job_state,
     slurm_script,
 )
 from course.cluster.lifecycle import HEARTBEAT, attach, current, ensure, start, stop, stop_all
@@ -79,7 +78,6 @@ __all__ = [
     "plan_devices",
     "profile_dir",
     "running_ids",
-    "slurm_job_state",
     "slurm_script",
     "start",
     "stop",

@@ -9,12 +9,12 @@ import socket
 
 import psutil
 
-from course import processes
+from course import processes, slurm
 from course.cluster import records
 from course.cluster.client import client_class
 from course.cluster.errors import ClusterError
 from course.cluster.handle import Cluster
-from course.cluster.kinds import Settings, cancel_job
+from course.cluster.kinds import Settings
 from course.cluster.records import profile_dir
 from course.cluster.status import EngineState, Status
 
@@ -136,7 +136,7 @@ def stop_from_files(cluster_id: str) -> bool:
             pass
     processes.wait_gone(procs, timeout=10)
     for job in jobs:
-        cancel_job(job)
+        slurm.cancel_quietly(job)
     cluster_file.unlink(missing_ok=True)
     records.remove_record(cluster_id)
     security = profile_dir() / "security"

@@ -15,12 +15,12 @@ from dataclasses import asdict
 
 import psutil
 
-from course import processes
+from course import processes, slurm
 from course.cluster import records
 from course.cluster.client import client_class
 from course.cluster.engine_setup import engine_configure, engine_facts, plan_devices
 from course.cluster.errors import ClusterDown, ClusterError, ControllerBroken, explain_engine_error, tail
-from course.cluster.kinds import KIND, LocalEngines, Settings, slurm_job_state
+from course.cluster.kinds import KIND, LocalEngines, Settings
 from course.cluster.status import EngineState, Status
 
 FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
@@ -167,7 +167,7 @@ class Cluster:
             if time.monotonic() > deadline:
                 why, job = "", self._engines.job(self._engine_set())
                 if job:
-                    state, reason = slurm_job_state(job)
+                    state, reason = slurm.job_state(job)
                     why = f"; Slurm job {job} is {state} ({reason})" if state else ""
                 raise ClusterDown(
                     f"only {have} of {n} engines connected within {timeout:.0f} s{why}; pass timeout=... to wait longer"
@@ -261,7 +261,7 @@ class Cluster:
         job = self._engines.job(self._engine_set()) if self._engine_set() is not None else ""
         state = ""
         if job:
-            found, reason = slurm_job_state(job)
+            found, reason = slurm.job_state(job)
             state = f"{found} ({reason})" if found and reason and reason != "None" else (found or "")
         return Status(self.cluster_id, self.kind, controller_alive, states, self.n, job, state, self.stopped)
 

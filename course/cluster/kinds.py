@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,7 +193,7 @@ class SlurmEngines(LocalEngines):
         return {} if settings.slurm.get("gpus_per_node") else thread_env(settings.threads)
 
     def launch_problem(self, engine_set) -> str:
-        state, _ = slurm_job_state(engine_set.job_id)
+        state, _ = slurm.job_state(engine_set.job_id)
         if state is None or state in slurm.ENDED:
             output = tail(_read(engine_set.output_file))
             return f"Slurm job {engine_set.job_id} {'ended' if state is None else state}" + (
@@ -214,7 +213,7 @@ class SlurmEngines(LocalEngines):
     def wait_ended(self, job: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while job and time.monotonic() < deadline:
-            state, _ = slurm_job_state(job)
+            state, _ = slurm.job_state(job)
             if state is None or state in slurm.ENDED:
                 return
             time.sleep(0.3)
@@ -253,26 +252,6 @@ def slurm_script(cluster_id: str, n: int, *, srun_mpi: str | None = None, **opti
     lines = ["#!/bin/sh", *slurm.sbatch_lines(header)]
     lines.append(f"srun{' --mpi=' + srun_mpi if srun_mpi else ''} {{program_and_args}}")
     return "\n".join(lines) + "\n"
-
-
-def slurm_job_state(job_id: str) -> tuple[str | None, str]:
-    """(state, reason) of a Slurm job (course.slurm), or (None, '') once Slurm no longer knows it."""
-    if not job_id or not shutil.which("scontrol"):
-        return None, ""
-    try:
-        found = slurm.job(job_id)
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return "UNKNOWN", "Slurm did not answer"
-    return (found.state, found.reason) if found else (None, "")
-
-
-def cancel_job(job: str) -> None:
-    """Cancel a Slurm engine job and wait until Slurm reports it ended."""
-    if shutil.which("scancel"):
-        try:
-            slurm.cancel(job, wait=60)
-        except (UserError, OSError, subprocess.TimeoutExpired):
-            pass  # already gone, or Slurm does not answer: stop() goes on with what it can end
 
 
 def course_slurm_jobs() -> list[str]:

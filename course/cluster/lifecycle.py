@@ -7,14 +7,14 @@ cluster instead of starting a second one. This process's own cluster is `current
 from __future__ import annotations
 
 import atexit
-import os
 import socket
 
+from course import settings as course_settings
 from course import slurm
 from course.cluster import from_files, records
 from course.cluster.errors import ClusterError, ControllerBroken
 from course.cluster.handle import Cluster
-from course.cluster.kinds import KIND, KINDS, SLURM_OPTIONS, Settings, cancel_job, course_slurm_jobs, default_engines
+from course.cluster.kinds import KIND, KINDS, SLURM_OPTIONS, Settings, course_slurm_jobs, default_engines
 from course.cluster.records import profile_dir
 
 _current: Cluster | None = None  # the cluster this process started or re-attached (see current())
@@ -170,7 +170,7 @@ def _new_ipp_cluster(cluster_id: str, settings: Settings):
 
     # engines on other nodes reach the controller at this host's name, or where COURSE_CONTROLLER_HOST says
     # (e.g. the bridge address of scripts/virtual-cluster.sh, where the host's name resolves to 127.0.0.1)
-    host = os.environ.get("COURSE_CONTROLLER_HOST") or socket.gethostname()
+    host = course_settings.get("COURSE_CONTROLLER_HOST") or socket.gethostname()
     location = {"controller_location": host} if settings.controller_ip in ("*", "0.0.0.0") else {}
     return ipp.Cluster(
         engines=settings.kind,
@@ -249,7 +249,7 @@ def stop_all(force: bool = False) -> tuple[list[str], list[str]]:
             ended.append(cid)
     for job in course_slurm_jobs():
         if job not in spared_jobs:
-            cancel_job(job)
+            slurm.cancel_quietly(job)
             ended.append(f"Slurm job {job}")
     _current = None
     return ended, spared

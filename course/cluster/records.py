@@ -13,14 +13,14 @@ from typing import Callable
 
 import psutil
 
-from course import processes
+from course import processes, settings
 
 PREFIX = "course-"  # every course cluster id (and Slurm job name ipengine-<id>) starts with this
 
 
 def default_cluster_id() -> str:
     """COURSE_CLUSTER_ID, else one per notebook (Jupyter's JPY_SESSION_NAME), else 'course-default'."""
-    name = os.environ.get("COURSE_CLUSTER_ID") or Path(os.environ.get("JPY_SESSION_NAME", "")).stem or "default"
+    name = settings.get("COURSE_CLUSTER_ID") or Path(os.environ.get("JPY_SESSION_NAME", "")).stem or "default"
     return normalise_id(name)
 
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import cloudpickle
 
+from course import settings
+
 
 class Store(dict):
     """The values this engine holds, by key; `wait_for` blocks until a key arrives (or is deleted)."""
@@ -217,7 +219,7 @@ def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None
     if STATE["address"] is None or STATE["authkey"] != authkey:
         host = (
             bind
-            or os.environ.get("COURSE_TASKS_BIND")
+            or settings.get("COURSE_TASKS_BIND")
             or ("127.0.0.1" if socket.gethostname() == master_host else socket.gethostbyname(socket.gethostname()))
         )
         listener = Listener((host, 0), authkey=authkey)
@@ -247,7 +249,7 @@ def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None
         "gpus": gpus,
         "gpus_pinned": visible is not None,
         "memory": memory,
-        "env_cores": os.environ.get("COURSE_ENGINE_CORES"),
+        "env_cores": settings.get("COURSE_ENGINE_CORES") or None,
     }
 
 
