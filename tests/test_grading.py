@@ -229,6 +229,7 @@ def test_user_mistakes_are_one_line(args, words, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("course: error:") and words in lines[0], result.stderr
+    assert not (tmp_path / "x").exists() and not (HOSTILE / "good" / "out").exists(), "a refused grading wrote"
 
 
 def test_a_cluster_that_cannot_start_is_an_error_row_not_a_score_and_not_cached(tmp_path):

@@ -379,21 +379,18 @@ class Grading:
     started: float = field(default_factory=time.time)  # wall clock: a Slurm grading is finished by another process
 
 
-def prepare(
+def check_options(
     submissions: Path,
     out: Path,
-    workdir: Path,
     solutions: Path | None = None,
     timeout: float | None = None,
     workers: int | None = None,
     memory: str | int | None = None,
-    regrade: bool = False,
-) -> Grading:
-    """Check the options, read the class (bytes only) and what an earlier run graded; decide what to grade.
-    The instructor notebooks' gradebooks go into `workdir`, which the graders must be able to read."""
+) -> tuple[Path, Path, Path, float, int, int]:
+    """Refuse, before anything is written, options no grading could run with (one line each); returns them
+    resolved: (submissions, out, solutions, seconds per cell, workers, memory in bytes)."""
     from course.grading import CELL_TIMEOUT, MEMORY_LIMIT, parse_memory
 
-    started = time.time()
     submissions, out = Path(submissions).resolve(), Path(out).resolve()
     solutions = solutions_dir(solutions).resolve()
     timeout = CELL_TIMEOUT if timeout is None else timeout
@@ -409,6 +406,25 @@ def prepare(
         raise UserError(f"no submissions folder at {submissions}; expected SUBMISSIONS/<student>/<notebook>.ipynb")
     if not solutions.is_dir():
         raise UserError(f"no solutions folder at {solutions}; run from the course checkout or pass --solutions DIR")
+    return submissions, out, solutions, timeout, workers, memory_bytes
+
+
+def prepare(
+    submissions: Path,
+    out: Path,
+    workdir: Path,
+    solutions: Path | None = None,
+    timeout: float | None = None,
+    workers: int | None = None,
+    memory: str | int | None = None,
+    regrade: bool = False,
+) -> Grading:
+    """Read the class (bytes only) and what an earlier run graded; decide what to grade. The instructor
+    notebooks' gradebooks go into `workdir`, which the graders must be able to read."""
+    started = time.time()
+    submissions, out, solutions, timeout, workers, memory_bytes = check_options(
+        submissions, out, solutions, timeout, workers, memory
+    )
     state_path = out / STATE
     try:
         state = json.loads(state_path.read_text()) if state_path.exists() and not regrade else {}
@@ -449,7 +465,7 @@ def grade(
     """Grade a class folder into OUT on this machine; returns the summary line."""
     import tempfile
 
-    out = Path(out).resolve()
+    out = check_options(submissions, out, solutions, timeout, workers, memory)[1]
     with writing(out), tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
         refuse_pending(out)
         g = prepare(submissions, out, Path(workdir), solutions, timeout, workers, memory, regrade)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course import UserError, slurm
-from course.grading.grade import Grading, finish, prepare, refuse_pending, run_jobs, writing
+from course.grading.grade import Grading, check_options, finish, prepare, refuse_pending, run_jobs, writing
 
 RUN = ".grading-slurm"  # in --out: the run the array works on, until it is collected
 JOB_NAME = "course-grade"
@@ -118,19 +118,20 @@ def submit(
 
     out = Path(out).resolve()
     check_request(out, tasks, time_limit, CELL_TIMEOUT if timeout is None else timeout, partition)
+    part = next((p for p in slurm.partitions() if p.name == partition or partition is None), None)
+    cpus = part.cpus_per_node if part else 1  # each task takes a whole node's CPUs, one grader per CPU
+    check_options(submissions, out, solutions, timeout, cpus, memory)
     with writing(out):
         refuse_pending(out)
         folder = _folder(out)
         shutil.rmtree(folder, ignore_errors=True)  # a run never submitted (the job was refused)
         (folder / "results").mkdir(parents=True)
         (folder / "gradebooks").mkdir()
-        nodes = next((p for p in slurm.partitions() if p.name == partition or partition is None), None)
-        cpus = nodes.cpus_per_node if nodes else 1
         g = prepare(submissions, out, folder / "gradebooks", solutions, timeout, cpus, memory, regrade)
         if not g.todo:
             shutil.rmtree(folder)
             return finish(g, {}, where="Slurm (nothing to grade)")
-        count = min(tasks or (nodes.nodes if nodes else 1), len(g.todo))
+        count = min(tasks or (part.nodes if part else 1), len(g.todo))
         run = Run(g, count, cpus)
         _save(folder / "run.pickle", run)
         script = folder / "grade.sbatch"
