@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parents[1])  # not benchmarks/: its scripts would shadow packages
 
 from benchmarks import machine  # noqa: E402
-from benchmarks.grading import FIXTURE, ROOT, make_class  # noqa: E402
+from benchmarks.grading import FIXTURE, make_class  # noqa: E402
 from course import slurm  # noqa: E402
 from course.grading import on_slurm  # noqa: E402
 from course.grading.grade import grade  # noqa: E402
@@ -50,7 +50,7 @@ def main() -> int:
         print("no Slurm answers here: start one first (see --help)", file=sys.stderr)
         return 1
     tasks, cores = nodes[0].nodes, os.cpu_count() or 1
-    shared = ROOT / "build" / "bench-grading-slurm"  # compute nodes must see the output: not /tmp
+    shared = Path.home() / ".cache" / "course" / "bench-grading-slurm"  # compute nodes must see it: not /tmp
     shutil.rmtree(shared, ignore_errors=True)
     ratios, ceilings, spread = [], [], set()
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:

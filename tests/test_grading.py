@@ -13,11 +13,12 @@ import shutil
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import ROOT, run_course
+from tests.conftest import run_course
 from tests.grading_support import FIXTURE_COURSE, HOSTILE, by_cell, copy_tree, grade, rows, tagged_env, tree_digest
 
 NB = "99_fixture"
@@ -311,8 +312,9 @@ def _same_rows(out) -> list[tuple]:
 
 
 def _shared_out(name: str):
-    """An output folder on a disk the compute nodes share (the checkout's build/, not /tmp, which is refused)."""
-    out = ROOT / "build" / "test-slurm-grading" / f"{name}-{uuid.uuid4().hex[:8]}"
+    """An output folder on a disk the compute nodes share: in the home folder, as the guide says (not /tmp, which
+    is refused, and not the checkout, which may itself be under /tmp)."""
+    out = Path.home() / ".cache" / "course" / "test-slurm-grading" / f"{name}-{uuid.uuid4().hex[:8]}"
     out.parent.mkdir(parents=True, exist_ok=True)
     return out
 
