@@ -251,6 +251,26 @@ def test_two_engines_start_work_report_and_stop_without_strays(kind, request):
         assert squeue(job) == "", f"Slurm job {job} still listed after stop"
 
 
+@interactive
+def _gpu_seen() -> str:
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.mark.slow
+def test_local_engines_inside_a_slurm_job_take_one_gpu_each(monkeypatch):
+    # A JupyterLab that runs as a Slurm job (batchspawner, Open OnDemand) has SLURM_LOCALID=0 and the job's GPUs;
+    # the local engines it starts inherit both, yet each must take its own GPU (two named GPUs stand in for them:
+    # nothing here loads a GPU library, the engines only read the variable they were given).
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    with cluster.start(2, cluster_id="t-in-job") as c:
+        assert sorted(c.view.apply_sync(_gpu_seen)) == ["0", "1"]
+        assert sorted(e["device"] for e in c.engines) == ["GPU 0", "GPU 1"]
+
+
 @pytest.mark.slow
 def test_context_manager_stops():
     with cluster.start(2, cluster_id="t-ctx") as c:

@@ -14,8 +14,10 @@ def plan_devices(engines: list[dict], threads: int = 1) -> dict[int, dict[str, s
         raise ClusterError(str(exc)) from None
 
 
-def engine_facts() -> dict:
-    """Runs on an engine: where it runs and what it may use."""
+def engine_facts(launcher_ranks: bool = True) -> dict:
+    """Runs on an engine: where it runs and what it may use. `launcher_ranks`: the engine was started by a launcher
+    (mpiexec, srun) whose local rank it should report; a local engine only inherited whatever its parent had (a
+    JupyterLab running as a Slurm job has SLURM_LOCALID=0, which every engine it starts would otherwise claim)."""
     import os
     import socket
 
@@ -28,7 +30,7 @@ def engine_facts() -> dict:
         (
             int(env[v])
             for v in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
-            if env.get(v, "").isdigit()
+            if launcher_ranks and env.get(v, "").isdigit()
         ),
         None,
     )

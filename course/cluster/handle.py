@@ -188,7 +188,9 @@ class Cluster:
         try:
             # A controller whose scheduler lost a race for its port (several clusters starting at once: ipyparallel
             # picks free ports, then binds them in other processes) registers engines but never delivers work.
-            facts = view.apply_async(engine_facts).get(timeout=min(self.settings.timeout, FIRST_CALL_TIMEOUT))
+            facts = view.apply_async(engine_facts, self._engines.launcher_ranks).get(
+                timeout=min(self.settings.timeout, FIRST_CALL_TIMEOUT)
+            )
         except TimeoutError:
             raise ControllerBroken(
                 f"cluster {self.cluster_id}: the engines registered but did not answer a first call "

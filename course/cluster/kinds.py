@@ -53,6 +53,7 @@ class LocalEngines:
     controller_ip = "127.0.0.1"  # engines on this machine reach the controller on localhost
     controller_here = True  # the controller is a process of this host, which status() can check
     batch_options = False  # takes a batch system's options (partition, time limit, ...)
+    launcher_ranks = False  # engines get their local rank from a launcher (mpiexec, srun), not their host position
 
     def check_tools(self) -> None:
         """Raise ClusterError naming what to install when engines of this kind cannot start here."""
@@ -121,6 +122,7 @@ class MpiEngines(LocalEngines):
     """Engines as the ranks of one mpiexec: engine id = MPI rank."""
 
     name = "mpi"
+    launcher_ranks = True
 
     def check_tools(self) -> None:
         mpi.mpiexec()  # UserError naming what to install
@@ -158,6 +160,7 @@ class SlurmEngines(LocalEngines):
     controller_ip = "*"  # all interfaces: engines on other nodes connect to this host's name (controller_location)
     controller_here = False
     batch_options = True
+    launcher_ranks = True
 
     def check_tools(self) -> None:
         missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
