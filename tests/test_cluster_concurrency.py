@@ -77,6 +77,25 @@ def test_status_while_a_cluster_starts_stops_nothing():
     assert cluster.running_ids() == []
 
 
+def test_status_of_a_cluster_whose_engines_are_gone_but_record_says_running_is_one_line():
+    # what `cluster status` meets when a cluster's owner stops it between status reading the record ("running")
+    # and connecting to its controller: a controller with no engines registered; under load that window is wide
+    c = cluster.start(2, cluster_id="engines-gone", quiet=True)
+    try:
+        c._ipp.stop_engines_sync()
+        deadline = time.monotonic() + 60
+        while c.client.ids and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not c.client.ids, "the engines never unregistered"
+        status = run_course("cluster", "status")
+        assert "Traceback" not in status.stderr, status.stderr
+        line = next((ln for ln in status.stdout.splitlines() if "course-engines-gone" in ln), "")
+        assert "no engines connected" in line, status.stdout + status.stderr
+    finally:
+        c.stop()
+    assert cluster.running_ids() == []
+
+
 USER = """
     import os, sys, time
     from course import cluster

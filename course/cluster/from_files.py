@@ -59,6 +59,7 @@ def connect(cluster_id: str, record: dict) -> Cluster | None:
     """A handle on a running cluster from its files (a Client connected to its controller), or None if its
     controller is not running. Connecting changes nothing in the cluster."""
     import ipyparallel as ipp
+    from ipyparallel.error import NoEnginesRegistered
 
     cluster_file = records.cluster_file(cluster_id)
     try:
@@ -80,7 +81,14 @@ def connect(cluster_id: str, record: dict) -> Cluster | None:
             f"({type(exc).__name__}); try again in a moment"
         ) from None
     cluster._watch()
-    cluster.view = cluster.client.direct_view(cluster.ids)
+    try:
+        cluster.view = cluster.client.direct_view(cluster.ids)
+    except NoEnginesRegistered:  # its owner is stopping it (the record said running a moment ago), or they died
+        cluster.client.close()
+        raise ClusterError(
+            f"cluster {cluster_id} has no engines connected (it is being stopped, or its engines died); "
+            f"stop it with: python -m course cluster stop --id {cluster_id}"
+        ) from None
     cluster.view.block = True
     return cluster
 
