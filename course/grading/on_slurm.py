@@ -189,12 +189,15 @@ def collect(out: Path, progress: bool = True) -> str:
         total = len(run.grading.todo)
         bar = tqdm(total=total, unit="notebook", desc=f"job {run.job_id}", disable=not progress or None, leave=False)
         job = slurm.job(run.job_id)
-        while job is not None and not job.ended:
-            bar.update(len(_results(folder)) - bar.n)
+        found = _results(folder)
+        # Every result in means every grade is written: no need to wait for Slurm to see the tasks end (seconds
+        # while they stop their workers and the job completes); a task that ended early leaves results missing.
+        while job is not None and not job.ended and len(found) < total:
+            bar.update(len(found) - bar.n)
             time.sleep(POLL)
             job = slurm.job(run.job_id)
+            found = _results(folder)
         bar.close()
-        found = _results(folder)
         fresh = {n: found[n] if n in found else _not_graded(run, n, job) for n in range(total)}
         summary = finish(run.grading, fresh, where=f"Slurm job {run.job_id} ({run.tasks} array task(s))")
         logs = out / "slurm-logs" / str(run.job_id)
