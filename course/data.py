@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,14 +85,35 @@ def in_keras_cache(name: str) -> bool:
 
 
 def network_allows_download(timeout: float = 3.0) -> bool:
-    """True when the host tf.keras.datasets downloads from answers (COURSE_OFFLINE=1 says no at once)."""
+    """True when the host tf.keras.datasets downloads from answers within `timeout` s, name lookup included
+    (COURSE_OFFLINE=1 says no at once). Asked once per process: every engine loading data asks too."""
     if settings.get("COURSE_OFFLINE") not in ("", "0"):
         return False
-    try:
-        socket.create_connection(DOWNLOAD_HOST, timeout=timeout).close()
-        return True
-    except OSError:
-        return False
+    if DOWNLOAD_HOST not in _reachable:
+        _reachable[DOWNLOAD_HOST] = _answers_within(DOWNLOAD_HOST, timeout)
+    return _reachable[DOWNLOAD_HOST]
+
+
+_reachable: dict[tuple[str, int], bool] = {}
+
+
+def _answers_within(address: tuple[str, int], timeout: float) -> bool:
+    """Whether `address` accepts a connection within `timeout` s. The socket's timeout does not cover the name
+    lookup, which on a compute node whose DNS server does not answer blocks for ~10 s (resolv.conf's timeout x
+    attempts): the attempt runs in a thread that is left behind if it takes longer."""
+    answered: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            socket.create_connection(address, timeout=timeout).close()
+            answered.append(True)
+        except OSError:
+            answered.append(False)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answered and answered[0])
 
 
 def locate(name: str, path: str | os.PathLike | None = None) -> str:

@@ -1,17 +1,24 @@
 """course.data: search order, the announced fallback, preparation for Keras, sharding, fetch."""
 
+import os
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from course import UserError, data
-from tests.conftest import run_course
+from tests.conftest import ROOT, run_course
 
 
 @pytest.fixture(autouse=True)
 def forget_announcements():
     data._announced.clear()
+    data._reachable.clear()
     yield
     data._announced.clear()
+    data._reachable.clear()
 
 
 def test_fallback_is_used_and_announced_once(offline_home, capsys):
@@ -75,3 +82,39 @@ def test_fetch_without_network_is_a_clear_error(offline_home, tmp_path):
     assert result.returncode == 1
     assert "internet" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out" / "mnist.npz").exists()
+
+
+# A compute node whose DNS server never answers, as on many clusters without internet: a network namespace whose
+# only route leads nowhere, and a resolv.conf naming a server there (resolv.conf's default wait: 5 s, 2 tries).
+SILENT_DNS = """
+ip link set lo up
+ip link add v0 type veth peer name v1 && ip link set v0 up && ip link set v1 up
+ip addr add 10.9.9.1/24 dev v0 && ip route add default via 10.9.9.2 dev v0
+mount --bind "$RESOLV" /etc/resolv.conf
+exec "$PYTHON" -c "$CODE"
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"),
+    reason="needs root and unshare(1) to make a network namespace whose DNS server never answers",
+)
+def test_the_download_check_keeps_its_time_limit_when_the_name_lookup_hangs(tmp_path):
+    # data.load asks whether it could download; a name lookup ignores the socket's timeout, and every engine of a
+    # notebook on such a node waited ~10 s for it in each load before the check bounded it
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 10.9.9.53\n")
+    code = (
+        "import time; from course import data; t = time.monotonic(); "
+        "ok = data.network_allows_download(timeout=1); again = data.network_allows_download(timeout=1); "
+        "print(ok, again, round(time.monotonic() - t, 1))"
+    )
+    env = {**os.environ, "RESOLV": str(resolv), "PYTHON": sys.executable, "CODE": code, "PYTHONPATH": str(ROOT)}
+    env.pop("COURSE_OFFLINE", None)
+    done = subprocess.run(
+        ["unshare", "-n", "-m", "sh", "-c", SILENT_DNS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    ok, again, seconds = done.stdout.split()
+    assert (ok, again) == ("False", "False")
+    assert float(seconds) < 3, f"the check took {seconds} s with a 1 s limit: the name lookup was not bounded"
