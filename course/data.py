@@ -84,7 +84,7 @@ def in_keras_cache(name: str) -> bool:
     return all((keras_cache_dir() / p).exists() for p in info(name).keras_cache)
 
 
-def network_allows_download(timeout: float = 3.0) -> bool:
+def network_allows_download(timeout: float = 1.5) -> bool:
     """True when the host tf.keras.datasets downloads from answers within `timeout` s, name lookup included
     (COURSE_OFFLINE=1 says no at once). Asked once per process: every engine loading data asks too."""
     if settings.get("COURSE_OFFLINE") not in ("", "0"):
