@@ -33,7 +33,11 @@ SETTINGS: tuple[Setting, ...] = (
         "a site's preloaded datasets (`course data fetch NAME --to DIR`), searched "
         "before the Keras cache and a download",
     ),
-    Setting("COURSE_OFFLINE", "unset", "`1`: never try to download a dataset (compute nodes without internet)"),
+    Setting(
+        "COURSE_OFFLINE",
+        "unset",
+        "`1`: never try to download a dataset (compute nodes without internet; unset, each process waits up to 1.5 s to find out)",
+    ),
     Setting(
         "COURSE_CLUSTER_ID",
         "one per notebook, else `course-default`",
