@@ -328,6 +328,58 @@ def test_a_killed_engine_is_detected_work_fails_clearly_and_restart_works():
     assert gone(procs) == []
 
 
+@pytest.mark.slow
+def test_an_engine_killed_as_it_registers_says_how_it_ended_and_its_own_last_words():
+    # Every engine runs the profile's startup files after it has registered and started its nanny, and before its
+    # heart beats (the controller only counts it then): this one says a last word and is killed, so the cluster
+    # surely sees an engine process end while it starts, its nanny's lines ("Pipe closed ...") last in its log.
+    startup = cluster.profile_dir() / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-die.py").write_text(
+        "import os, signal, sys\nprint('the last words of engine', os.getpid(), file=sys.stderr, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    before = {p.pid for p in psutil.process_iter()}
+    with pytest.raises(cluster.ClusterDown) as failed:
+        cluster.start(1, cluster_id="t-dies", quiet=True, persist=False)
+    message = str(failed.value)
+    assert "engine process 0 was killed by SIGKILL" in message, message
+    assert "the last words of engine" in message, message
+    assert "KernelNanny" not in message, message
+    assert cluster.running_ids() == []
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.pid not in before and "ipyparallel" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert gone(left) == []
+
+
+def test_how_a_process_ended_and_an_engines_own_last_lines_in_words():
+    from course.cluster.errors import ended, engine_tail
+
+    assert ended(255) == "exited with status 255"
+    assert ended(-signal.SIGTERM) == "was killed by SIGTERM"
+    assert ended(-signal.SIGKILL).startswith("was killed by SIGKILL (")
+    assert ended(None) == "exited (its exit status is unknown)"
+    # an engine's output as ipyparallel 9 leaves it: its own lines, a traceback, then its nanny's last lines
+    output = textwrap.dedent("""
+        2026-01-01 10:00:00.001 [IPEngine.0] Starting nanny
+        2026-01-01 10:00:00.002 [KernelNanny.0] Nanny watching parent pid 26767.
+        2026-01-01 10:00:00.003 [IPEngine.0] CRITICAL | Error completing registration: boom
+        Traceback (most recent call last):
+        RuntimeError: boom
+        2026-01-01 10:00:00.004 [KernelNanny.0] Pipe closed, parent 26767 has status: None
+        2026-01-01 10:00:00.005 [KernelNanny.0] Notifying Hub that our parent has shut down
+        2026-01-01 10:00:00.006 [KernelNanny.0] Parent 26767 exited with status None.
+    """)
+    assert engine_tail(output) == (
+        "2026-01-01 10:00:00.003 [IPEngine.0] CRITICAL | Error completing registration: boom | "
+        "Traceback (most recent call last): | RuntimeError: boom"
+    )
+    assert engine_tail("") == "(no output)"
+
+
 CLIENT = textwrap.dedent("""
     import json, os, sys
     from course import cluster

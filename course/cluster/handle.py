@@ -19,8 +19,8 @@ from course import processes, slurm
 from course.cluster import records
 from course.cluster.client import client_class
 from course.cluster.engine_setup import engine_configure, engine_facts, plan_devices
-from course.cluster.errors import ClusterDown, ClusterError, ControllerBroken, explain_engine_error, tail
-from course.cluster.kinds import KIND, LocalEngines, Settings
+from course.cluster.errors import ClusterDown, ClusterError, ControllerBroken, ended, explain_engine_error, tail
+from course.cluster.kinds import KIND, LocalEngines, Settings, exit_code
 from course.cluster.status import EngineState, Status
 
 FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
@@ -146,7 +146,7 @@ class Cluster:
         """Why engines cannot come any more (a process or job ended), or '' while they still may."""
         controller = self._ipp.controller
         if controller is not None and not processes.running(getattr(controller, "process", None)):
-            return f"the controller exited: {tail(controller.get_output())}"
+            return f"the controller {ended(exit_code(controller))}: {tail(controller.get_output())}"
         engine_set = self._engine_set()
         if engine_set is None:
             return "no engines were started"
