@@ -58,12 +58,10 @@ def attach(cluster_id: str) -> Cluster | None:
 def connect(cluster_id: str, record: dict) -> Cluster | None:
     """A handle on a running cluster from its files (a Client connected to its controller), or None if its
     controller is not running. Connecting changes nothing in the cluster."""
-    import ipyparallel as ipp
     from ipyparallel.error import NoEnginesRegistered
 
-    cluster_file = records.cluster_file(cluster_id)
     try:
-        ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
+        ipp_cluster = load(cluster_id)
         cluster = Cluster(ipp_cluster, Settings(**record["settings"]), record.get("persist", True))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -91,6 +89,24 @@ def connect(cluster_id: str, record: dict) -> Cluster | None:
         ) from None
     cluster.view.block = True
     return cluster
+
+
+def load(cluster_id: str):
+    """ipyparallel's Cluster as its file describes it (its controller and engine launchers, on their processes), for
+    looking at, re-attaching to or stopping it. It never writes that file (ipyparallel's `cluster_file` is ''):
+    ipyparallel's own `Cluster.from_file` rewrites the file whenever what it finds differs from what the file says
+    (engines that have just exited are dropped: a file of a running controller and no engines), and its launchers
+    rewrite it again as they see their processes end. In a process other than the one stopping the cluster, such a
+    write can land after that stop removed the file, which then stays for good: a cluster left on record by
+    `cluster status`. Only a handle that starts processes itself writes the file (Cluster._launch).
+
+    Raises OSError or ValueError if the file cannot be read."""
+    import json
+
+    import ipyparallel as ipp
+
+    data = json.loads(records.cluster_file(cluster_id).read_text())
+    return ipp.Cluster.from_dict(data, cluster_file="", log_level=50)
 
 
 def inspect(cluster_id: str) -> Status:
@@ -136,7 +152,7 @@ def stop_from_files(cluster_id: str) -> bool:
         )  # its users' calls then say it was stopped, not that it died
     procs, jobs = _recorded(records.read_record(cluster_id) or {})
     if cluster_file.exists():
-        jobs |= _stop_launchers(cluster_file)
+        jobs |= _stop_launchers(cluster_id)
     for process in procs:
         try:
             process.terminate()
@@ -179,13 +195,11 @@ def _recorded(record: dict) -> tuple[list[psutil.Process], set[str]]:
     return procs, jobs
 
 
-def _stop_launchers(cluster_file) -> set[str]:
+def _stop_launchers(cluster_id: str) -> set[str]:
     """Stop what ipyparallel's cluster file says it launched; the Slurm jobs it names."""
-    import ipyparallel as ipp
-
     jobs = set()
     try:
-        ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
+        ipp_cluster = load(cluster_id)
         for engine_set in ipp_cluster.engines.values():
             if getattr(engine_set, "job_id", ""):
                 jobs.add(engine_set.job_id)

@@ -78,6 +78,8 @@ class Cluster:
     # ---- start-up
     def _launch(self) -> None:
         """Start the controller (if needed) and the engines with ipyparallel's launchers, then wait for them."""
+        if not self._ipp.cluster_file:  # loaded from its file, which it never wrote (from_files.load); now it starts
+            self._ipp.cluster_file = str(records.cluster_file(self.cluster_id))  # processes: ipyparallel records them
         if self._ipp.controller is None:
             self._ipp.start_controller_sync()
             self._save_record("starting")
@@ -328,7 +330,7 @@ class Cluster:
         # milliseconds) can miss the launcher's stop: end whatever ipyparallel launched for this cluster.
         processes.kill(_launched_for(self.cluster_id, str(self._ipp.profile_dir)))
         self._engines.wait_ended(job)
-        self._ipp.remove_cluster_file()
+        records.cluster_file(self.cluster_id).unlink(missing_ok=True)  # by name: a loaded handle has none of its own
         records.remove_record(self.cluster_id)
         self.stopped = True
 
