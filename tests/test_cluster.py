@@ -427,6 +427,56 @@ def test_stop_all_cleans_up_after_a_client_that_died(kind, request):
 
 
 @pytest.mark.slow
+def test_what_is_left_of_a_cluster_long_gone_never_harms_a_process_that_got_one_of_its_pids():
+    # A cluster whose processes all ended without a stop (a client killed, then its cluster's processes: a node that
+    # went down) leaves its files; by the time someone looks, the pids they name may be other processes'. Here one
+    # process (with a child of its own) has the controller's and every engine's pid, in both files.
+    facts = orphan_cluster("local")
+    for p in facts["procs"]:
+        p.kill()
+    psutil.wait_procs(facts["procs"], timeout=30)
+    stranger = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, time; subprocess.Popen(['sleep', '600']); print('ready'); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        security = cluster.profile_dir() / "security"
+        record_file, cluster_file = (
+            security / "course-record-course-t-orphan.json",
+            security / "cluster-course-t-orphan.json",
+        )
+        record, ipp_state = json.loads(record_file.read_text()), json.loads(cluster_file.read_text())
+        record["controller_pid"] = ipp_state["controller"]["state"]["pid"] = stranger.pid
+        for engine in record["engines"]:
+            engine["pid"] = stranger.pid  # with the engine's own start time, as recorded
+        for engine_set in ipp_state["engines"]["sets"].values():
+            for engine in engine_set["engines"].values():
+                engine["pid"] = stranger.pid
+        record_file.write_text(json.dumps(record))
+        cluster_file.write_text(json.dumps(ipp_state))
+        assert stranger.stdout.readline().strip() == "ready"  # its child started
+        family = [psutil.Process(stranger.pid), *psutil.Process(stranger.pid).children()]
+
+        status = run_course("cluster", "status")
+        assert status.returncode == 0 and "course-t-orphan" not in status.stdout, status.stdout  # not taken as running
+        result = run_course("cluster", "stop", "--all")
+        assert result.returncode == 0, result.stderr
+        assert "course-t-orphan" in result.stdout, result.stdout
+        assert cluster.running_ids() == []
+        assert gone(family) == family, "a process that only had a pid of the cluster was ended with it"
+    finally:
+        for p in psutil.Process(stranger.pid).children(recursive=True):
+            p.kill()
+        stranger.kill()
+        stranger.wait()
+
+
+@pytest.mark.slow
 def test_a_restarted_notebook_reattaches_to_its_running_cluster(capsys):
     facts = orphan_cluster("local")  # as a kernel restart leaves a persistent cluster running
     c = cluster.start(2, cluster_id="t-orphan")

@@ -106,7 +106,30 @@ def load(cluster_id: str):
     import ipyparallel as ipp
 
     data = json.loads(records.cluster_file(cluster_id).read_text())
-    return ipp.Cluster.from_dict(data, cluster_file="", log_level=50)
+    ipp_cluster = ipp.Cluster.from_dict(data, cluster_file="", log_level=50)
+    _drop_strangers(ipp_cluster, cluster_id)
+    return ipp_cluster
+
+
+def _drop_strangers(ipp_cluster, cluster_id: str) -> None:
+    """Forget the launchers whose process is no longer the one they launched. ipyparallel 9's LocalProcessLauncher
+    takes up whatever process now has the pid its file names (`_reconstruct_process`: psutil.Process(pid), no start
+    time), and stopping the cluster would then send SIGTERM, and SIGKILL 5 s later, to that process."""
+
+    def stranger(launcher) -> bool:
+        process = getattr(launcher, "process", None)
+        return process is not None and not records.launched_for(process.pid, cluster_id)
+
+    if ipp_cluster.controller is not None and stranger(ipp_cluster.controller):
+        ipp_cluster.controller = None
+    for set_id, engine_set in list(ipp_cluster.engines.items()):
+        launchers = getattr(engine_set, "launchers", None)  # local engines: one launcher per engine process
+        if launchers is not None:
+            for name, launcher in list(launchers.items()):
+                if stranger(launcher):
+                    launchers.pop(name)
+        if stranger(engine_set) or launchers == {}:
+            ipp_cluster.engines.pop(set_id)
 
 
 def inspect(cluster_id: str) -> Status:
@@ -150,7 +173,7 @@ def stop_from_files(cluster_id: str) -> bool:
         records.update_record(
             cluster_id, state="stopping"
         )  # its users' calls then say it was stopped, not that it died
-    procs, jobs = _recorded(records.read_record(cluster_id) or {})
+    procs, jobs = _recorded(cluster_id, records.read_record(cluster_id) or {})
     if cluster_file.exists():
         jobs |= _stop_launchers(cluster_id)
     for process in procs:
@@ -172,14 +195,17 @@ def stop_from_files(cluster_id: str) -> bool:
     return found
 
 
-def _recorded(record: dict) -> tuple[list[psutil.Process], set[str]]:
-    """The processes a record names that still run (with their children), and its Slurm job."""
+def _recorded(cluster_id: str, record: dict) -> tuple[list[psutil.Process], set[str]]:
+    """The processes a record names that still run (with their children), and its Slurm job. The controller's and
+    launcher's pids are recorded without a start time: each is taken only if ipyparallel launched it for this
+    cluster (a reused number would otherwise have its process, and everything it started, terminated)."""
     pids: list[tuple[int, float | None]] = []
     jobs: set[str] = set()
     try:
         if record.get("host", socket.gethostname()) == socket.gethostname():
             pids += [(e["pid"], e.get("create_time")) for e in record.get("engines", [])]
-            pids += [(record[k], None) for k in ("controller_pid", "launcher_pid") if record.get(k, -1) > 0]
+            bare = [record.get(k, -1) for k in ("controller_pid", "launcher_pid")]
+            pids += [(pid, None) for pid in bare if records.launched_for(pid, cluster_id)]
         if record.get("slurm_job"):
             jobs.add(str(record["slurm_job"]))
     except KeyError:
