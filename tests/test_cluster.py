@@ -290,17 +290,11 @@ def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(m
     monkeypatch.setattr(
         cluster.lifecycle, "_new_ipp_cluster", lambda *a: made.append(a) or real(*a)
     )  # counts, then the real one
-    before = {p.pid for p in psutil.process_iter()}
     with pytest.raises(cluster.ControllerBroken, match="registered but did not answer a first call"):
         cluster.start(1, cluster_id="t-broken", quiet=True, persist=False)
     assert len(made) == 2, "a broken controller is replaced once, then the error is raised"
     assert cluster.running_ids() == []
-    left = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if p.pid not in before and "ipyparallel" in " ".join(p.info["cmdline"] or [])
-    ]
-    assert gone(left) == []
+    assert gone(launched_for("course-t-broken")) == []
 
 
 @pytest.mark.slow
