@@ -344,12 +344,13 @@ def test_an_engine_killed_as_it_registers_says_how_it_ended_and_its_own_last_wor
 
 
 def launched_for(cluster_id: str) -> list[psutil.Process]:
-    """The processes ipyparallel launched for one cluster (its launchers put IPP_CLUSTER_ID in their environment),
-    whatever else runs on the machine."""
-    found = []
+    """The processes ipyparallel launched for one cluster of this test's profile (its launchers put IPP_CLUSTER_ID
+    and IPP_PROFILE_DIR in their environment), whatever else runs on the machine."""
+    found, profile = [], str(cluster.profile_dir())
     for p in psutil.process_iter():
         try:
-            if p.environ().get("IPP_CLUSTER_ID") == cluster_id:
+            environ = p.environ()
+            if environ.get("IPP_CLUSTER_ID") == cluster_id and environ.get("IPP_PROFILE_DIR") == profile:
                 found.append(p)
         except psutil.Error:
             pass
