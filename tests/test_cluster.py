@@ -290,17 +290,11 @@ def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(m
     monkeypatch.setattr(
         cluster.lifecycle, "_new_ipp_cluster", lambda *a: made.append(a) or real(*a)
     )  # counts, then the real one
-    before = {p.pid for p in psutil.process_iter()}
     with pytest.raises(cluster.ControllerBroken, match="registered but did not answer a first call"):
         cluster.start(1, cluster_id="t-broken", quiet=True, persist=False)
     assert len(made) == 2, "a broken controller is replaced once, then the error is raised"
     assert cluster.running_ids() == []
-    left = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if p.pid not in before and "ipyparallel" in " ".join(p.info["cmdline"] or [])
-    ]
-    assert gone(left) == []
+    assert gone(launched_for("course-t-broken")) == []
 
 
 @pytest.mark.slow
@@ -326,6 +320,66 @@ def test_a_killed_engine_is_detected_work_fails_clearly_and_restart_works():
     finally:
         c.stop()
     assert gone(procs) == []
+
+
+@pytest.mark.slow
+def test_an_engine_killed_as_it_registers_says_how_it_ended_and_its_own_last_words():
+    # Every engine runs the profile's startup files after it has registered and started its nanny, and before its
+    # heart beats (the controller only counts it then): this one says a last word and is killed, so the cluster
+    # surely sees an engine process end while it starts, its nanny's lines ("Pipe closed ...") last in its log.
+    startup = cluster.profile_dir() / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-die.py").write_text(
+        "import os, signal, sys\nprint('the last words of engine', os.getpid(), file=sys.stderr, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    with pytest.raises(cluster.ClusterDown) as failed:
+        cluster.start(1, cluster_id="t-dies", quiet=True, persist=False)
+    message = str(failed.value)
+    assert "engine process 0 was killed by SIGKILL" in message, message
+    assert "the last words of engine" in message, message
+    assert "KernelNanny" not in message, message
+    assert cluster.running_ids() == []
+    assert gone(launched_for("course-t-dies")) == []
+
+
+def launched_for(cluster_id: str) -> list[psutil.Process]:
+    """The processes ipyparallel launched for one cluster of this test's profile (its launchers put IPP_CLUSTER_ID
+    and IPP_PROFILE_DIR in their environment), whatever else runs on the machine."""
+    found, profile = [], str(cluster.profile_dir())
+    for p in psutil.process_iter():
+        try:
+            environ = p.environ()
+            if environ.get("IPP_CLUSTER_ID") == cluster_id and environ.get("IPP_PROFILE_DIR") == profile:
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_how_a_process_ended_and_an_engines_own_last_lines_in_words():
+    from course.cluster.errors import ended, engine_tail
+
+    assert ended(255) == "exited with status 255"
+    assert ended(-signal.SIGTERM) == "was killed by SIGTERM"
+    assert ended(-signal.SIGKILL).startswith("was killed by SIGKILL (")
+    assert ended(None) == "exited (its exit status is unknown)"
+    # an engine's output as ipyparallel 9 leaves it: its own lines, a traceback, then its nanny's last lines
+    output = textwrap.dedent("""
+        2026-01-01 10:00:00.001 [IPEngine.0] Starting nanny
+        2026-01-01 10:00:00.002 [KernelNanny.0] Nanny watching parent pid 26767.
+        2026-01-01 10:00:00.003 [IPEngine.0] CRITICAL | Error completing registration: boom
+        Traceback (most recent call last):
+        RuntimeError: boom
+        2026-01-01 10:00:00.004 [KernelNanny.0] Pipe closed, parent 26767 has status: None
+        2026-01-01 10:00:00.005 [KernelNanny.0] Notifying Hub that our parent has shut down
+        2026-01-01 10:00:00.006 [KernelNanny.0] Parent 26767 exited with status None.
+    """)
+    assert engine_tail(output) == (
+        "2026-01-01 10:00:00.003 [IPEngine.0] CRITICAL | Error completing registration: boom | "
+        "Traceback (most recent call last): | RuntimeError: boom"
+    )
+    assert engine_tail("") == "(no output)"
 
 
 CLIENT = textwrap.dedent("""
@@ -365,6 +419,56 @@ def test_stop_all_cleans_up_after_a_client_that_died(kind, request):
     if facts["job"]:
         assert squeue(facts["job"]) == ""
     assert cluster.running_ids() == []
+
+
+@pytest.mark.slow
+def test_what_is_left_of_a_cluster_long_gone_never_harms_a_process_that_got_one_of_its_pids():
+    # A cluster whose processes all ended without a stop (a client killed, then its cluster's processes: a node that
+    # went down) leaves its files; by the time someone looks, the pids they name may be other processes'. Here one
+    # process (with a child of its own) has the controller's and every engine's pid, in both files.
+    facts = orphan_cluster("local")
+    for p in facts["procs"]:
+        p.kill()
+    psutil.wait_procs(facts["procs"], timeout=30)
+    stranger = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, time; subprocess.Popen(['sleep', '600']); print('ready'); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        security = cluster.profile_dir() / "security"
+        record_file, cluster_file = (
+            security / "course-record-course-t-orphan.json",
+            security / "cluster-course-t-orphan.json",
+        )
+        record, ipp_state = json.loads(record_file.read_text()), json.loads(cluster_file.read_text())
+        record["controller_pid"] = ipp_state["controller"]["state"]["pid"] = stranger.pid
+        for engine in record["engines"]:
+            engine["pid"] = stranger.pid  # with the engine's own start time, as recorded
+        for engine_set in ipp_state["engines"]["sets"].values():
+            for engine in engine_set["engines"].values():
+                engine["pid"] = stranger.pid
+        record_file.write_text(json.dumps(record))
+        cluster_file.write_text(json.dumps(ipp_state))
+        assert stranger.stdout.readline().strip() == "ready"  # its child started
+        family = [psutil.Process(stranger.pid), *psutil.Process(stranger.pid).children()]
+
+        status = run_course("cluster", "status")
+        assert status.returncode == 0 and "course-t-orphan" not in status.stdout, status.stdout  # not taken as running
+        result = run_course("cluster", "stop", "--all")
+        assert result.returncode == 0, result.stderr
+        assert "course-t-orphan" in result.stdout, result.stdout
+        assert cluster.running_ids() == []
+        assert gone(family) == family, "a process that only had a pid of the cluster was ended with it"
+    finally:
+        for p in psutil.Process(stranger.pid).children(recursive=True):
+            p.kill()
+        stranger.kill()
+        stranger.wait()
 
 
 @pytest.mark.slow

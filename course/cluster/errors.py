@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 
 from course import UserError
 from course.cluster.records import profile_dir
@@ -25,10 +26,37 @@ class ClusterDown(ClusterError):
     outside. Not the work's fault (the grader reports it as a grading-machinery error, not a learner's score)."""
 
 
+# ipyparallel's engine nanny (started once the engine has registered) logs into its engine's output: when the engine
+# dies, the nanny's last words ("Pipe closed, parent ... has status", "Notifying Hub ...") come after the engine's own
+NANNY = "[KernelNanny"
+
+
 def tail(text: str, lines: int = 3) -> str:
     """The last few non-empty lines of a log, on one line (for an error message)."""
     kept = [line.strip() for line in (text or "").splitlines() if line.strip()][-lines:]
     return " | ".join(kept) or "(no output)"
+
+
+def engine_tail(text: str, lines: int = 3) -> str:
+    """The last few lines an engine wrote itself, on one line: its output without its nanny's log lines, which only
+    say that the engine is gone, not why."""
+    return tail("\n".join(line for line in (text or "").splitlines() if NANNY not in line), lines)
+
+
+def ended(exit_code: int | None) -> str:
+    """How a process ended, in words, from its exit status (negative: the signal that ended it, as psutil and
+    subprocess give it), e.g. 'exited with status 255' or 'was killed by SIGKILL'."""
+    if exit_code is None:
+        return "exited (its exit status is unknown)"
+    if exit_code >= 0:
+        return f"exited with status {exit_code}"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        return f"was killed by signal {-exit_code}"
+    if name == "SIGKILL":  # the process cannot catch it, so its log never says why
+        return "was killed by SIGKILL (which leaves no word in its log: sent by a process, or the out-of-memory killer)"
+    return f"was killed by {name}"
 
 
 def explain_engine_error(exc: Exception) -> str:

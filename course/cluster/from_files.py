@@ -58,12 +58,10 @@ def attach(cluster_id: str) -> Cluster | None:
 def connect(cluster_id: str, record: dict) -> Cluster | None:
     """A handle on a running cluster from its files (a Client connected to its controller), or None if its
     controller is not running. Connecting changes nothing in the cluster."""
-    import ipyparallel as ipp
     from ipyparallel.error import NoEnginesRegistered
 
-    cluster_file = records.cluster_file(cluster_id)
     try:
-        ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
+        ipp_cluster = load(cluster_id)
         cluster = Cluster(ipp_cluster, Settings(**record["settings"]), record.get("persist", True))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -91,6 +89,47 @@ def connect(cluster_id: str, record: dict) -> Cluster | None:
         ) from None
     cluster.view.block = True
     return cluster
+
+
+def load(cluster_id: str):
+    """ipyparallel's Cluster as its file describes it (its controller and engine launchers, on their processes), for
+    looking at, re-attaching to or stopping it. It never writes that file (ipyparallel's `cluster_file` is ''):
+    ipyparallel's own `Cluster.from_file` rewrites the file whenever what it finds differs from what the file says
+    (engines that have just exited are dropped: a file of a running controller and no engines), and its launchers
+    rewrite it again as they see their processes end. In a process other than the one stopping the cluster, such a
+    write can land after that stop removed the file, which then stays for good: a cluster left on record by
+    `cluster status`. Only a handle that starts processes itself writes the file (Cluster._launch).
+
+    Raises OSError or ValueError if the file cannot be read."""
+    import json
+
+    import ipyparallel as ipp
+
+    data = json.loads(records.cluster_file(cluster_id).read_text())
+    ipp_cluster = ipp.Cluster.from_dict(data, cluster_file="", log_level=50)
+    _drop_strangers(ipp_cluster, cluster_id)
+    return ipp_cluster
+
+
+def _drop_strangers(ipp_cluster, cluster_id: str) -> None:
+    """Forget the launchers whose process is no longer the one they launched. ipyparallel 9's LocalProcessLauncher
+    takes up whatever process now has the pid its file names (`_reconstruct_process`: psutil.Process(pid), no start
+    time), and stopping the cluster would then send SIGTERM, and SIGKILL 5 s later, to that process."""
+
+    def stranger(launcher) -> bool:
+        process = getattr(launcher, "process", None)
+        return process is not None and not records.launched_for(process.pid, cluster_id)
+
+    if ipp_cluster.controller is not None and stranger(ipp_cluster.controller):
+        ipp_cluster.controller = None
+    for set_id, engine_set in list(ipp_cluster.engines.items()):
+        launchers = getattr(engine_set, "launchers", None)  # local engines: one launcher per engine process
+        if launchers is not None:
+            for name, launcher in list(launchers.items()):
+                if stranger(launcher):
+                    launchers.pop(name)
+        if stranger(engine_set) or launchers == {}:
+            ipp_cluster.engines.pop(set_id)
 
 
 def inspect(cluster_id: str) -> Status:
@@ -134,9 +173,9 @@ def stop_from_files(cluster_id: str) -> bool:
         records.update_record(
             cluster_id, state="stopping"
         )  # its users' calls then say it was stopped, not that it died
-    procs, jobs = _recorded(records.read_record(cluster_id) or {})
+    procs, jobs = _recorded(cluster_id, records.read_record(cluster_id) or {})
     if cluster_file.exists():
-        jobs |= _stop_launchers(cluster_file)
+        jobs |= _stop_launchers(cluster_id)
     for process in procs:
         try:
             process.terminate()
@@ -156,14 +195,17 @@ def stop_from_files(cluster_id: str) -> bool:
     return found
 
 
-def _recorded(record: dict) -> tuple[list[psutil.Process], set[str]]:
-    """The processes a record names that still run (with their children), and its Slurm job."""
+def _recorded(cluster_id: str, record: dict) -> tuple[list[psutil.Process], set[str]]:
+    """The processes a record names that still run (with their children), and its Slurm job. The controller's and
+    launcher's pids are recorded without a start time: each is taken only if ipyparallel launched it for this
+    cluster (a reused number would otherwise have its process, and everything it started, terminated)."""
     pids: list[tuple[int, float | None]] = []
     jobs: set[str] = set()
     try:
         if record.get("host", socket.gethostname()) == socket.gethostname():
             pids += [(e["pid"], e.get("create_time")) for e in record.get("engines", [])]
-            pids += [(record[k], None) for k in ("controller_pid", "launcher_pid") if record.get(k, -1) > 0]
+            bare = [record.get(k, -1) for k in ("controller_pid", "launcher_pid")]
+            pids += [(pid, None) for pid in bare if records.launched_for(pid, cluster_id)]
         if record.get("slurm_job"):
             jobs.add(str(record["slurm_job"]))
     except KeyError:
@@ -179,13 +221,11 @@ def _recorded(record: dict) -> tuple[list[psutil.Process], set[str]]:
     return procs, jobs
 
 
-def _stop_launchers(cluster_file) -> set[str]:
+def _stop_launchers(cluster_id: str) -> set[str]:
     """Stop what ipyparallel's cluster file says it launched; the Slurm jobs it names."""
-    import ipyparallel as ipp
-
     jobs = set()
     try:
-        ipp_cluster = ipp.Cluster.from_file(str(cluster_file), log_level=50)
+        ipp_cluster = load(cluster_id)
         for engine_set in ipp_cluster.engines.values():
             if getattr(engine_set, "job_id", ""):
                 jobs.add(engine_set.job_id)

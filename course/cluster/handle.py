@@ -19,8 +19,8 @@ from course import processes, slurm
 from course.cluster import records
 from course.cluster.client import client_class
 from course.cluster.engine_setup import engine_configure, engine_facts, plan_devices
-from course.cluster.errors import ClusterDown, ClusterError, ControllerBroken, explain_engine_error, tail
-from course.cluster.kinds import KIND, LocalEngines, Settings
+from course.cluster.errors import ClusterDown, ClusterError, ControllerBroken, ended, explain_engine_error, tail
+from course.cluster.kinds import KIND, LocalEngines, Settings, exit_code
 from course.cluster.status import EngineState, Status
 
 FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
@@ -78,6 +78,8 @@ class Cluster:
     # ---- start-up
     def _launch(self) -> None:
         """Start the controller (if needed) and the engines with ipyparallel's launchers, then wait for them."""
+        if not self._ipp.cluster_file:  # loaded from its file, which it never wrote (from_files.load); now it starts
+            self._ipp.cluster_file = str(records.cluster_file(self.cluster_id))  # processes: ipyparallel records them
         if self._ipp.controller is None:
             self._ipp.start_controller_sync()
             self._save_record("starting")
@@ -146,7 +148,7 @@ class Cluster:
         """Why engines cannot come any more (a process or job ended), or '' while they still may."""
         controller = self._ipp.controller
         if controller is not None and not processes.running(getattr(controller, "process", None)):
-            return f"the controller exited: {tail(controller.get_output())}"
+            return f"the controller {ended(exit_code(controller))}: {tail(controller.get_output())}"
         engine_set = self._engine_set()
         if engine_set is None:
             return "no engines were started"
@@ -328,7 +330,7 @@ class Cluster:
         # milliseconds) can miss the launcher's stop: end whatever ipyparallel launched for this cluster.
         processes.kill(_launched_for(self.cluster_id, str(self._ipp.profile_dir)))
         self._engines.wait_ended(job)
-        self._ipp.remove_cluster_file()
+        records.cluster_file(self.cluster_id).unlink(missing_ok=True)  # by name: a loaded handle has none of its own
         records.remove_record(self.cluster_id)
         self.stopped = True
 

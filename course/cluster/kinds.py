@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from course import UserError, mpi, processes, slurm
-from course.cluster.errors import ClusterError, tail
+from course.cluster.errors import ClusterError, ended, engine_tail, tail
 from course.cluster.records import PREFIX, profile_dir
 from course.devices import thread_env, visible_gpus
 
@@ -83,7 +83,8 @@ class LocalEngines:
         """Why engines of this launcher cannot come any more, or '' while they still may."""
         for name, launcher in list(engine_set.launchers.items()):
             if not processes.running(launcher.process):
-                return f"engine process {name} exited: {tail(launcher.get_output())}"
+                how = ended(exit_code(launcher))
+                return f"engine process {name} {how}; its last output: {engine_tail(launcher.get_output())}"
         return ""
 
     def launchers(self, engine_set) -> list:
@@ -140,7 +141,9 @@ class MpiEngines(LocalEngines):
         return {**changed, **super().environment(settings)}
 
     def launch_problem(self, engine_set) -> str:
-        return "" if processes.running(engine_set.process) else f"mpiexec exited: {tail(engine_set.get_output())}"
+        if processes.running(engine_set.process):
+            return ""
+        return f"mpiexec {ended(exit_code(engine_set))}: {tail(engine_set.get_output())}"
 
     def launchers(self, engine_set) -> list:
         return [engine_set]
@@ -260,6 +263,24 @@ def slurm_script(cluster_id: str, n: int, *, srun_mpi: str | None = None, **opti
 def course_slurm_jobs() -> list[str]:
     """This user's Slurm jobs whose name marks them as course engines (ipengine-course-...)."""
     return slurm.my_jobs(name_prefix=f"ipengine-{PREFIX}")
+
+
+def exit_code(launcher) -> int | None:
+    """The exit status of the process an ipyparallel 9 LocalProcessLauncher started (negative: the signal that
+    ended it), or None if it cannot be known. The launcher's own thread (`_wait_thread`) reaps the process with
+    psutil, which then keeps the status on the Process object; asking before that thread is done would race it
+    for the one status the system hands out, so it is waited for (a few ms: the process has already ended)."""
+    process, thread = getattr(launcher, "process", None), getattr(launcher, "_wait_thread", None)
+    if process is None:
+        return None
+    if thread is not None:
+        thread.join(timeout=5)
+        if thread.is_alive():
+            return None
+    try:
+        return process.wait(timeout=0)
+    except (psutil.TimeoutExpired, psutil.Error):
+        return None
 
 
 def _read(path: str) -> str:

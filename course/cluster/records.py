@@ -110,17 +110,37 @@ def pids(entries: list) -> str:
     return ", ".join(str(e[0] if isinstance(e, (list, tuple)) else e) for e in entries)
 
 
+def launched_for(pid: int, cluster_id: str) -> bool:
+    """Whether process `pid` is one that ipyparallel launched for cluster `cluster_id` of this profile: its launchers
+    put IPP_CLUSTER_ID and IPP_PROFILE_DIR in the environment of every process they start (controller, engines,
+    mpiexec). How a pid that a file holds without its start time (the controller's and mpiexec's in a record,
+    every pid in ipyparallel's cluster file) is told from another process that has been given the number since:
+    nothing is sent to such a pid, nor is it taken for the cluster still running, before this says yes."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        environ = psutil.Process(pid).environ()
+    except psutil.Error:  # ended, a zombie, or another user's
+        return False
+    launched_in = environ.get("IPP_PROFILE_DIR")
+    return (
+        environ.get("IPP_CLUSTER_ID") == cluster_id
+        and launched_in is not None
+        and os.path.realpath(launched_in) == os.path.realpath(profile_dir())
+    )
+
+
 def recorded_alive(cluster_id: str, record: dict | None) -> bool:
     """True while any process the cluster recorded (owner, users, controller, launcher, engines) runs."""
     if record and record.get("host", socket.gethostname()) != socket.gethostname():
         return True  # started on another host: nothing here can tell, so never clean it up from here
-    entries: list = []
+    entries: list = []  # [pid, create time]: still that process
+    bare = _launcher_pids(cluster_id)  # pids alone: checked by what ipyparallel launched them for
     if record:
         entries += [record.get("owner") or record.get("started_by_pid", -1), *record.get("users", [])]
         entries += [[e["pid"], e.get("create_time")] for e in record.get("engines", [])]
-        entries += [record.get(k, -1) for k in ("controller_pid", "launcher_pid")]
-    entries += _launcher_pids(cluster_id)
-    return any(alive(e) for e in entries if e not in (None, -1))
+        bare += [record.get(k, -1) for k in ("controller_pid", "launcher_pid")]
+    return any(alive(e) for e in entries if e not in (None, -1)) or any(launched_for(p, cluster_id) for p in bare)
 
 
 def _launcher_pids(cluster_id: str) -> list:
