@@ -117,6 +117,22 @@ def test_status_of_a_cluster_that_lost_an_engine_writes_none_of_its_files():
     assert cluster.running_ids() == []
 
 
+def test_status_of_a_cluster_whose_controller_is_stopping_answers_at_once():
+    # the moment of a stop when the controller has removed its connection file while the record still says running:
+    # status waited 30 s for the file and then said the controller "did not answer"
+    c = cluster.start(2, cluster_id="controller-stopping", quiet=True)
+    try:
+        connection = cluster.profile_dir() / "security" / "ipcontroller-course-controller-stopping-client.json"
+        assert connection.exists(), sorted(p.name for p in connection.parent.iterdir())
+        connection.unlink()
+        status = run_course("cluster", "status")
+        line = next((ln for ln in status.stdout.splitlines() if "course-controller-stopping" in ln), "")
+        assert "being stopped" in line and "did not answer" not in line, status.stdout + status.stderr
+    finally:
+        c.stop()
+    assert cluster.running_ids() == []
+
+
 USER = """
     import os, sys, time
     from course import cluster

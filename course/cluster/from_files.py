@@ -6,6 +6,7 @@ Never stops a cluster in use: only one whose every recorded process has ended, o
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import psutil
 
@@ -69,6 +70,9 @@ def connect(cluster_id: str, record: dict) -> Cluster | None:
     cluster._owner = record.get("owner") or [record.get("started_by_pid", -1), None]
     if ipp_cluster.controller is None or not processes.running(getattr(ipp_cluster.controller, "process", None)):
         return None
+    connection = Path(ipp_cluster.profile_dir) / "security" / f"ipcontroller-{cluster_id}-client.json"
+    if not connection.exists():  # removed as its controller stops: a Client would wait 30 s for it, in vain
+        raise ClusterError(f"cluster {cluster_id} is being stopped (its controller's connection file is gone)")
     try:
         cluster.client = client_class()(
             profile_dir=ipp_cluster.profile_dir, cluster_id=cluster_id, cluster=ipp_cluster, timeout=30
