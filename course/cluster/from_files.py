@@ -72,7 +72,10 @@ def connect(cluster_id: str, record: dict) -> Cluster | None:
         return None
     connection = Path(ipp_cluster.profile_dir) / "security" / f"ipcontroller-{cluster_id}-client.json"
     if not connection.exists():  # removed as its controller stops: a Client would wait 30 s for it, in vain
-        raise ClusterError(f"cluster {cluster_id} is being stopped (its controller's connection file is gone)")
+        raise ClusterError(
+            f"cluster {cluster_id} is being stopped (its controller's connection file is gone); start it again "
+            f"when that has finished, or pass another cluster_id"
+        )
     try:
         cluster.client = client_class()(
             profile_dir=ipp_cluster.profile_dir, cluster_id=cluster_id, cluster=ipp_cluster, timeout=30
