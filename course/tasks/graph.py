@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from course import UserError
+from course.tasks.definition import TaskDefinition
 
-if TYPE_CHECKING:
-    from course.tasks.decorators import TaskFunction
 
 IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
 
@@ -113,7 +112,7 @@ class Future:
 class _Call:
     """One task call while its parameters are bound: what its engine is sent, and the tasks it waits for."""
 
-    def __init__(self, tf: "TaskFunction", task: Task, layout: list[tuple[str, str]]):
+    def __init__(self, tf: TaskDefinition, task: Task, layout: list[tuple[str, str]]):
         self.tf, self.task, self.fname = tf, task, tf.name
         self.layout = layout  # (kind, name) of each parameter: how the engine calls the function
         self.inputs: dict[str, Any] = {}

@@ -12,16 +12,15 @@ import socket
 import sys
 import threading
 from collections import defaultdict, deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 
 from course import UserError
 from course.tasks import worker
 from course.tasks.graph import Future, Task, _Call
+from course.tasks.definition import TaskDefinition
 
-if TYPE_CHECKING:
-    from course.tasks.decorators import TaskFunction
 
 SETUP_TIMEOUT = 120.0
 BATCH = 16  # at most this many tasks in one message to an engine
@@ -163,7 +162,7 @@ class Placement:
                 for engine in self.ids:
                     self._send(engine)
 
-    def _function(self, tf: "TaskFunction") -> str:
+    def _function(self, tf: TaskDefinition) -> str:
         if tf.payload is None:
             target = getattr(tf.function, "func", tf.function)  # @binary/@mpi: a partial of course.tasks.external
             module = sys.modules.get(getattr(target, "__module__", None) or "")
@@ -187,7 +186,7 @@ class Placement:
             self.functions.add(tf.digest)
         return tf.digest
 
-    def _eligible(self, tf: "TaskFunction") -> list[int] | None:
+    def _eligible(self, tf: TaskDefinition) -> list[int] | None:
         """Engines that satisfy the task's @constraint (None: any engine)."""
         need = tf.constraints
         if not need:

@@ -14,9 +14,9 @@ that produced them; a task fetches its inputs from its peers, and the notebook o
 it asks for it with `compss_wait_on`.
 
 Split by concern: the graph's types (tasks, data, futures) are in graph.py; binding a call's arguments and the
-versions of data and files in versions.py; placement and sending in placement.py; the decorators a program writes
-(@task, @constraint, @on_failure, TaskGroup) in decorators.py. Here: `Runtime` (the calls and the waits), the
-current runtime, and the program's end.
+versions of data and files in versions.py; placement and sending in placement.py; what @task declares of a
+function in definition.py, and the decorators a program writes (@task, @constraint, @on_failure, TaskGroup) in
+decorators.py. Here: `Runtime` (the calls and the waits), the current runtime, and the program's end.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import shutil
 import sys
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from course import UserError
 from course.tasks import parameter as P
@@ -37,9 +37,7 @@ from course.tasks import worker
 from course.tasks.graph import Datum, Future, Task, TaskError, _Call, _immutable
 from course.tasks.placement import Placement
 from course.tasks.versions import VERSIONS, Versions
-
-if TYPE_CHECKING:
-    from course.tasks.decorators import TaskFunction
+from course.tasks.definition import TaskDefinition
 
 
 class Runtime(Versions, Placement):
@@ -64,7 +62,7 @@ class Runtime(Versions, Placement):
         self.start_time = time.time()
         self._setup(engines, program_paths())
 
-    def submit(self, tf: "TaskFunction", args: tuple, kwargs: dict) -> Any:
+    def submit(self, tf: TaskDefinition, args: tuple, kwargs: dict) -> Any:
         """One call of a task function: bind its parameters, add it to the graph, dispatch it; its Future(s)."""
         arguments = _arguments(tf, args, kwargs)
         eligible = self._eligible(tf)
@@ -242,7 +240,7 @@ class Runtime(Versions, Placement):
             self.closed = True  # `_feed` stops
 
 
-def _arguments(tf: "TaskFunction", args: tuple, kwargs: dict) -> list[tuple[str, str, Any]]:
+def _arguments(tf: TaskDefinition, args: tuple, kwargs: dict) -> list[tuple[str, str, Any]]:
     """(kind, name, value) of each parameter of a call of `tf`, defaults filled in; a wrong call is a UserError."""
     try:
         bound = tf.signature.bind(*args, **kwargs)
