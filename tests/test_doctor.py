@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from course import doctor
+from course.doctor import machine
 from tests.conftest import run_course
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,7 @@ def test_gpus_without_nccl_in_horovod_are_a_note_with_the_rebuild():
         "nccl": "2.16.5",
         "horovod": {"nccl_built": False},
     }
-    without, with_nccl = doctor.check_gpus(seen), doctor.check_gpus({**seen, "horovod": {"nccl_built": True}})
+    without, with_nccl = machine.check_gpus(seen), machine.check_gpus({**seen, "horovod": {"nccl_built": True}})
     assert not without.ok and not without.essential and "make setup GPU=1" in without.fix
     assert "4 GPU(s)" in without.detail and "NCCL 2.16.5" in without.detail and "has no NCCL" in without.detail
     assert with_nccl.ok and with_nccl.fix == "" and "all-reduces with NCCL" in with_nccl.detail

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from course import UserError, doctor
+from course import UserError
+from course.doctor import machine
 from course import slurm as speak
 
 
@@ -139,7 +140,7 @@ def test_a_controller_that_does_not_answer_is_known_at_once_without_waiting_on_s
     down = speak.controller_down()
     assert down is not None and "DOWN" in down and "*" not in down, down
     assert speak.available() is False and speak.partitions() == []
-    check = doctor.check_slurm()
+    check = machine.check_slurm()
     assert not check.ok and "is DOWN" in check.detail and check.fix == "check that slurmctld runs", check
     assert not calls.exists(), (
         f"sinfo was asked although scontrol ping said the controller is down: {calls.read_text()}"

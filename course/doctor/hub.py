@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from course import settings
-from course.doctor import Check
+from course.doctor.report import Check
 
 DEFAULT_PREFIX = "/opt/ddl-hpc"
 KERNEL = "ddl-hpc"

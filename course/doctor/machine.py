@@ -1,4 +1,4 @@
-"""`python -m course doctor`: one report of what an instructor needs to know before a workshop.
+"""The machine's checks of `python -m course doctor`: what an instructor needs to know before a workshop.
 
 Heavy probes (TensorFlow, Horovod, MPI, ipyparallel) run in subprocesses, side by side, so a broken
 library is reported rather than crashing the report, and the report also works inside a notebook.
@@ -12,26 +12,13 @@ import platform
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
 from course import UserError, data, mpi, profile, slurm
-
-
-@dataclass
-class Check:
-    """One line of the report; `essential` checks decide the exit status."""
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    essential: bool = True
-    facts: dict = field(default_factory=dict)
+from course.doctor.report import Check
 
 
 TF_PROBE = r"""
@@ -361,47 +348,3 @@ def run_checks() -> list[Check]:
         quick = [check_python(), check_nbgrader(), check_slurm(), check_datasets(), check_resources()]
         tf_hvd, mpi_check, ipp_check = (f.result() for f in slow)
     return [quick[0], *tf_hvd, mpi_check, ipp_check, *quick[1:]]
-
-
-def report(checks: list[Check]) -> str:
-    """The human-readable report, problems last with what to do."""
-    lines = ["Distributed Deep Learning on HPC - environment report"]
-    for c in checks:
-        mark = "ok  " if c.ok else ("FAIL" if c.essential else "note")
-        lines.append(f"  {mark}  {c.name:<12} {c.detail}")
-    problems = [c for c in checks if not c.ok and c.fix]
-    if problems:
-        lines.append("What to do:")
-        lines += [f"  - {c.name}: {c.fix}" for c in problems]
-    lines.append("Essentials work." if all_essentials_ok(checks) else "Some essentials are broken (FAIL above).")
-    return "\n".join(lines)
-
-
-def all_essentials_ok(checks: list[Check]) -> bool:
-    return all(c.ok for c in checks if c.essential)
-
-
-def main(as_json: bool = False, hub: str | None = None) -> int:
-    """Print the report (or JSON); exit status 0 when the essentials work, else 1. `hub`: the hub's checks instead
-    (course/hubcheck.py), for the shared environment at that prefix ("" for the default)."""
-    started = time.perf_counter()
-    if hub is not None:
-        from course import hubcheck
-
-        checks = hubcheck.run_checks(Path(hub) if hub else None)
-    else:
-        checks = run_checks()
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "ok": all_essentials_ok(checks),
-                    "seconds": round(time.perf_counter() - started, 1),
-                    "checks": {c.name: asdict(c) for c in checks},
-                },
-                indent=2,
-            )
-        )
-    else:
-        print(report(checks))
-    return 0 if all_essentials_ok(checks) else 1
