@@ -3,7 +3,7 @@ exchange (exercise 4) and distributed K-Means (exercise 9), kept for the instruc
 
 Instructor-only: `python -m course student-copy` leaves this module out, so no learner can read or call an answer
 (a hub's learners run the student copy's package). The checks refuse an answer that calls one of these where
-they exist (`course.comm.references`).
+they exist (`course.shortcuts.references`).
 """
 
 from __future__ import annotations
@@ -103,5 +103,5 @@ def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int
     return centroids
 
 
-# Refused in an answer to the exercises above (course.comm.references adds them to the library-built ones)
+# Refused in an answer to the exercises above (course.shortcuts.references adds them to the library-built ones)
 ALL = (ring_reduce_scatter, ring_allgather, ring_allreduce, parameter_server_allreduce, kmeans_spmd)

@@ -4,7 +4,8 @@ messages and running a learner's collective on more ranks than the notebook's en
 `mpi_allreduce` and `reduce_scatter_allgather` take an mpi4py communicator and a NumPy array and return the
 all-reduce, the second from MPI's own reduce-scatter and all-gather (the array size need not divide by the number
 of ranks). The hand-written ring and parameter server that notebook 03 asks learners to write are not here: they
-are the instructor's (`course.answers`).
+are the instructor's (`course.answers`), and the checks refuse an answer that calls either kind
+(`course.shortcuts.references`).
 """
 
 from __future__ import annotations
@@ -115,17 +116,6 @@ def fit_alpha_beta(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, floa
     design = np.column_stack([np.ones(len(nbytes)), nbytes]) * weights[:, None]
     (alpha, beta), *_ = np.linalg.lstsq(design, seconds * weights, rcond=None)
     return float(max(alpha, 0.0)), float(beta)
-
-
-def references() -> tuple[Callable, ...]:
-    """The course's own versions of notebook 03's collectives, which a check refuses in an answer: the two built
-    on MPI's collectives here, and the hand-written answers of `course.answers` where it exists (not in the
-    student copy, which has nothing more to call)."""
-    try:
-        from course import answers
-    except ImportError:
-        return (reduce_scatter_allgather, mpi_allreduce)
-    return (reduce_scatter_allgather, mpi_allreduce, *answers.ALL)
 
 
 # --- counting a learner's messages ------------------------------------------------------------------------------

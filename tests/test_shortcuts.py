@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course import averaging, comm
+from course import averaging, shortcuts
 from course.shortcuts import Watch, call_watched, collectives_named, names_used
 
 mpi4py = pytest.importorskip("mpi4py")
@@ -55,10 +55,10 @@ def test_collectives_are_read_from_the_code_wherever_they_are_called():
 
 def test_watch_sees_the_reference_through_an_alias_and_nothing_else():
     x = np.arange(4.0)
-    with Watch(comm.references()) as seen:
+    with Watch(shortcuts.references()) as seen:
         via_reference(_world(), x)
     assert seen.called == ["course.answers.ring_allreduce"]
-    with Watch(comm.references()) as seen:
+    with Watch(shortcuts.references()) as seen:
         own_ring(_world(), x)
     assert seen.called == []
 
@@ -72,12 +72,12 @@ def test_watch_sees_the_reference_through_an_alias_and_nothing_else():
     ],
 )
 def test_call_watched_names_each_shortcut(function, named):
-    _, used = call_watched(function, _world(), np.arange(4.0), references=comm.references())
+    _, used = call_watched(function, _world(), np.arange(4.0), references=shortcuts.references())
     assert named in used, used
 
 
 def test_call_watched_passes_own_work_and_allowed_collectives():
-    result, used = call_watched(own_ring, _world(), np.arange(4.0), references=comm.references())
+    result, used = call_watched(own_ring, _world(), np.arange(4.0), references=shortcuts.references())
     assert used == "" and np.array_equal(result, np.arange(4.0))
     result, used = call_watched(world_allreduce, _world(), np.arange(4.0), collectives=True)
     assert used == "" and np.array_equal(result, np.arange(4.0))  # K-Means may all-reduce; only the reference counts

@@ -95,7 +95,7 @@ def test_the_copy_has_what_a_learner_needs_and_nothing_of_the_instructors(copy):
         assert banned not in names, f"the student copy holds {banned}"
     # its package runs without the answers: the checks refuse only what the copy has. -S: the copy's package alone,
     # with this environment's libraries but not its editable install of the checkout (which would find the answers)
-    probe = "from course import comm; print(' '.join(f.__name__ for f in comm.references()))"
+    probe = "from course import shortcuts; print(' '.join(f.__name__ for f in shortcuts.references()))"
     path = os.pathsep.join([str(copy), sysconfig.get_paths()["purelib"]])
     found = subprocess.run(
         [sys.executable, "-S", "-c", probe],
