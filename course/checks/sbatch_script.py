@@ -6,7 +6,8 @@ missing option named against what the exercise asks, and (where a Slurm answers)
     print(sbatch_script.check("job.sbatch", want))                  # AssertionError listing them, or what Slurm said
 
 The problems say what is wrong and why (per node or per job, one rank per GPU, %j, the launcher), never the
-whole right script. The header is read by sbatch's own rules (sbatch_header.py). Slurm vocabulary (partitions, what a node offers) comes from course.slurm.
+whole right script. The header is read by sbatch's own rules (sbatch_header.py); Slurm vocabulary (partitions,
+what a node offers) comes from course.slurm.
 """
 
 from __future__ import annotations
