@@ -25,7 +25,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from course import UserError
 from course.sync_types import LAB_NUMBERS
@@ -74,6 +74,66 @@ _POSITIVE = ("elapsed_s", "epoch_time_s", "images_per_s")
 _STRATEGY = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
+def _whole(name: str, text: str) -> str:
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"{name} is {text!r}, not a whole number") from None
+    if not number.is_integer() or number < 1:
+        raise ValueError(f"{name} is {text!r}: it must be a whole number >= 1")
+    return str(int(number))
+
+
+def _finite(name: str, text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"{name} is {text!r}, not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} is {text!r}, not a finite number")
+    return number
+
+
+def _positive(name: str, text: str) -> str:
+    number = _finite(name, text)
+    if number <= 0:
+        raise ValueError(f"{name} is {text}: it must be positive")
+    return repr(number)
+
+
+def _accuracy(name: str, text: str) -> str:
+    number = _finite(name, text)
+    if not 0.0 <= number <= 1.0:
+        hint = " (a percentage? write it as a fraction)" if 1.0 < number <= 100.0 else ""
+        raise ValueError(f"accuracy is {text}, outside [0, 1]{hint}")
+    return f"{number:.6g}"
+
+
+def _strategy(name: str, text: str) -> str:
+    text = LAB_NUMBERS.get(text, text.lower())  # the DeepHealth lab's run script numbers them 0, 1, 2
+    if not _STRATEGY.match(text):
+        raise ValueError(f"strategy {text!r} is not a simple name such as sync, horovod or mirrored")
+    return text
+
+
+def _date(name: str, text: str) -> str:
+    try:
+        _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"date {text!r} is not an ISO 8601 date/time") from None
+    return text
+
+
+# How each checked column's text is read and written back; the other columns are kept as written.
+_NORMALISE: dict[str, Callable[[str, str], str]] = {
+    **{name: _whole for name in _INTS},
+    **{name: _positive for name in _POSITIVE},
+    "accuracy": _accuracy,
+    "strategy": _strategy,
+    "date": _date,
+}
+
+
 def _check(row: dict[str, Any]) -> dict[str, str]:
     """The row with every value as its CSV text, or ValueError saying what is wrong (first problem only)."""
     unknown = sorted(set(row) - set(FIELDS))
@@ -83,42 +143,10 @@ def _check(row: dict[str, Any]) -> dict[str, str]:
     for name in FIELDS:
         value = row.get(name)
         text = "" if value is None else str(value).strip()
-        if not text:
-            if name in REQUIRED:
-                raise ValueError(f"{name} is missing")
-            out[name] = ""
-            continue
-        if name in _INTS:
-            try:
-                number = float(text)
-            except ValueError:
-                raise ValueError(f"{name} is {text!r}, not a whole number") from None
-            if not number.is_integer() or number < 1:
-                raise ValueError(f"{name} is {text!r}: it must be a whole number >= 1")
-            text = str(int(number))
-        elif name in _POSITIVE or name == "accuracy":
-            try:
-                number = float(text)
-            except ValueError:
-                raise ValueError(f"{name} is {text!r}, not a number") from None
-            if not math.isfinite(number):
-                raise ValueError(f"{name} is {text!r}, not a finite number")
-            if name == "accuracy" and not 0.0 <= number <= 1.0:
-                hint = " (a percentage? write it as a fraction)" if 1.0 < number <= 100.0 else ""
-                raise ValueError(f"accuracy is {text}, outside [0, 1]{hint}")
-            if name != "accuracy" and number <= 0:
-                raise ValueError(f"{name} is {text}: it must be positive")
-            text = repr(number) if name != "accuracy" else f"{number:.6g}"
-        elif name == "strategy":
-            text = LAB_NUMBERS.get(text, text.lower())  # the DeepHealth lab's run script numbers them 0, 1, 2
-            if not _STRATEGY.match(text):
-                raise ValueError(f"strategy {text!r} is not a simple name such as sync, horovod or mirrored")
-        elif name == "date":
-            try:
-                _dt.datetime.fromisoformat(text)
-            except ValueError:
-                raise ValueError(f"date {text!r} is not an ISO 8601 date/time") from None
-        out[name] = text
+        if not text and name in REQUIRED:
+            raise ValueError(f"{name} is missing")
+        normalise = _NORMALISE.get(name)
+        out[name] = normalise(name, text) if text and normalise else text
     return out
 
 

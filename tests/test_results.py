@@ -53,6 +53,12 @@ def test_append_creates_header_then_appends_and_never_overwrites(tmp_path):
         ({"elapsed_s": -1}, "positive"),
         ({"strategy": None}, "strategy is missing"),
         ({"colour": "red"}, "unknown column"),
+        ({"workers": 2.5}, "whole number >= 1"),
+        ({"elapsed_s": "fast"}, "elapsed_s is 'fast', not a number"),
+        ({"images_per_s": "inf"}, "not a finite number"),
+        ({"accuracy": 1.5}, "accuracy is 1.5, outside"),
+        ({"strategy": "my strategy!"}, "not a simple name"),
+        ({"date": "yesterday"}, "not an ISO 8601"),
     ],
 )
 def test_append_refuses_bad_rows_and_leaves_the_file_alone(tmp_path, change, message):
