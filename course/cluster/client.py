@@ -14,7 +14,7 @@ import time
 from course.cluster.errors import ClusterDown, EngineLost
 
 
-def client_class() -> type:
+def client_class() -> type:  # noqa: C901 - it holds the two classes, built on first use (docstring)
     """ipyparallel's Client with the course's overrides. Over 60 lines because it holds the two classes: they are
     built on first use so that importing course.cluster (the command line, the notebooks) does not import ipyparallel."""
     import ipyparallel as ipp
