@@ -2,7 +2,8 @@
 
 Modules: `release` (solutions/ -> notebooks/), `execute` (running a notebook under time, memory and
 output limits), `explain` (errors in plain words), `validate` (a learner's check), `autograde` (one
-submission against the instructor's tests), `grade` (a class folder, in parallel, incrementally).
+submission against the instructor's tests), `grade` (a class folder, in parallel, incrementally; `on_slurm` as a
+job array), `student_copy` (the course as a learner gets it: no solutions, no hidden tests, no answers).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_student_copy(args: argparse.Namespace) -> int:
-    from course.student import build
+    from course.grading.student_copy import build
 
     written = build(args.out, args.solutions)
     print(

@@ -10,7 +10,6 @@ test cells of solutions/, not its prose), so a second run grades only what chang
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import difflib
 import hashlib
@@ -27,13 +26,13 @@ from pathlib import Path
 
 from course import UserError
 from course.grading import number, row, solutions_dir
-from typing import TYPE_CHECKING, Callable, Iterator
+from course.grading.out_folder import refuse_pending, writing
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # nbgrader is imported only once there is something to grade
     from course.grading.autograde import Job, Result, Spec
 
 STATE = ".grading-state.json"
-LOCK = ".grading.lock"  # held while a `course grade` writes the folder
 GRADER_VERSION = "2"  # bump when grading changes meaning, so old results are not reused
 TOTALS = ("student", "notebook", "points", "max_points", "note")
 
@@ -379,6 +378,18 @@ class Grading:
     started: float = field(default_factory=time.time)  # wall clock: a Slurm grading is finished by another process
 
 
+@dataclass(frozen=True)
+class Options:
+    """A grading's options, checked and resolved: the folders, seconds per cell, workers, memory in bytes."""
+
+    submissions: Path
+    out: Path
+    solutions: Path
+    timeout: float
+    workers: int
+    memory: int
+
+
 def check_options(
     submissions: Path,
     out: Path,
@@ -386,9 +397,9 @@ def check_options(
     timeout: float | None = None,
     workers: int | None = None,
     memory: str | int | None = None,
-) -> tuple[Path, Path, Path, float, int, int]:
+) -> Options:
     """Refuse, before anything is written, options no grading could run with (one line each); returns them
-    resolved: (submissions, out, solutions, seconds per cell, workers, memory in bytes)."""
+    resolved."""
     from course.grading import CELL_TIMEOUT, MEMORY_LIMIT, parse_memory
 
     submissions, out = Path(submissions).resolve(), Path(out).resolve()
@@ -406,50 +417,22 @@ def check_options(
         raise UserError(f"no submissions folder at {submissions}; expected SUBMISSIONS/<student>/<notebook>.ipynb")
     if not solutions.is_dir():
         raise UserError(f"no solutions folder at {solutions}; run from the course checkout or pass --solutions DIR")
-    return submissions, out, solutions, timeout, workers, memory_bytes
+    return Options(submissions, out, solutions, timeout, workers, memory_bytes)
 
 
-def prepare(
-    submissions: Path,
-    out: Path,
-    workdir: Path,
-    solutions: Path | None = None,
-    timeout: float | None = None,
-    workers: int | None = None,
-    memory: str | int | None = None,
-    regrade: bool = False,
-) -> Grading:
+def prepare(o: Options, workdir: Path, regrade: bool = False) -> Grading:
     """Read the class (bytes only) and what an earlier run graded; decide what to grade. The instructor
     notebooks' gradebooks go into `workdir`, which the graders must be able to read."""
     started = time.time()
-    submissions, out, solutions, timeout, workers, memory_bytes = check_options(
-        submissions, out, solutions, timeout, workers, memory
-    )
-    state_path = out / STATE
+    state_path = o.out / STATE
     try:
         state = json.loads(state_path.read_text()) if state_path.exists() and not regrade else {}
     except (OSError, json.JSONDecodeError):
         state = {}
-    the_plan, hashes = plan(submissions, solutions, workdir, timeout, memory_bytes)
+    the_plan, hashes = plan(o.submissions, o.solutions, workdir, o.timeout, o.memory)
     keys = [_key(job, hashes[job.spec.notebook]) for job in the_plan.jobs]
     todo = [i for i, job in enumerate(the_plan.jobs) if state.get(job.file, {}).get("key") != keys[i]]
-    return Grading(submissions, out, timeout, memory_bytes, workers, the_plan, keys, todo, state, started)
-
-
-@contextlib.contextmanager
-def writing(out: Path) -> Iterator[None]:
-    """Hold OUT for one grading: a second `course grade` into the same folder is refused, not interleaved."""
-    import fcntl
-
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK, "a+") as held:
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(
-                f"another `course grade` is writing {out} right now: wait for it to end, or choose another --out"
-            ) from None
-        yield
+    return Grading(o.submissions, o.out, o.timeout, o.memory, o.workers, the_plan, keys, todo, state, started)
 
 
 def grade(
@@ -465,24 +448,13 @@ def grade(
     """Grade a class folder into OUT on this machine; returns the summary line."""
     import tempfile
 
-    out = check_options(submissions, out, solutions, timeout, workers, memory)[1]
-    with writing(out), tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
-        refuse_pending(out)
-        g = prepare(submissions, out, Path(workdir), solutions, timeout, workers, memory, regrade)
+    options = check_options(submissions, out, solutions, timeout, workers, memory)
+    with writing(options.out), tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
+        refuse_pending(options.out)
+        g = prepare(options, Path(workdir), regrade)
         todo = [g.plan.jobs[i] for i in g.todo]
         fresh = run_jobs(todo, g.workers, progress) if todo else {}
         return finish(g, fresh)
-
-
-def refuse_pending(out: Path) -> None:
-    """A Slurm grading into OUT that was submitted with --no-wait and not collected must be collected first."""
-    from course.grading import on_slurm
-
-    pending = on_slurm.pending(out)
-    if pending:
-        raise UserError(
-            f"a Slurm grading into {out} (job {pending}) is not collected yet: run `course grade --collect {out}` first"
-        )
 
 
 def finish(g: Grading, fresh: dict[int, Result], where: str = "") -> str:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course import UserError, slurm
-from course.grading.grade import Grading, check_options, finish, prepare, refuse_pending, run_jobs, writing
+from course.grading.grade import Grading, check_options, finish, prepare, run_jobs
+from course.grading.out_folder import SLURM_JOB, refuse_pending, slurm_run, writing
 
-RUN = ".grading-slurm"  # in --out: the run the array works on, until it is collected
 JOB_NAME = "course-grade"
 LOCAL_ONLY = ("/tmp", "/var/tmp", "/dev/shm")  # node-local on clusters: compute nodes would not see them
 POLL = 1.0  # seconds between looks at the array while following it
@@ -40,18 +40,6 @@ class Run:
     tasks: int
     cpus_per_task: int
     job_id: int = 0
-
-
-def _folder(out: Path) -> Path:
-    return Path(out).resolve() / RUN
-
-
-def pending(out: Path) -> int | None:
-    """The job id of a Slurm grading into OUT that is not collected yet, else None."""
-    try:
-        return _load(_folder(out)).job_id
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError):
-        return None
 
 
 def _load(folder: Path) -> Run:
@@ -120,14 +108,14 @@ def submit(
     check_request(out, tasks, time_limit, CELL_TIMEOUT if timeout is None else timeout, partition)
     part = next((p for p in slurm.partitions() if p.name == partition or partition is None), None)
     cpus = part.cpus_per_node if part else 1  # each task takes a whole node's CPUs, one grader per CPU
-    check_options(submissions, out, solutions, timeout, cpus, memory)
+    options = check_options(submissions, out, solutions, timeout, cpus, memory)
     with writing(out):
         refuse_pending(out)
-        folder = _folder(out)
+        folder = slurm_run(out)
         shutil.rmtree(folder, ignore_errors=True)  # a run never submitted (the job was refused)
         (folder / "results").mkdir(parents=True)
         (folder / "gradebooks").mkdir()
-        g = prepare(submissions, out, folder / "gradebooks", solutions, timeout, cpus, memory, regrade)
+        g = prepare(options, folder / "gradebooks", regrade)
         if not g.todo:
             shutil.rmtree(folder)
             return finish(g, {}, where="Slurm (nothing to grade)")
@@ -142,6 +130,7 @@ def submit(
             shutil.rmtree(folder)
             raise
         _save(folder / "run.pickle", run)
+        (folder / SLURM_JOB).write_text(str(run.job_id))  # from now on, collect before grading into OUT again
     said = f"submitted Slurm job {run.job_id}: {len(g.todo)} submission(s) in {count} array task(s)"
     if not wait:
         return f"{said}; `course grade --collect {out}` writes the grades once it has ended"
@@ -180,7 +169,7 @@ def collect(out: Path, progress: bool = True) -> str:
     from tqdm import tqdm
 
     out = Path(out).resolve()
-    folder = _folder(out)
+    folder = slurm_run(out)
     try:
         run = _load(folder)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError):
