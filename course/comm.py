@@ -188,14 +188,12 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = 120) -> lis
     does not finish within `timeout` seconds (a send with no matching receive), raises AssertionError
     with one line that says which rank and what happened.
     """
-    import os
-    import signal
     import tempfile
     from pathlib import Path
 
     import cloudpickle
 
-    from course import mpi
+    from course import mpi, processes
 
     root = str(Path(__file__).resolve().parent.parent)
     with tempfile.TemporaryDirectory(prefix="course-ranks-") as tmp:
@@ -208,7 +206,7 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = 120) -> lis
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            processes.kill_group(process.pid)
             process.communicate()
             raise AssertionError(
                 f"{getattr(function, '__name__', 'the function')} did not finish within "

@@ -3,6 +3,9 @@ clusters, the task runtime and grading (a learner's kernel, its engines and thei
 
 from __future__ import annotations
 
+import os
+import signal
+
 import psutil
 
 
@@ -27,6 +30,25 @@ def kill(processes: list[psutil.Process], timeout: float = 10) -> None:
 def kill_tree(process: psutil.Process, timeout: float = 10) -> None:
     """SIGKILL `process` and everything it started, and wait up to `timeout` s for them to end."""
     kill(tree(process), timeout=timeout)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group that `pid` leads (a launcher started with start_new_session=True, such as mpiexec
+    and its ranks), even members that have lost their parent."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def end(processes: list[psutil.Process], timeout: float = 10) -> None:
+    """Ask every process to stop (SIGTERM), so that it can clean up; kill what has not ended after `timeout` s."""
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    wait_gone(processes, timeout=timeout)
 
 
 def running(process: psutil.Process | None) -> bool:

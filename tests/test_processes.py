@@ -63,3 +63,42 @@ def test_processes_whose_parent_ended_are_told_apart_for_stop_to_end_them_at_onc
     finally:
         parent.kill()
         processes.kill(children, timeout=5)
+
+
+def test_kill_group_ends_a_launcher_and_the_ranks_that_lost_it():
+    """What a learner's collective on more ranks leaves when it hangs: a session whose leader may be gone."""
+    leader = subprocess.Popen([sys.executable, "-c", FAMILY.format(inner=INNER)], start_new_session=True)
+    root = psutil.Process(leader.pid)
+    for _ in range(100):
+        if len(root.children(recursive=True)) == 2:
+            break
+        time.sleep(0.1)
+    family = processes.tree(root)
+    assert len(family) == 3, family
+    processes.kill_group(leader.pid)
+    leader.wait(timeout=10)
+    psutil.wait_procs(family, timeout=10)
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    processes.kill_group(leader.pid)  # gone: no error
+
+
+def test_end_lets_a_process_clean_up_and_kills_one_that_ignores_it(tmp_path):
+    cleaned = tmp_path / "cleaned"
+    polite = (
+        "import signal, sys, time, pathlib\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(cleaned)!r}).touch(), sys.exit(0)))\n"
+        "print('ready', flush=True); time.sleep(600)\n"
+    )
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
+    started = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for code in (polite, stubborn)
+    ]
+    for process in started:
+        assert process.stdout.readline().strip() == "ready"  # its handler is set
+    watched = [psutil.Process(p.pid) for p in started]
+    began = time.monotonic()
+    processes.end(watched, timeout=2)
+    waited = time.monotonic() - began
+    assert not [p for p in watched if processes.running(p)], "a process outlived end()"
+    assert waited >= 2, f"end() returned after {waited:.1f} s: the process ignoring SIGTERM was not given its time"
+    assert cleaned.exists(), "the process that handles SIGTERM did not get to clean up"

@@ -183,12 +183,7 @@ def stop_from_files(cluster_id: str) -> bool:
     procs, jobs = _recorded(cluster_id, records.read_record(cluster_id) or {})
     if cluster_file.exists():
         jobs |= _stop_launchers(cluster_id)
-    for process in procs:
-        try:
-            process.terminate()
-        except psutil.Error:
-            pass
-    processes.wait_gone(procs, timeout=10)
+    processes.end(procs, timeout=10)
     for job in jobs:
         slurm.cancel_quietly(job)
     cluster_file.unlink(missing_ok=True)
