@@ -44,6 +44,17 @@ def default_threads(environ: dict[str, str], threads: int) -> dict[str, str]:
     return environ
 
 
+def limit_threads(threads: int) -> None:
+    """This process: `threads` threads where the environment does not already say how many (for libraries loaded
+    from now on), and for the BLAS and OpenMP pools already loaded (threadpoolctl, where installed)."""
+    default_threads(os.environ, threads)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(threads)
+
+
 def grow_gpu_memory() -> None:
     """Memory growth on every GPU TensorFlow sees, else each process reserves all the memory of all of them."""
     import tensorflow as tf

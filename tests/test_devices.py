@@ -42,3 +42,21 @@ def test_pinning_on_cpu_sets_tensorflows_threads_in_a_fresh_process():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "THREADS 3 1" in done.stdout and "AFTER 3" in done.stdout, done.stdout
+
+
+def test_limit_threads_sets_what_is_unset_and_limits_blas_already_loaded():
+    """What a task worker does with the runtime's threads per task: a site's own setting stays."""
+    code = (
+        "import os, numpy\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from course import devices\n"
+        "devices.limit_threads(1)\n"
+        "print('ENV', os.environ['OMP_NUM_THREADS'], os.environ['TF_NUM_INTRAOP_THREADS'], os.environ['MKL_NUM_THREADS'])\n"
+        "print('POOLS', sorted({p['num_threads'] for p in threadpool_info()}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_THREADS")}
+    env.update(OMP_NUM_THREADS="2", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ENV 2 1 1" in done.stdout, done.stdout
+    assert "POOLS [1]" in done.stdout, f"a BLAS pool loaded before the call kept its threads: {done.stdout}"

@@ -265,14 +265,9 @@ def configure(peers: dict, threads: int, paths: list | tuple = ()) -> None:
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # the cluster's thread plan wins (course.cluster)
         threads = int(os.environ["OMP_NUM_THREADS"])
     if STATE.get("threads") != threads:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, str(threads))
-        try:
-            from threadpoolctl import threadpool_limits
+        from course.devices import limit_threads
 
-            threadpool_limits(threads)
-        except ImportError:
-            pass
+        limit_threads(threads)
         STATE["threads"] = threads
 
 
