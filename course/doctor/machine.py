@@ -269,25 +269,17 @@ def check_slurm() -> Check:
     down = slurm.controller_down()
     if down:
         return Check("slurm", False, f"sbatch at {sbatch}, {down}", "check that slurmctld runs", essential=False)
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%P %a %D %t"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("slurm", False, f"sbatch at {sbatch}, sinfo failed: {exc}", "check slurmctld", essential=False)
-    if out.returncode != 0:
-        return Check(
-            "slurm",
-            False,
-            f"sbatch at {sbatch}, sinfo: {out.stderr.strip()}",
-            "check that slurmctld runs",
-            essential=False,
-        )
-    partitions = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+    found = slurm.partitions()  # the default first
+    if not found:
+        detail = f"sbatch at {sbatch}, but sinfo lists no partition"
+        return Check("slurm", False, detail, "check that slurmctld runs and has a partition", essential=False)
+    names = [p.name for p in found]
     return Check(
         "slurm",
         True,
-        f"sbatch at {sbatch}; partitions: {', '.join(partitions) or 'none'}",
+        f"sbatch at {sbatch}; partitions: {', '.join([f'{names[0]} (default)', *names[1:]])}",
         essential=False,
-        facts={"partitions": partitions},
+        facts={"partitions": names},
     )
 
 
