@@ -113,53 +113,12 @@ def graph(ax: Any = None, labels: bool | None = None) -> Any:
         ax.text(0.5, 0.5, "no tasks yet", ha="center", va="center")
         ax.set_axis_off()
         return ax.figure
-    depth = _depths(records)
-    rows: dict[int, list[int]] = {}
-    for r in records:
-        rows.setdefault(depth[r["number"]], []).append(r["number"])
-    pos = {}
-    for d, numbers in rows.items():
-        for i, n in enumerate(numbers):
-            pos[n] = (d, (len(numbers) - 1) / 2 - i)
+    rows, pos = _positions(records)
     colours = _colours([r["name"] for r in records])
     edges = [(p, r["number"], label) for r in records for p, label in r["parents"]]
-    show_edge_labels = len(edges) <= 24 if labels is None else labels
-    for src, dst, label in edges:
-        (x0, y0), (x1, y1) = pos[src], pos[dst]
-        ax.annotate(
-            "",
-            xy=(x1, y1),
-            xytext=(x0, y0),
-            arrowprops=dict(arrowstyle="-|>", color="0.45", shrinkA=9, shrinkB=9, lw=1),
-        )
-        if show_edge_labels:
-            ax.text(
-                (x0 + x1) / 2,
-                (y0 + y1) / 2,
-                label,
-                fontsize=7,
-                color="0.3",
-                ha="center",
-                va="center",
-                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8),
-            )
-    failed = {r["number"] for r in records if r["error"]}
-    for r in records:
-        x, y = pos[r["number"]]
-        ax.scatter(
-            [x],
-            [y],
-            s=380,
-            color=colours[r["name"]],
-            edgecolors="red" if r["number"] in failed else "black",
-            linewidths=2 if r["number"] in failed else 0.8,
-            zorder=3,
-        )
-        if len(records) <= 40:
-            ax.text(x, y, str(r["number"]), fontsize=7, ha="center", va="center", zorder=4, color="white")
-        if show_edge_labels and r["files"]:  # which version of each file the task read or wrote
-            versions = "\n".join(f"{'r' if how == 'reads' else 'w'} {name} v{v}" for name, v, how in r["files"])
-            ax.text(x, y - 0.22, versions, fontsize=6, color="0.25", ha="center", va="top", zorder=4)
+    show_labels = len(edges) <= 24 if labels is None else labels
+    _draw_edges(ax, edges, pos, show_labels)
+    _draw_tasks(ax, records, pos, colours, show_labels)
     for name, colour in colours.items():
         ax.scatter([], [], s=80, color=colour, edgecolors="black", label=name)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="function", frameon=False)
@@ -172,6 +131,63 @@ def graph(ax: Any = None, labels: bool | None = None) -> Any:
     ax.margins(0.15)
     ax.figure.tight_layout()
     return ax.figure
+
+
+def _positions(records: list[dict]) -> tuple[dict[int, list[int]], dict[int, tuple[float, float]]]:
+    """Tasks by dependency depth (a column each), and each task's (x, y): columns left to right, centred."""
+    depth = _depths(records)
+    rows: dict[int, list[int]] = {}
+    for r in records:
+        rows.setdefault(depth[r["number"]], []).append(r["number"])
+    pos = {}
+    for d, numbers in rows.items():
+        for i, n in enumerate(numbers):
+            pos[n] = (d, (len(numbers) - 1) / 2 - i)
+    return rows, pos
+
+
+def _draw_edges(ax: Any, edges: list[tuple[int, int, str]], pos: dict, show_labels: bool) -> None:
+    """An arrow per dependency, labelled with the parameter that carries it when there are few."""
+    for src, dst, label in edges:
+        (x0, y0), (x1, y1) = pos[src], pos[dst]
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops=dict(arrowstyle="-|>", color="0.45", shrinkA=9, shrinkB=9, lw=1),
+        )
+        if show_labels:
+            ax.text(
+                (x0 + x1) / 2,
+                (y0 + y1) / 2,
+                label,
+                fontsize=7,
+                color="0.3",
+                ha="center",
+                va="center",
+                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8),
+            )
+
+
+def _draw_tasks(ax: Any, records: list[dict], pos: dict, colours: dict, show_labels: bool) -> None:
+    """A dot per task in its function's colour (a red edge: it failed), its number, and the file versions it used."""
+    for r in records:
+        x, y = pos[r["number"]]
+        failed = bool(r["error"])
+        ax.scatter(
+            [x],
+            [y],
+            s=380,
+            color=colours[r["name"]],
+            edgecolors="red" if failed else "black",
+            linewidths=2 if failed else 0.8,
+            zorder=3,
+        )
+        if len(records) <= 40:
+            ax.text(x, y, str(r["number"]), fontsize=7, ha="center", va="center", zorder=4, color="white")
+        if show_labels and r["files"]:  # which version of each file the task read or wrote
+            versions = "\n".join(f"{'r' if how == 'reads' else 'w'} {name} v{v}" for name, v, how in r["files"])
+            ax.text(x, y - 0.22, versions, fontsize=6, color="0.25", ha="center", va="top", zorder=4)
 
 
 def trace(ax: Any = None) -> Any:
