@@ -476,7 +476,7 @@ def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None)
             "no good rows to plot" + (f" ({len(table.problems)} bad rows skipped)" if table.problems else "")
         )
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    speed_ax, eff_ax, acc_ax, time_ax = axes.flat
+    speed_ax, eff_ax = axes.flat[:2]
     groups = table.summary()
     loads = sorted({(g["dataset"], g["network"], g["hardware"], g["strategy"]) for g in groups})
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -484,17 +484,7 @@ def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None)
         colour = palette[index % len(palette)]
         label = " / ".join(load[i] for i in (3, 1, 0, 2) if len({l[i] for l in loads}) > 1 or i == 3)
         mine = [g for g in groups if (g["dataset"], g["network"], g["hardware"], g["strategy"]) == load]
-        workers = [g["workers"] for g in mine]
-        speed_ax.plot(workers, [g["speedup"] for g in mine], "o-", color=colour, label=label)
-        eff_ax.plot(workers, [g["efficiency"] for g in mine], "o-", color=colour, label=label)
-        runs = [r for r in table.rows if workload(r) == load]
-        for ax, key in ((acc_ax, "accuracy"), (time_ax, "elapsed_s")):
-            means = [(g["workers"], g[key]) for g in mine if g[key] is not None]
-            if means:
-                ax.plot([w for w, _ in means], [v for _, v in means], "o-", color=colour, label=label)
-            dots = [(int(r["workers"]), float(r[key])) for r in runs if r[key]]
-            if dots:
-                ax.scatter([w for w, _ in dots], [v for _, v in dots], s=12, alpha=0.5, color=colour)
+        _plot_workload(axes.flat, mine, [r for r in table.rows if workload(r) == load], colour, label)
     all_workers = sorted({int(r["workers"]) for r in table.rows})
     speed_ax.plot(all_workers, [w / all_workers[0] for w in all_workers], ":", color="grey", label="linear")
     eff_ax.axhline(1.0, linestyle=":", color="grey")
@@ -521,3 +511,18 @@ def plot(table: Table | str | os.PathLike, out: str | os.PathLike | None = None)
     if out is not None:
         fig.savefig(out, dpi=100)
     return fig
+
+
+def _plot_workload(axes: Any, mine: list[dict], runs: list[dict], colour: str, label: str) -> None:
+    """One workload's lines on the four panels (means per worker count; accuracy and time also each run's dot)."""
+    speed_ax, eff_ax, acc_ax, time_ax = axes
+    workers = [g["workers"] for g in mine]
+    speed_ax.plot(workers, [g["speedup"] for g in mine], "o-", color=colour, label=label)
+    eff_ax.plot(workers, [g["efficiency"] for g in mine], "o-", color=colour, label=label)
+    for ax, key in ((acc_ax, "accuracy"), (time_ax, "elapsed_s")):
+        means = [(g["workers"], g[key]) for g in mine if g[key] is not None]
+        if means:
+            ax.plot([w for w, _ in means], [v for _, v in means], "o-", color=colour, label=label)
+        dots = [(int(r["workers"]), float(r[key])) for r in runs if r[key]]
+        if dots:
+            ax.scatter([w for w, _ in dots], [v for _, v in dots], s=12, alpha=0.5, color=colour)
