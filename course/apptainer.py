@@ -13,7 +13,8 @@ from pathlib import Path
 
 
 def definition(gpu: bool = False, pyproject: str | os.PathLike | None = None) -> str:
-    """A definition file that builds the course's pinned stack (pyproject.toml) into an image.
+    """A definition file that builds the course's pinned stack (pyproject.toml) into an image. (Over 60 lines:
+    most of it is the file itself, one template, so that it reads as the definition it writes.)
 
     Build on a machine with apptainer: `apptainer build ddl-hpc.sif ddl-hpc.def` (from the course checkout);
     run: `apptainer exec [--nv] ddl-hpc.sif python -m course doctor`. With GPUs, the TensorFlow CUDA build is

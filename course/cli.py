@@ -308,6 +308,7 @@ def worker_counts(text: str) -> list[int]:
 
 
 def add_job(commands) -> None:
+    """The `job` command and its options: one add_argument per option, hence over 60 lines."""
     parser = commands.add_parser(
         "job",
         help="Slurm batch scripts for the course workloads: print, submit, follow",
