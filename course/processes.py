@@ -3,8 +3,10 @@ clusters, the task runtime and grading (a learner's kernel, its engines and thei
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from typing import Callable
 
 import psutil
 
@@ -17,13 +19,16 @@ def tree(process: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+def _signal(processes: list[psutil.Process], send: Callable[[psutil.Process], None]) -> None:
+    """Send each process a signal (`psutil.Process.kill` or `.terminate`); those already gone are skipped."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            send(process)
+
+
 def kill(processes: list[psutil.Process], timeout: float = 10) -> None:
     """SIGKILL every process (those already gone are skipped) and wait up to `timeout` s for them to end."""
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
+    _signal(processes, psutil.Process.kill)
     psutil.wait_procs(processes, timeout=timeout)
 
 
@@ -43,11 +48,7 @@ def kill_group(pid: int) -> None:
 
 def end(processes: list[psutil.Process], timeout: float = 10) -> None:
     """Ask every process to stop (SIGTERM), so that it can clean up; kill what has not ended after `timeout` s."""
-    for process in processes:
-        try:
-            process.terminate()
-        except psutil.Error:
-            pass
+    _signal(processes, psutil.Process.terminate)
     wait_gone(processes, timeout=timeout)
 
 
