@@ -1,7 +1,16 @@
 """Distributed Deep Learning on HPC: the Python package the course notebooks use.
 
-Modules (one concern each): profile, data, mpi, doctor, lab, cli; later cluster, tasks,
-training, comm, perf, jobs and grading.
+A map, by role (each module's docstring says more):
+- What notebooks teach with: cluster/ (engine clusters: local, MPI, Slurm), tasks/ (PyCOMPSs-style task graphs),
+  training, averaging (and sync_types, its strategies' names), parallelism, comm, nn, models, data, perf,
+  plots, results.
+- What notebooks check a learner's answer with: checks/ (quiz, a Horovod script, a MirroredStrategy loop, a
+  batch script), shortcuts (answers that call the course's own code), answers (instructor-only references).
+- What runs as a job (`python -m course.programs.NAME`, under horovodrun, mpiexec or srun): programs/.
+- The machine underneath, one place each: slurm (every Slurm command), mpi (Open MPI), devices (GPUs, threads),
+  processes (finding and killing), memory, settings (every COURSE_* variable), profile.
+- Tools on the command line (`python -m course ...`, cli): doctor/, jobs, apptainer, run, lab, and grading/
+  (release, validate, grade a class locally or on Slurm, the student copy).
 """
 
 __version__ = "0.1.0"

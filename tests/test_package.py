@@ -1,6 +1,8 @@
 """The package imports, and the profile is read in one place."""
 
 import importlib
+import re
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +50,13 @@ def test_unknown_profile_is_a_user_error(monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "turbo")
     with pytest.raises(UserError, match="quick, full"):
         profile.name()
+
+
+def test_the_package_map_names_every_module_and_folder():
+    """course/__init__.py's map (by role) stays current: every top-level module and folder of course/ is on it."""
+    import course
+
+    here = Path(course.__file__).parent
+    names = {p.stem for p in here.glob("*.py")} | {p.name for p in here.iterdir() if (p / "__init__.py").exists()}
+    missing = sorted(n for n in names - {"__init__", "__main__"} if not re.search(rf"\b{n}\b", course.__doc__))
+    assert not missing, f"add these to the map in course/__init__.py: {missing}"
