@@ -133,6 +133,25 @@ def test_a_misnamed_notebook_is_graded_under_its_real_name(hostile):
     _expect(table, "misnamed", "*warning", 0, "warning", "99_Fixture (1).ipynb")
 
 
+def test_a_misnamed_notebook_that_runs_out_of_time_keeps_its_name_warning_and_one_stop_row():
+    """The whole-notebook rows of a submission that was both recognised under another name and stopped: the stop
+    once (its own row), then every note as a warning, the name first; the feedback's notes in the same order."""
+    from types import SimpleNamespace
+
+    import nbformat
+
+    from course.grading.autograde import Job, _notebook_rows
+    from course.grading.execute import Outcome
+
+    named = "the file was named 'hw.ipynb'; it was graded as 99_fixture.ipynb"
+    stop, repaired = "cell 3 ran out of time", "this test cell was edited; the instructor's version was used"
+    job = Job("ann", "ann/hw.ipynb", SimpleNamespace(notebook="99_fixture"), b"", 1.0, 2**30, named)
+    notes = [repaired]
+    rows = _notebook_rows(job, nbformat.v4.new_notebook(), Outcome(stopped="timeout"), stop, notes)
+    assert [(r["status"], r["message"]) for r in rows] == [("timeout", stop), ("warning", named), ("warning", repaired)]
+    assert notes == [named, stop, repaired]
+
+
 def test_submissions_are_never_modified_moved_or_deleted(hostile):
     submissions, _, _, before, _ = hostile
     assert tree_digest(submissions) == before

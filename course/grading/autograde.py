@@ -226,12 +226,19 @@ def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
 
     Returns notebook-wide notes and notes per grade_id.
     """
-    from nbgrader.preprocessors import OverwriteCells
+    notes: list[str] = []
+    per_cell: dict[str, str] = {}
+    present = _reset_metadata(nb, spec, notes, per_cell)
+    _restore_tests(nb, spec, present, notes, per_cell)
+    return notes, per_cell
+
+
+def _reset_metadata(nb: NotebookNode, spec: Spec, notes: list[str], per_cell: dict[str, str]) -> dict[str, int]:
+    """Give every nbgrader cell the instructor's metadata, noting each cell whose type, locked source or metadata
+    was changed; cells nbgrader does not know, and second copies, become ordinary code. Returns where each is."""
     from nbgrader.utils import compute_checksum
 
     known = {c.grade_id: c for c in spec.cells}
-    notes: list[str] = []
-    per_cell: dict[str, str] = {}
     present: dict[str, int] = {}
     for index, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader")
@@ -258,7 +265,16 @@ def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
         if source.locked:
             cell.metadata["deletable"] = False
             cell.metadata["editable"] = False
-    # put back deleted test cells after the nearest earlier cell that is still there
+    return present
+
+
+def _restore_tests(
+    nb: NotebookNode, spec: Spec, present: dict[str, int], notes: list[str], per_cell: dict[str, str]
+) -> None:
+    """Put each deleted test cell back after the nearest earlier cell that is still there (nbgrader's own
+    OverwriteCells builds it from the gradebook); a missing answer cell is only noted."""
+    from nbgrader.preprocessors import OverwriteCells
+
     restore = OverwriteCells(log=quiet_log())
     order = [c.grade_id for c in spec.cells]
     for position, source in enumerate(spec.cells):
@@ -282,7 +298,6 @@ def repair(nb: NotebookNode, spec: Spec) -> tuple[list[str], dict[str, str]]:
         present = {g: (i + 1 if i >= at else i) for g, i in present.items()}
         present[source.grade_id] = at
         per_cell[source.grade_id] = "this test cell had been deleted; the instructor's version was put back"
-    return notes, per_cell
 
 
 def _label(nb: NotebookNode, index: int | None) -> str:
@@ -378,25 +393,25 @@ def _grade(job: Job) -> Result:
         broken = f"the kernel would not start: {outcome.detail}"
     if broken:
         return _machinery(job, broken)
-    rows = _rows(job, nb, scores, outcome, per_cell)
-    if outcome.stopped:
-        notes.insert(0, stop)
-        rows.append(
-            row(
-                job.student,
-                spec.notebook,
-                {"memory": "memory", "timeout": "timeout"}.get(outcome.stopped, "crashed"),
-                stop,
-            )
-        )
+    rows = _rows(job, nb, scores, outcome, per_cell) + _notebook_rows(job, nb, outcome, stop, notes)
+    return Result(rows, _feedback(job, rows, notes, nb))
+
+
+def _notebook_rows(job: Job, nb: NotebookNode, outcome: Outcome, stop: str, notes: list[str]) -> list[dict]:
+    """Rows about the whole notebook: why it stopped, then a warning per note (how the file was recognised, the
+    repairs, where output was cut). NOTES gets the same words, in the order the feedback shows them."""
     if outcome.truncated:
         labels = ", ".join(_label(nb, i) for i in sorted(outcome.truncated))
         notes.append(f"output was cut at {size_words(MAX_OUTPUT)} per cell in {labels}")
+    warnings = ([job.note] if job.note else []) + notes
+    rows = [row(job.student, job.spec.notebook, "warning", note) for note in warnings]
+    if outcome.stopped:
+        status = {"memory": "memory", "timeout": "timeout"}.get(outcome.stopped, "crashed")
+        rows.insert(0, row(job.student, job.spec.notebook, status, stop))
+        notes.insert(0, stop)
     if job.note:
         notes.insert(0, job.note)
-    for note in notes[1:] if outcome.stopped else notes:
-        rows.append(row(job.student, spec.notebook, "warning", note))
-    return Result(rows, _feedback(job, rows, notes, nb))
+    return rows
 
 
 def _machinery_failure(nb: NotebookNode) -> str:
