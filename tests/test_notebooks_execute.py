@@ -20,7 +20,7 @@ from traitlets.config import Config
 
 from course import cluster, memory, run
 from tests.conftest import ROOT
-from tests.grading_support import errors, reads_grading_mode
+from tests.grading_support import errors, first_answer, reads_grading_mode
 
 NOTEBOOKS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb")) if reads_grading_mode(p)]
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -63,11 +63,6 @@ def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch
     )
     if path.stem not in WITHOUT_FIGURES:  # what `course run` shows an instructor in its index
         assert run.figures_in(validator.executed), f"{path.name} publishes no key figure (course.run.key_figure)"
-
-
-def first_answer(notebook) -> int:
-    """Index of the first cell a learner must write (nbgrader's solution cells)."""
-    return next(i for i, cell in enumerate(notebook.cells) if cell.metadata.get("nbgrader", {}).get("solution"))
 
 
 @pytest.mark.slow
