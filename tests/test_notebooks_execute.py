@@ -65,6 +65,35 @@ def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch
         assert run.figures_in(validator.executed), f"{path.name} publishes no key figure (course.run.key_figure)"
 
 
+def as_run(cell) -> tuple:
+    """What a kernel is given of a cell: its type and source, and its tags (nbclient skips or expects errors by tag)."""
+    return cell.cell_type, cell.source, cell.metadata.get("tags", [])
+
+
+@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+def test_released_notebook_up_to_its_first_exercise_is_the_solution(path):
+    """The student notebook's cells before its first exercise are the solution's, as run (release only locks them
+    and adds nbgrader metadata), and its first exercise is the solution's first: the solution's run top to bottom in
+    the strength test, free of errors, is a learner's run up to there, and there it tries the released stub."""
+    import nbformat
+
+    solution_path = ROOT / "solutions" / path.name
+    assert solution_path.is_file(), f"{path.name} has no solution notebook in solutions/"
+    released, solution = (nbformat.read(str(p), as_version=4) for p in (path, solution_path))
+    stop_at = first_answer(released)
+    assert stop_at == first_answer(solution), (
+        f"{path.name}: its first exercise is cell {stop_at}, the solution's is cell {first_answer(solution)}"
+    )
+    for index in range(stop_at):
+        assert as_run(released.cells[index]) == as_run(solution.cells[index]), (
+            f"{path.name}: cell {index}, before the first exercise, is not the solution's (run: python -m course release)"
+        )
+    grade_ids = [nb.cells[stop_at].metadata.nbgrader.get("grade_id") for nb in (released, solution)]
+    assert grade_ids[0] == grade_ids[1], (
+        f"{path.name}: its first exercise is {grade_ids[0]}, the solution's {grade_ids[1]}"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
 def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatch):
