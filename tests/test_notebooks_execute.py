@@ -2,11 +2,13 @@
 as CI and Binder run it, stops the clusters it started, and nbgrader's own validator (what `nbgrader validate`
 runs) accepts it, and its peak memory (kernel, engines and their children, sampled while it runs) stays under
 Binder's 2 GB. Every student notebook (notebooks/*.ipynb) runs up to its first unanswered exercise with
-no cell before it failing.
+no cell before it failing, and that exercise, left unanswered, says so.
 
 The notebooks are slow, and each runs once for all of its checks: the strength test's run (tests/answer_trials.py,
-which also tries every answer in place) is held to the above in tests/test_checks_strength.py. Here run only the
-notebooks that act on NBGRADER_EXECUTION (09 submits its Slurm jobs only outside grading), as a learner runs them.
+which also tries every answer and released stub in place) is held to the above in tests/test_checks_strength.py.
+A student notebook's cells before its first exercise are the solution's (checked here, without a kernel), so the
+solution's run covers them. Here run only the notebooks that act on NBGRADER_EXECUTION (09 submits its Slurm jobs
+only outside grading), solution and student version, as a learner runs them.
 The instructor's dry run (`python -m course run`) is tested on small notebooks in tests/test_run.py.
 """
 
@@ -24,6 +26,7 @@ from tests.grading_support import errors, first_answer, reads_grading_mode
 
 NOTEBOOKS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb")) if reads_grading_mode(p)]
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
+RELEASED_READING_GRADING_MODE = [ROOT / "notebooks" / p.name for p in NOTEBOOKS]  # their graded run is not a learner's
 WITHOUT_FIGURES = {"09_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
 
 
@@ -95,10 +98,12 @@ def test_released_notebook_up_to_its_first_exercise_is_the_solution(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+@pytest.mark.parametrize("path", RELEASED_READING_GRADING_MODE, ids=[p.stem for p in RELEASED_READING_GRADING_MODE])
 def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatch):
     """A learner who opens the student notebook and runs from the top meets no error before the first exercise,
-    and that exercise, left unanswered, says so (NotImplementedError) rather than failing some other way."""
+    and that exercise, left unanswered, says so (NotImplementedError) rather than failing some other way. Only for
+    notebooks that act on NBGRADER_EXECUTION: for the others the strength test's graded run shows the same
+    (test_released_notebook_up_to_its_first_exercise_is_the_solution, test_every_unanswered_exercise_says_so)."""
     import nbformat
     from nbclient import NotebookClient
 
