@@ -52,6 +52,17 @@ def _error(cell) -> str:
     return ""
 
 
+def _raised(cell) -> dict:
+    """What an answer cell raised, in brief: its errors' names, and whether NotImplementedError is in what it shows
+    (on a %%px cell the engines' error is shown, then ipyparallel raises AlreadyDisplayedError)."""
+    outputs = cell.get("outputs", [])
+    shown = "\n".join(
+        str(out.get("text", "")) + "\n".join(out.get("traceback", [])) + str(out.get("data", "")) for out in outputs
+    )
+    names = [out.get("ename") for out in outputs if out.get("output_type") == "error"]
+    return {"enames": names, "shows_not_implemented": "NotImplementedError" in shown}
+
+
 def spans(source: Path, nb, trials: list[dict[str, str]]) -> list[tuple[int, int]]:
     """(first, last) cell index each trial runs: from its first answer cell through its exercises' last check."""
     index = {_grade_id(c): i for i, c in enumerate(nb.cells) if _grade_id(c)}
@@ -67,8 +78,9 @@ def spans(source: Path, nb, trials: list[dict[str, str]]) -> list[tuple[int, int
 
 def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     """Run SOURCE once with every trial's detour. Returns, per trial, the graded cells that failed (with their
-    errors); the solution's failed graded cells; and, per trial, the graded cells the solution failed when run
-    again right after it (the last trial at a cell is followed by the solution's own run).
+    errors) and what its own answer cells raised (a released stub must say it is unanswered); the solution's failed
+    graded cells; and, per trial, the graded cells the solution failed when run again right after it (the last
+    trial at a cell is followed by the solution's own run).
 
     The solution's own cells, each as it last ran (its line through the notebook, top to bottom), are written to
     WORKDIR/executed.ipynb, and the result also says what a top-to-bottom run must show: the peak memory of the
@@ -96,6 +108,7 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     )
     solution_cells = copy.deepcopy(nb.cells)  # the notebook's cells are replaced by what runs: keep the originals
     failed: list[dict[str, str]] = [{} for _ in trials]
+    raised: list[dict[str, dict]] = [{} for _ in trials]
     solution: dict[str, str] = {}
     retried: dict[int, dict[str, str]] = {}
     executed = copy.deepcopy(nb)
@@ -105,9 +118,9 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
             for index in range(len(solution_cells)):
                 here = starting.get(index, [])
                 for k in here:
-                    failed[k] = _detour(client, solution_cells, trials[k], *where[k])
+                    failed[k], raised[k] = _detour(client, solution_cells, trials[k], *where[k])
                     if k != here[-1]:  # the solution again, so that the next trial starts where a right answer leaves
-                        again = _detour(client, solution_cells, {}, *where[k])
+                        again, _ = _detour(client, solution_cells, {}, *where[k])
                         if again:
                             retried[k] = again
                 cell = _execute(client, copy.deepcopy(solution_cells[index]), index)
@@ -118,7 +131,14 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     finally:
         cluster.stop(cluster_id)  # a detour or the solution may have left engines
     nbformat.write(executed, str(workdir / "executed.ipynb"))
-    return {"failed": failed, "solution": solution, "retried": retried, "peak": peak.peak, "left_running": left_running}
+    return {
+        "failed": failed,
+        "raised": raised,
+        "solution": solution,
+        "retried": retried,
+        "peak": peak.peak,
+        "left_running": left_running,
+    }
 
 
 class _Bound(ast.NodeVisitor):
@@ -191,17 +211,20 @@ def _execute(client, cell, index: int):
     return cell
 
 
-def _detour(client, cells: list, trial: dict[str, str], first: int, last: int) -> dict[str, str]:
-    """Run cells FIRST..LAST with the trial's sources in place; the graded cells that failed, with their errors."""
+def _detour(client, cells: list, trial: dict[str, str], first: int, last: int) -> tuple[dict[str, str], dict]:
+    """Run cells FIRST..LAST with the trial's sources in place: the graded cells that failed, with their errors,
+    and what the trial's own answer cells raised (_raised)."""
     _forget(client, cells, trial, first)
-    failed = {}
+    failed, raised = {}, {}
     for index in range(first, last + 1):
         cell = copy.deepcopy(cells[index])
         cell.source = trial.get(_grade_id(cell), cell.source)
         _execute(client, cell, index)
+        if _grade_id(cell) in trial:
+            raised[_grade_id(cell)] = _raised(cell)
         if _graded(cell) and _failed(cell):
             failed[_grade_id(cell)] = _error(cell)
-    return failed
+    return failed, raised
 
 
 def main() -> None:

@@ -53,6 +53,11 @@ def reads_grading_mode(path: Path) -> bool:
     return "NBGRADER_EXECUTION" in path.read_text()
 
 
+def first_answer(notebook) -> int:
+    """Index of the first cell a learner must write (nbgrader's solution cells)."""
+    return next(i for i, cell in enumerate(notebook.cells) if cell.metadata.get("nbgrader", {}).get("solution"))
+
+
 def course_answers() -> dict[str, list[str]]:
     """The course's own answers (course/answers.py, instructor-only): function name -> its code lines, stripped,
     without the docstring or blank lines. The student copy and a hub's learners must hold none of them."""

@@ -2,14 +2,17 @@
 
 For each notebook: every plausible wrong answer in tests/fixtures/wrong_answers/<notebook>.json loses points on
 its own exercise's checks, and together they lose points on every graded cell; the released stub of each answer
-(what an unanswered notebook holds) scores zero on every check of its exercise; the solution keeps full marks.
+(what an unanswered notebook holds) scores zero on every check of its exercise, and its own cell fails, if at all, only
+by saying it is unanswered (NotImplementedError); the solution keeps full marks.
 Each notebook runs once for all of these (tests/answer_trials.py: every answer tried in place, just before its
 exercise), two notebooks at a time. The fixture course is also graded for real, as a class of submissions, with
 `python -m course grade` (nbgrader's autograde, hidden tests restored), and both ways must agree: that holds the
 one-run shortcut to nbgrader's grading. nbgrader's own `nbgrader validate` must accept every solution notebook
 (the fixture here). The same run is each solution notebook's top-to-bottom run: every cell runs without an error,
 the notebook stops its cluster, peaks under Binder's memory, publishes its key figures, and nbgrader's validator
-accepts it as it ran (tests/test_notebooks_execute.py runs apart the notebooks that act on NBGRADER_EXECUTION).
+accepts it as it ran; with the released stub of its first exercise, it is what a learner meets running the student
+notebook from the top (tests/test_notebooks_execute.py checks the cells before it are the solution's, and runs apart
+the notebooks that act on NBGRADER_EXECUTION, solution and student version).
 Notebooks added to solutions/ join here.
 """
 
@@ -35,6 +38,7 @@ from tests.grading_support import (
     course_notebooks,
     errors,
     exercise_checks,
+    first_answer,
     grade,
     graded_cells,
     reads_grading_mode,
@@ -138,6 +142,52 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, r
         assert set(failed) & own, f"{what} of {source.stem} keeps full marks on its exercise's checks"
         lowered |= set(failed)
     assert lowered == set(cells), f"no wrong answer loses points on {sorted(set(cells) - lowered)} of {source.stem}"
+
+
+def unexplained(raised: dict) -> list[str]:
+    """The errors of an unanswered answer cell (answer_trials' record of it) that do not say it is unanswered: all
+    but NotImplementedError, and ipyparallel's AlreadyDisplayedError after a %%px cell showed the engines' one."""
+    return [
+        name
+        for name in raised["enames"]
+        if name != "NotImplementedError" and not (name == "AlreadyDisplayedError" and raised["shows_not_implemented"])
+    ]
+
+
+def test_unexplained_accepts_only_not_implemented():
+    """The rule the next test applies, on the errors it can meet."""
+    assert unexplained({"enames": [], "shows_not_implemented": False}) == []
+    assert unexplained({"enames": ["NotImplementedError"], "shows_not_implemented": True}) == []
+    assert unexplained({"enames": ["AlreadyDisplayedError"], "shows_not_implemented": True}) == []
+    assert unexplained({"enames": ["AlreadyDisplayedError"], "shows_not_implemented": False}) == [
+        "AlreadyDisplayedError"
+    ]
+    assert unexplained({"enames": ["NameError"], "shows_not_implemented": True}) == ["NameError"]
+
+
+@pytest.mark.timeout(3600)  # as above: the first course notebook's test waits for every notebook's trials
+@pytest.mark.parametrize("source", _params())
+def test_every_unanswered_exercise_says_so(source, request):
+    """Each released stub, tried in place (the exercises before it answered), fails in its own cell only with
+    NotImplementedError, if at all, never some other way. The first one is what a learner running the student
+    notebook from the top meets (tests/test_notebooks_execute.py: its cells before it are the solution's)."""
+    tried = request.getfixturevalue("tried_fixture" if source == FIXTURE else "tried_course")
+    result, notebook = tried[source.stem], nbformat.read(str(source), as_version=4)
+    cell_of = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(notebook.cells)}
+    stubbed = {
+        grade_id: raised
+        for (what, _), by_cell in zip(trials(source), result["raised"])
+        if what.startswith("the released stub")
+        for grade_id, raised in by_cell.items()
+    }
+    first = notebook.cells[first_answer(notebook)].metadata.nbgrader["grade_id"]
+    assert first in stubbed, f"{source.name}: its first exercise {first} was not tried unanswered (its released stub)"
+    failing = [
+        f"{source.name}: the unanswered exercise in cell {cell_of[grade_id]} fails with {unexplained(raised)}"
+        for grade_id, raised in stubbed.items()
+        if unexplained(raised)
+    ]
+    assert failing == [], "\n".join(failing)
 
 
 @pytest.mark.slow

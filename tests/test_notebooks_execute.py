@@ -2,11 +2,13 @@
 as CI and Binder run it, stops the clusters it started, and nbgrader's own validator (what `nbgrader validate`
 runs) accepts it, and its peak memory (kernel, engines and their children, sampled while it runs) stays under
 Binder's 2 GB. Every student notebook (notebooks/*.ipynb) runs up to its first unanswered exercise with
-no cell before it failing.
+no cell before it failing, and that exercise, left unanswered, says so.
 
 The notebooks are slow, and each runs once for all of its checks: the strength test's run (tests/answer_trials.py,
-which also tries every answer in place) is held to the above in tests/test_checks_strength.py. Here run only the
-notebooks that act on NBGRADER_EXECUTION (09 submits its Slurm jobs only outside grading), as a learner runs them.
+which also tries every answer and released stub in place) is held to the above in tests/test_checks_strength.py.
+A student notebook's cells before its first exercise are the solution's (checked here, without a kernel), so the
+solution's run covers them. Here run only the notebooks that act on NBGRADER_EXECUTION (09 submits its Slurm jobs
+only outside grading), solution and student version, as a learner runs them.
 The instructor's dry run (`python -m course run`) is tested on small notebooks in tests/test_run.py.
 """
 
@@ -20,10 +22,11 @@ from traitlets.config import Config
 
 from course import cluster, memory, run
 from tests.conftest import ROOT
-from tests.grading_support import errors, reads_grading_mode
+from tests.grading_support import errors, first_answer, reads_grading_mode
 
 NOTEBOOKS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb")) if reads_grading_mode(p)]
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
+RELEASED_READING_GRADING_MODE = [ROOT / "notebooks" / p.name for p in NOTEBOOKS]  # their graded run is not a learner's
 WITHOUT_FIGURES = {"09_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
 
 
@@ -65,16 +68,42 @@ def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch
         assert run.figures_in(validator.executed), f"{path.name} publishes no key figure (course.run.key_figure)"
 
 
-def first_answer(notebook) -> int:
-    """Index of the first cell a learner must write (nbgrader's solution cells)."""
-    return next(i for i, cell in enumerate(notebook.cells) if cell.metadata.get("nbgrader", {}).get("solution"))
+def as_run(cell) -> tuple:
+    """What a kernel is given of a cell: its type and source, and its tags (nbclient skips or expects errors by tag)."""
+    return cell.cell_type, cell.source, cell.metadata.get("tags", [])
+
+
+@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+def test_released_notebook_up_to_its_first_exercise_is_the_solution(path):
+    """The student notebook's cells before its first exercise are the solution's, as run (release only locks them
+    and adds nbgrader metadata), and its first exercise is the solution's first: the solution's run top to bottom in
+    the strength test, free of errors, is a learner's run up to there, and there it tries the released stub."""
+    import nbformat
+
+    solution_path = ROOT / "solutions" / path.name
+    assert solution_path.is_file(), f"{path.name} has no solution notebook in solutions/"
+    released, solution = (nbformat.read(str(p), as_version=4) for p in (path, solution_path))
+    stop_at = first_answer(released)
+    assert stop_at == first_answer(solution), (
+        f"{path.name}: its first exercise is cell {stop_at}, the solution's is cell {first_answer(solution)}"
+    )
+    for index in range(stop_at):
+        assert as_run(released.cells[index]) == as_run(solution.cells[index]), (
+            f"{path.name}: cell {index}, before the first exercise, is not the solution's (run: python -m course release)"
+        )
+    grade_ids = [nb.cells[stop_at].metadata.nbgrader.get("grade_id") for nb in (released, solution)]
+    assert grade_ids[0] == grade_ids[1], (
+        f"{path.name}: its first exercise is {grade_ids[0]}, the solution's {grade_ids[1]}"
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+@pytest.mark.parametrize("path", RELEASED_READING_GRADING_MODE, ids=[p.stem for p in RELEASED_READING_GRADING_MODE])
 def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatch):
     """A learner who opens the student notebook and runs from the top meets no error before the first exercise,
-    and that exercise, left unanswered, says so (NotImplementedError) rather than failing some other way."""
+    and that exercise, left unanswered, says so (NotImplementedError) rather than failing some other way. Only for
+    notebooks that act on NBGRADER_EXECUTION: for the others the strength test's graded run shows the same
+    (test_released_notebook_up_to_its_first_exercise_is_the_solution, test_every_unanswered_exercise_says_so)."""
     import nbformat
     from nbclient import NotebookClient
 
