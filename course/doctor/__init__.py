@@ -10,10 +10,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from course.doctor import hub as hub_checks
-from course.doctor import machine
+from course.doctor.machine import run_checks  # the machine's checks, as notebook 00 runs them
 from course.doctor.report import Check, all_essentials_ok, report
 
-__all__ = ["Check", "all_essentials_ok", "main", "report"]
+__all__ = ["Check", "all_essentials_ok", "main", "report", "run_checks"]
 
 
 def main(as_json: bool = False, hub: str | None = None) -> int:
@@ -23,7 +23,7 @@ def main(as_json: bool = False, hub: str | None = None) -> int:
     if hub is not None:
         checks = hub_checks.run_checks(Path(hub) if hub else None)
     else:
-        checks = machine.run_checks()
+        checks = run_checks()
     if as_json:
         print(
             json.dumps(
