@@ -18,6 +18,7 @@ from tests.conftest import ROOT, run_course
 FIXTURES = ROOT / "tests" / "fixtures"
 FIXTURE_COURSE = FIXTURES / "course"  # 99_fixture.ipynb: two quick exercises
 WRONG = FIXTURES / "wrong_answers"  # <notebook>.json: plausible wrong answers
+RIGHT = FIXTURES / "right_answers"  # <notebook>.json: other ways of writing a right answer (optional)
 
 
 def build_hostile(target: Path) -> Path:
@@ -178,6 +179,12 @@ def wrong_answers(notebook: str) -> list[dict]:
         f"(see {WRONG.relative_to(ROOT)}/README.md)"
     )
     return json.loads(path.read_text())
+
+
+def right_answers(notebook: str) -> list[dict]:
+    """Other right answers a learner would plausibly write (same format as the wrong ones); none if no file."""
+    path = RIGHT / f"{notebook}.json"
+    return json.loads(path.read_text()) if path.is_file() else []
 
 
 def tree_digest(folder: Path) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Strength of the checks, for every graded exercise of every notebook in solutions/ (and the fixture).
 
 For each notebook: every plausible wrong answer in tests/fixtures/wrong_answers/<notebook>.json loses points on
-its own exercise's checks, and together they lose points on every graded cell; the released stub of each answer
+its own exercise's checks, and together they lose points on every graded cell; every other right answer in
+tests/fixtures/right_answers/<notebook>.json keeps full marks; the released stub of each answer
 (what an unanswered notebook holds) scores zero on every check of its exercise, and its own cell fails, if at all, only
 by saying it is unanswered (NotImplementedError); the solution keeps full marks.
 Each notebook runs once for all of these (tests/answer_trials.py: every answer tried in place, just before its
@@ -42,6 +43,7 @@ from tests.grading_support import (
     grade,
     graded_cells,
     reads_grading_mode,
+    right_answers,
     validate_executed,
     with_answers,
     wrong_answers,
@@ -67,12 +69,17 @@ def stubs(source: Path) -> dict[str, str]:
 
 
 def trials(source: Path) -> list[tuple[str, dict[str, str]]]:
-    """(what it is, answer grade_id -> source) for every wrong answer, then every answer's released stub."""
+    """(what it is, answer grade_id -> source) for every wrong answer, every answer's released stub, then every
+    other right answer."""
     wrong = [
         (f"wrong answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g != "why"})
         for k, w in enumerate(wrong_answers(source.stem))
     ]
-    return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()]
+    right = [
+        (f"right answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g != "why"})
+        for k, w in enumerate(right_answers(source.stem))
+    ]
+    return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()] + right
 
 
 def _try(source: Path, base: Path) -> dict:
@@ -135,6 +142,9 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, r
     lowered = set()
     for (what, answers), failed in zip(labelled, result["failed"]):
         own = set().union(*(checks.get(g, set()) for g in answers))
+        if what.startswith("right answer"):
+            assert not failed, f"{what} of {source.stem} loses points on {sorted(failed)}: a valid answer refused"
+            continue
         if what.startswith("the released stub"):
             kept = own - set(failed)
             assert not kept, f"the unanswered notebook scores on {sorted(kept)} of {source.stem}: the check is too weak"
