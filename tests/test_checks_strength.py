@@ -118,9 +118,19 @@ def tried_fixture(tmp_path_factory) -> dict[str, dict]:
     return _try_all([FIXTURE], tmp_path_factory.mktemp("fixture"))
 
 
+def selected(session: pytest.Session, module) -> set[Path]:
+    """The notebooks this module's selected tests ask for: `-k 03_parallelism` tries only 03's answers."""
+    return {
+        item.callspec.params["source"]
+        for item in session.items
+        if item.module is module and "source" in getattr(getattr(item, "callspec", None), "params", {})
+    }
+
+
 @pytest.fixture(scope="module")
-def tried_course(tmp_path_factory) -> dict[str, dict]:
-    return _try_all([p for p in course_notebooks() if p != FIXTURE], tmp_path_factory.mktemp("course"))
+def tried_course(tmp_path_factory, request) -> dict[str, dict]:
+    chosen = selected(request.session, request.module)
+    return _try_all([p for p in course_notebooks() if p != FIXTURE and p in chosen], tmp_path_factory.mktemp("course"))
 
 
 @pytest.mark.timeout(
