@@ -459,8 +459,7 @@ def _environment(r: Request) -> list[str]:
         "# Site set-up goes here, e.g.: module load openmpi cuda   (or: source /path/to/venv/bin/activate)",
         "echo \"job ${SLURM_JOB_ID} '${SLURM_JOB_NAME}': ${SLURM_JOB_NUM_NODES} node(s) [${SLURM_JOB_NODELIST}],"
         ' ${SLURM_NTASKS} task(s), ${SLURM_CPUS_PER_TASK} CPU(s) per task, started $(date -Iseconds)"',
-        "# whole lines: unbuffered, Python writes a print's text and newline apart, and another rank's line"
-        " may land between (the programs flush each line)",
+        "# each rank's lines stay whole in the output",
         "unset PYTHONUNBUFFERED",
         "# threads per process = the CPUs Slurm gave each task (else N processes oversubscribe the cores)",
         "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
@@ -471,6 +470,12 @@ def _environment(r: Request) -> list[str]:
     if r.total_tasks > 1 and r.launcher == "mpiexec":
         lines.append("# Open MPI settings (course.mpi)")
         lines += [f"export {k}={v}" for k, v in mpi.SETTINGS.items() if k not in (OVERSUBSCRIBE, mpi.YIELD)]
+        lines += [
+            "# in a container ranks may not read each other's memory directly (CMA): copy through shared memory",
+            f"if {mpi.container_test()}; then",
+            *(f"    export {k}={v}" for k, v in mpi.SINGLE_COPY.items()),
+            "fi",
+        ]
         if r.oversubscribe:  # only when asked: on a cluster more ranks than slots is usually a wrong -n or layout
             lines += [f"export {OVERSUBSCRIBE}=1", f"export {mpi.YIELD}=1  # ranks share cores: waiting ones yield"]
         root = " ".join(f"{k}={v}" for k, v in mpi.ROOT_SETTINGS.items())

@@ -1,7 +1,7 @@
 """Open MPI start-up settings, in one place: every `mpiexec` the course runs takes them from here.
 
 As root, Open MPI refuses to start unless told it may; in containers its shared-memory
-single-copy mechanism fails; and a class often asks for more ranks than the node has cores.
+single-copy mechanism may be refused; and a class often asks for more ranks than the node has cores.
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ ROOT_SETTINGS = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"
 # (benchmarks/horovod.py, 2 ranks on 2 cores: weak-scaling efficiency 0.51 -> 0.76). Batch jobs give each rank
 # cores of its own, so job scripts leave it out unless asked to oversubscribe (course.jobs).
 YIELD = "OMPI_MCA_mpi_yield_when_idle"
+# Open MPI's shared-memory transport copies a large message straight from one rank's memory into another's (CMA:
+# process_vm_readv), which needs permission to ptrace the other rank. Containers often withhold it (Docker without
+# CAP_SYS_PTRACE, user namespaces: open-mpi/ompi#4948, hpc/charliecloud#128) and every large message then fails
+# ("Read -1, expected ..., errno = 1"). `none` copies through a shared buffer instead, twice: slower for large
+# messages on a real node, so it is set only inside a container. The markers, for Python and for job scripts:
+SINGLE_COPY = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+CONTAINER_FILES = ("/.dockerenv", "/run/.containerenv")  # Docker; Podman
+CONTAINER_VARIABLES = ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER", "KUBERNETES_SERVICE_HOST")  # Binder: a pod
 SETTINGS = {
-    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     # Allow more ranks than cores (a class on a small node) without every user passing --oversubscribe.
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
     YIELD: "1",
@@ -45,9 +52,22 @@ def env(base: dict[str, str] | None = None) -> dict[str, str]:
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         for key, value in ROOT_SETTINGS.items():
             result.setdefault(key, value)
-    for key, value in SETTINGS.items():
+    for key, value in {**SETTINGS, **(SINGLE_COPY if in_container(result) else {})}.items():
         result.setdefault(key, value)
     return result
+
+
+def in_container(environ: dict[str, str] | None = None) -> bool:
+    """True inside a Docker, Podman or Apptainer container or a Kubernetes pod (where CMA may be refused)."""
+    environ = os.environ if environ is None else environ
+    return any(os.path.exists(f) for f in CONTAINER_FILES) or any(environ.get(v) for v in CONTAINER_VARIABLES)
+
+
+def container_test() -> str:
+    """The shell condition true where `in_container` is, for a job script (which may run on another node)."""
+    files = [f"[ -e {f} ]" for f in CONTAINER_FILES]
+    variables = "".join(f"${{{v}:-}}" for v in CONTAINER_VARIABLES)
+    return " || ".join([*files, f'[ -n "{variables}" ]'])
 
 
 def mpiexec() -> str:

@@ -163,6 +163,28 @@ def test_mpi_launch_uses_course_mpi_settings():
         if key not in (jobs.OVERSUBSCRIBE, mpi.YIELD):  # both only with --oversubscribe (next test)
             assert f"export {key}={value}" in text
     assert "mpiexec" not in jobs.script(jobs.Request("mirrored", gpus_per_node=2))
+    assert "newline apart" not in text, "a note for the course's developers, not for the script's reader"
+
+
+def test_single_copy_is_turned_off_only_inside_a_container():
+    """Open MPI's single-copy (CMA) transfers speed up large messages on a real node; only a container may refuse
+    them: the job script sets `none` under the same condition as course.mpi, read by bash on the node itself."""
+    from course import mpi
+
+    ((key, value),) = mpi.SINGLE_COPY.items()
+    text = jobs.script(jobs.Request("horovod", tasks_per_node=2))
+    lines = text.splitlines()
+    assert f"export {key}={value}" not in lines, "exported unconditionally: slows large messages on a real node"
+    start = lines.index(f"if {mpi.container_test()}; then")
+    assert lines[start + 1].strip() == f"export {key}={value}" and lines[start + 2] == "fi", text
+    outside = {"PATH": "/usr/bin:/bin"}
+    for environ in (outside, {**outside, "APPTAINER_CONTAINER": "/images/course.sif"}):
+        shell = subprocess.run(["bash", "-c", mpi.container_test()], env=environ).returncode == 0
+        assert shell == mpi.in_container(environ), environ
+        assert (mpi.env(environ).get(key) == value) == mpi.in_container(environ), environ
+    assert mpi.in_container({**outside, "APPTAINER_CONTAINER": "/images/course.sif"})
+    if not any(Path(f).exists() for f in mpi.CONTAINER_FILES):  # on a real node: no workaround
+        assert key not in mpi.env(outside)
 
 
 def test_job_scripts_oversubscribe_only_when_asked():
