@@ -407,3 +407,54 @@ def test_submit_without_slurm_says_what_to_do(tmp_path, records):
     assert done.returncode == 1 and "no Slurm client" in done.stderr and "--print" in done.stderr, done.stderr
     printed = run_course("job", "horovod", "--print", env=env, timeout=120)
     assert printed.returncode == 0 and printed.stdout.startswith("#!/bin/bash"), printed.stderr
+
+
+def test_the_hand_written_warning_demo_takes_a_second_warning_without_a_change(tmp_path):
+    """Issue 39: 09's hand-written job (section 5) run by bash itself, warned twice as Slurm may warn (an early
+    USR1, then Slurm's own). The first is passed on once the program is ready and it saves its checkpoint; the
+    second changes nothing: the trap says so and does not pass it on, and the script still waits for the
+    program (before, the second USR1 ended the script's last `wait`, and the script, while the program ran)."""
+    import json
+    import os
+    import signal
+    import sys
+    import threading
+
+    from tests.conftest import ROOT
+
+    cells = json.loads((ROOT / "solutions" / "09_running_on_hpc.ipynb").read_text())["cells"]
+    demo = next("".join(c["source"]) for c in cells if "sleeper.sbatch" in "".join(c["source"]))
+    exec(compile(demo, "09 demo", "exec"), {"WORK": tmp_path, "SLURM": False, "jobs": jobs, "__name__": "demo"})
+    shell = subprocess.Popen(
+        ["bash", "sleeper.sbatch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    ending = threading.Timer(120, os.killpg, (shell.pid, signal.SIGKILL))  # never left behind
+    ending.start()
+    lines = []
+    try:
+        for line in shell.stdout:  # ends when the shell and the program have both left (or were ended)
+            lines.append(line)
+            if line.startswith("working"):  # the program runs: warn the batch shell, as Slurm's B:USR1 does
+                shell.send_signal(signal.SIGUSR1)
+            elif "checkpoint saved" in line:
+                shell.send_signal(signal.SIGUSR1)  # the second warning
+            elif "again" in line:  # the trap has handled it: the script must still be waiting for the program
+                still = shell.poll() is None
+                program = subprocess.run(["pgrep", "-f", "-s", str(shell.pid), "sleeper.py"], capture_output=True)
+                for pid in program.stdout.split():
+                    os.kill(int(pid), signal.SIGTERM)
+        shell.wait(timeout=60)
+    finally:
+        ending.cancel()
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+    out = "".join(lines)
+    assert "batch shell: USR1 again: passed on already, nothing changes" in out, out
+    assert still and out.count("checkpoint saved") == 1, out
+    assert (tmp_path / "checkpoint.txt").read_text().endswith("s of work saved\n"), out
+    assert sys.executable in (tmp_path / "sleeper.sbatch").read_text()
