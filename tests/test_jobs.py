@@ -247,8 +247,8 @@ def test_a_sweep_as_a_job_array_appends_one_row_per_worker_count(slurm, tmp_path
     assert sorted(int(row["workers"]) for row in rows) == [1, 2], rows
 
 
-EPOCH_SECONDS = 10  # --min-epoch-seconds: the epochs' length, set here rather than by this machine's speed
-EPOCHS = 13  # asked of the chain below: more than fit in one two-minute job, however fast (12 x 10 s = 2 min)
+EPOCH_SECONDS = 30  # --min-epoch-seconds: the epochs' length, set here rather than by this machine's speed
+EPOCHS = 6  # asked of the chain below: more than fit in one three-minute job, however fast (6 x 30 s = 3 min)
 # one line per decision after the warning: where, the time left, what the next epoch needs, the slowest epoch
 DECISION = re.compile(
     r"^time-limit warning at epoch (\d+) of \d+: ([\d.]+) s left; the next epoch needs ([\d.]+) s "
@@ -280,16 +280,19 @@ def _decisions(out: str) -> list[tuple[int, float, float, float, bool]]:
 
 @pytest.mark.slow
 def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same_epochs(slurm, tmp_path, records):
-    """Two-minute Horovod jobs (2 ranks) warned 90 s before their limit (issue 15): the script resubmits itself,
+    """Three-minute Horovod jobs (2 ranks) warned 150 s before their limit (issue 15): the script resubmits itself,
     rank 0 decides at each epoch's end whether the next one still fits (printing its figures), the job stops with
     status 75 after a checkpoint, and the next job resumes from it ("resumed from rank 0's checkpoint at epoch E")
     until one completes the epochs asked for, with as many optimizer steps as an uninterrupted run.
 
     Every epoch lasts EPOCH_SECONDS (--min-epoch-seconds; the real work is well under a second), so how many fit
     in a job depends on the test, not on this machine's speed: no job may be killed at its limit (TIMEOUT), the
-    last ends COMPLETED, and a job it had submitted on its warning is cancelled, not left queued. Two minutes,
-    not one: a job's start-up and first epoch (TensorFlow traces the model) took 40 s on a loaded machine,
-    and a job must get through them before it can decide anything.
+    last ends COMPLETED, and a job it had submitted on its warning is cancelled, not left queued. Three minutes
+    and epochs of 30 s (issue 39): a job's start-up and first epoch (TensorFlow traces the model) took 90 s on a
+    loaded machine, and every job must get through them and one more epoch, or the chain needs more jobs than
+    MAX_RESUBMITS allows (with two minutes and epochs of 10 s, a job trained one epoch there, of 13). Here a
+    fast machine trains 4 epochs per job (2 jobs), one that takes a minute to start 2 (3 jobs), a slower one
+    at least 1 (6 jobs, within MAX_RESUBMITS).
     """
     import json
     import time
@@ -303,19 +306,19 @@ def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same
         "horovod",
         args,
         tasks_per_node=2,
-        time="00:02:00",
-        resubmit_on_timeout=90,
+        time="00:03:00",
+        resubmit_on_timeout=150,
         output_dir=str(tmp_path),
         workdir=str(tmp_path),
     )
-    assert "#SBATCH --signal=B:USR1@90\n" in jobs.script(request)
+    assert "#SBATCH --signal=B:USR1@150\n" in jobs.script(request)
     started, chain, job_id, epoch = time.monotonic(), [], jobs.submit(request), 0
     try:
         while True:
             final = jobs.wait(job_id, timeout=600)
             out, err = jobs.output(job_id)
             chain.append(f"{final} in {time.monotonic() - started:.0f} s")
-            assert final.time_limit == "00:02:00", final
+            assert final.time_limit == "00:03:00", final
             if epoch:
                 assert f"resumed from rank 0's checkpoint at epoch {epoch}" in out, out
             decisions = _decisions(out)
@@ -332,9 +335,9 @@ def test_job_warned_before_its_time_limit_is_resubmitted_and_resumes_to_the_same
             job_id, epoch = _resubmitted(out), saved
     finally:
         print("\n".join(chain))
-        last = _resubmitted(jobs.output(job_id)[0])
-        if last and course_slurm.job(last) and not course_slurm.job(last).ended:  # never leave a job queued
-            course_slurm.cancel(last)
+        for left in (job_id, _resubmitted(jobs.output(job_id)[0])):  # never leave a job running or queued
+            if left and course_slurm.job(left) and not course_slurm.job(left).ended:
+                course_slurm.cancel(left)
     assert len(chain) >= 2, f"the first job was not stopped by its time limit: {chain}"
     assert all(goes_on for *_, goes_on in decisions), f"the last job stopped yet COMPLETED: {decisions}"
     summary = json.loads(re.search(r"^SUMMARY (.*)$", out, re.M).group(1))
