@@ -337,7 +337,8 @@ def test_a_rank_held_up_at_exit_after_the_warning_does_not_hold_the_job_past_its
     assert len(re.findall("time-limit warning at epoch", out)) == 1, out[-3000:]
     assert training.latest_checkpoint(tmp_path / "ckpt")[1] == stopped, out[-3000:]
     said = [line for line in out.splitlines() if "did not leave together" in line]
-    assert said and f"rank 0's checkpoint of epoch {stopped} is in" in said[0], out[-3000:]
+    assert said and f"stopped at epoch {stopped} of 6 by the time-limit warning" in said[0], out[-3000:]
+    assert "rank 0's checkpoint is in" in said[0] and "most recent call first" in out, out[-3000:]
 
 
 # ---------------------------------------------------------------------------------- MirroredStrategy

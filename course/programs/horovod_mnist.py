@@ -67,25 +67,31 @@ def exit_allowance(startup: float) -> float:
     return max(EXIT_SECONDS, EXIT_SHARE * startup)
 
 
-def leave_within(seconds: float, rank: int, epoch: int, checkpoint_dir: str | None) -> None:
-    """Once this rank stops at the warning: later warnings change nothing (USR1 is ignored from here on, so it
-    interrupts no collective either), and should the rank still be here `seconds` later (the ranks did not get
-    through the collective at exit together), it says so in one line and leaves anyway with status STOPPED."""
+def leave_within(seconds: float, rank: int, stopped: str, checkpoint_dir: str | None) -> None:
+    """Once this rank stops at the warning (`stopped`: "epoch E of N"): later warnings change nothing (USR1 is
+    ignored from here on, so it interrupts no collective either), and should the rank still be here `seconds`
+    later (the ranks did not get through the end of training and the collective at exit together), it says so
+    in one line, writes where each of its threads was to stderr (as when Slurm kills it) and leaves anyway with
+    status STOPPED. Its writes never wait: a rank held up writing its output must not hold up this one."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     def leave() -> None:
         if not _left_together.is_set():
             line = (
-                f"rank {rank}: stopped at epoch {epoch} by the time-limit warning, but the ranks did not leave "
-                f"together within {seconds:.0f} s: leaving anyway; rank 0's checkpoint of epoch {epoch} is in "
-                f"{checkpoint_dir}; resubmit to continue\n"
+                f"rank {rank}: stopped at {stopped} by the time-limit warning, but the ranks did not leave together "
+                f"within {seconds:.0f} s: leaving anyway; rank 0's checkpoint is in {checkpoint_dir}; resubmit to "
+                "continue\n"
             )
-            os.write(2, line.encode())
-        for stream in (sys.stdout, sys.stderr):
+            for fd in (1, 2):
+                try:
+                    os.set_blocking(fd, False)
+                except OSError:
+                    pass
             try:
-                stream.flush()
-            except (OSError, ValueError):
+                os.write(1, line.encode())
+            except OSError:
                 pass
+            faulthandler.dump_traceback(all_threads=True)
         os._exit(STOPPED)
 
     timer = threading.Timer(seconds, leave)
@@ -453,7 +459,8 @@ def time_limit_stop(checkpoint_dir: str | None, test: tuple):
             if hvd_tf.broadcast_object(stop, root_rank=0, name="time_limit_stop"):
                 self.stopped_at = epoch + 1
                 self.model.stop_training = True
-                leave_within(exit_allowance(self._startup), hvd_tf.rank(), self.stopped_at, checkpoint_dir)
+                stopped = f"epoch {self.stopped_at} of {epochs}"
+                leave_within(exit_allowance(self._startup), hvd_tf.rank(), stopped, checkpoint_dir)
 
         def _left(self) -> float | None:
             job = os.environ.get("SLURM_JOB_ID")
