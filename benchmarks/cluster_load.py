@@ -157,7 +157,7 @@ def run(cycles: int, processes: int = 4, home: Path | None = None) -> dict:
 
     os.environ["IPYTHONDIR"] = ipython_dir
     left_ids = cluster.running_ids()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # stopped engines exit within seconds; a loaded machine may need more
     while leftovers(ipython_dir) and time.monotonic() < deadline:
         time.sleep(1)
     problems += [f"cluster left on record: {cid}" for cid in left_ids]

@@ -23,7 +23,7 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])  # not benchmarks/: its s
 
 import nbformat  # noqa: E402
 
-from course.grading.grade import grade  # noqa: E402
+from course.grading.grade import check_options, grade  # noqa: E402
 from course.grading.release import render, student_version  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,14 +66,8 @@ def main() -> int:
             run = {}
             for workers in (1, args.workers):
                 started = time.perf_counter()
-                summary = grade(
-                    tmp / "class",
-                    tmp / f"out{workers}",
-                    solutions=args.notebook.parent,
-                    workers=workers,
-                    regrade=True,
-                    progress=False,
-                )
+                options = check_options(tmp / "class", tmp / f"out{workers}", args.notebook.parent, workers=workers)
+                summary = grade(options, regrade=True, progress=False)
                 run[workers] = time.perf_counter() - started
                 times[workers].append(run[workers])
                 print(

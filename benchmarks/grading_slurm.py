@@ -31,7 +31,7 @@ from benchmarks import machine  # noqa: E402
 from benchmarks.grading import FIXTURE, make_class  # noqa: E402
 from course import slurm  # noqa: E402
 from course.grading import on_slurm  # noqa: E402
-from course.grading.grade import grade  # noqa: E402
+from course.grading.grade import check_options, grade  # noqa: E402
 
 
 def _rows(out: Path) -> list[tuple]:
@@ -58,9 +58,8 @@ def main() -> int:
         for pair in range(args.pairs):
             ceilings.append(machine.pair())
             started = time.perf_counter()
-            grade(
-                Path(tmp) / "class", shared / "local", args.notebook.parent, workers=cores, regrade=True, progress=False
-            )
+            options = check_options(Path(tmp) / "class", shared / "local", args.notebook.parent, workers=cores)
+            grade(options, regrade=True, progress=False)
             local = time.perf_counter() - started
             started = time.perf_counter()
             on_slurm.submit(

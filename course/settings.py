@@ -98,6 +98,13 @@ SETTINGS: tuple[Setting, ...] = (
         "the file a program creates once every rank handles the time-limit warning (the script passes it on then)",
         internal=True,
     ),
+    Setting(
+        "COURSE_TEST_HOLD_AT_EXIT",
+        "unset",
+        "tests only: seconds rank 0 of course.programs.horovod_mnist waits, after the time-limit stop, before it "
+        "says so and joins the other ranks (a rank held up at exit, e.g. by a slow file system)",
+        internal=True,
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

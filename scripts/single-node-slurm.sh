@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # A real single-node Slurm (Debian slurm-wlm + munge) for tests and workshops on one machine.
-# Usage: scripts/single-node-slurm.sh start [--fresh]|stop|status
+# Usage: scripts/single-node-slurm.sh start [--fresh]|stop [DAEMON...]|status
 #   start   write /etc/slurm/slurm.conf for this host (if it is not ours already), start munged,
 #           slurmctld and slurmd, and wait until the node takes jobs. Idempotent: a running Slurm is left alone.
 #           --fresh (for test suites): when slurmctld has to be started, it starts with an empty queue
 #           (slurmctld -c) instead of recovering the jobs an earlier, killed run left in its state files;
 #           such a job can hold the node's cores for hours (its processes died with the old run).
-#   stop    stop slurmd, slurmctld and munged started by this script (by their pid files).
+#   stop [DAEMON...]  stop slurmd, slurmctld and munged started by this script (by their pid files); given
+#           names (slurmd, slurmctld, munged), only those (the test suite stops only what it started).
 #   status  exit 0 when sinfo answers and the node is up.
 # Needs root and the packages slurm-wlm and munge (scripts/setup-system.sh slurm-wlm munge installs them).
 # Exit status 3 means "cannot run here" (not root, or the packages are missing), with the reason on stderr.
@@ -91,19 +92,26 @@ start() {
 
 stop() {
   need
-  stop_pidfile "$RUN/slurmd.pid"
-  stop_pidfile "$RUN/slurmctld.pid"
-  stop_pidfile /run/munge/munged.pid
-  echo "single-node-slurm: stopped"
+  local which=" ${*:-slurmd slurmctld munged} " daemon
+  for daemon in $which; do
+    case "$daemon" in
+      slurmd|slurmctld|munged) ;;
+      *) echo "single-node-slurm: stop takes slurmd, slurmctld or munged, not $daemon" >&2; exit 2 ;;
+    esac
+  done
+  if [[ "$which" == *" slurmd "* ]]; then stop_pidfile "$RUN/slurmd.pid"; fi
+  if [[ "$which" == *" slurmctld "* ]]; then stop_pidfile "$RUN/slurmctld.pid"; fi
+  if [[ "$which" == *" munged "* ]]; then stop_pidfile /run/munge/munged.pid; fi
+  echo "single-node-slurm: stopped${*:+ $*}"
 }
 
 case "${1:-}" in
   start)
     case "${2:-}" in
       ""|--fresh) start "${2:-}" ;;
-      *) echo "usage: $0 start [--fresh]|stop|status" >&2; exit 2 ;;
+      *) echo "usage: $0 start [--fresh]|stop [DAEMON...]|status" >&2; exit 2 ;;
     esac ;;
-  stop) stop ;;
+  stop) shift; stop "$@" ;;
   status) need; node_up ;;
-  *) echo "usage: $0 start [--fresh]|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 start [--fresh]|stop [DAEMON...]|status" >&2; exit 2 ;;
 esac

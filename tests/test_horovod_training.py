@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -282,6 +283,62 @@ def test_a_rank_killed_at_the_time_limit_says_where_it_was(tmp_path):
     assert "most recent call first" in err and re.search(r'horovod_mnist.py", line \d+ in on_epoch_end\n', err), err[
         -3000:
     ]
+
+
+@pytest.mark.slow
+def test_a_rank_held_up_at_exit_after_the_warning_does_not_hold_the_job_past_its_exit_allowance(tmp_path):
+    """Issue 39: a job stopped by the warning sat in the collective at exit until Slurm killed it. Here rank 0 is
+    held up (COURSE_TEST_HOLD_AT_EXIT, far longer than any allowance) after the stop, as a rank slowed by its file
+    system would be, and a second warning arrives just after the stop decision: the ranks still leave within
+    their exit allowance (the test allows 20 times the least, EXIT_SECONDS, so a slow machine passes too, and
+    well under the hold), with status 75, one line saying so, and the checkpoint of the epoch they stopped at."""
+    from course.programs import horovod_mnist
+
+    env = dict(mpi.env(), TF_CPP_MIN_LOG_LEVEL="2", COURSE_TEST_HOLD_AT_EXIT="3600")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("SLURM_JOB_ID", None)  # no Slurm: the first decision stops
+    program = ["-m", "course.programs.horovod_mnist", "--limit", "200", "--epochs", "6", "--batch", "16"]
+    program += ["--min-epoch-seconds", "4", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    job = subprocess.Popen(
+        mpi.command(2, sys.executable, *program),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    allowance = 20 * horovod_mnist.EXIT_SECONDS
+    lines, decided, timers = [], None, [threading.Timer(TIMEOUT, os.killpg, (job.pid, signal.SIGKILL))]
+    timers[0].start()
+    try:
+        for line in job.stdout:  # ends when every rank has left (or the timers have ended them)
+            lines.append(line)
+            if line.startswith("Epoch 2/"):  # past start-up: every rank takes the warning
+                job.send_signal(signal.SIGUSR1)  # mpiexec passes it on to the ranks, as in a job
+            if "stopping after this epoch" in line and decided is None:
+                decided = time.monotonic()
+                job.send_signal(signal.SIGUSR1)  # a second warning, once the ranks have begun to leave
+                timers.append(threading.Timer(allowance, os.killpg, (job.pid, signal.SIGKILL)))
+                timers[-1].start()
+        job.wait(timeout=60)
+        left = time.monotonic() - decided if decided else None
+    finally:
+        for timer in timers:
+            timer.cancel()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    out = "".join(lines)
+    assert decided is not None, out[-3000:]
+    assert left < allowance, f"left {left:.0f} s after the stop decision:\n{out[-3000:]}"
+    assert job.returncode == horovod_mnist.STOPPED, (job.returncode, out[-3000:])
+    stopped = int(re.search(r"time-limit warning at epoch (\d+) of 6: .*stopping after this epoch", out).group(1))
+    assert len(re.findall("time-limit warning at epoch", out)) == 1, out[-3000:]
+    assert training.latest_checkpoint(tmp_path / "ckpt")[1] == stopped, out[-3000:]
+    said = [line for line in out.splitlines() if "did not leave together" in line]
+    assert said and f"stopped at epoch {stopped} of 6 by the time-limit warning" in said[0], out[-3000:]
+    assert "rank 0's checkpoint is in" in said[0] and "most recent call first" in out, out[-3000:]
 
 
 # ---------------------------------------------------------------------------------- MirroredStrategy

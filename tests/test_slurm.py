@@ -145,3 +145,30 @@ def test_a_controller_that_does_not_answer_is_known_at_once_without_waiting_on_s
     assert not calls.exists(), (
         f"sinfo was asked although scontrol ping said the controller is down: {calls.read_text()}"
     )
+
+
+def test_a_test_session_leaves_the_slurm_daemons_as_it_found_them(tmp_path):
+    """Issue 39: the `slurm` fixture stops at the session's end the daemons it started, and only those. A session
+    of one test that uses it runs here: afterwards munged, slurmctld and slurmd run exactly as before (the same
+    processes when they ran, none when it started them). Run alone, with no Slurm up, it starts and stops them."""
+    import sys
+
+    from tests.slurm import ROOT, running
+
+    (tmp_path / "test_inner.py").write_text(
+        "from tests.slurm import slurm  # noqa: F401\n\n\ndef test_uses_slurm(slurm):\n    assert slurm\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    before = running()
+    inner = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull, "test_inner.py"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    if "1 skipped" in inner.stdout:
+        pytest.skip(f"Slurm cannot run here: {inner.stdout[-300:]}")
+    assert "1 passed" in inner.stdout, inner.stdout[-3000:] + inner.stderr[-2000:]
+    assert running() == before, f"before the session: {before}; after it: {running()}"

@@ -32,7 +32,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     from course.grading.execute import check_timeout
-    from course.grading.grade import grade
+    from course.grading.grade import check_options, grade
 
     if args.timeout is not None:
         check_timeout(args.timeout)
@@ -70,8 +70,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    options = from_args(args, "solutions timeout workers memory regrade")
-    print(grade(args.submissions, args.out, progress=progress, **options))
+    options = check_options(args.submissions, args.out, **from_args(args, "solutions timeout workers memory"))
+    print(grade(options, regrade=args.regrade, progress=progress))
     return 0
 
 

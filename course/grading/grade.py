@@ -435,20 +435,11 @@ def prepare(o: Options, workdir: Path, regrade: bool = False) -> Grading:
     return Grading(o.submissions, o.out, o.timeout, o.memory, o.workers, the_plan, keys, todo, state, started)
 
 
-def grade(
-    submissions: Path,
-    out: Path,
-    solutions: Path | None = None,
-    timeout: float | None = None,
-    workers: int | None = None,
-    memory: str | int | None = None,
-    regrade: bool = False,
-    progress: bool = True,
-) -> str:
-    """Grade a class folder into OUT on this machine; returns the summary line."""
+def grade(options: Options, regrade: bool = False, progress: bool = True) -> str:
+    """Grade a class folder into its output folder on this machine, with options from `check_options` (which
+    refuses bad ones before anything is written); returns the summary line."""
     import tempfile
 
-    options = check_options(submissions, out, solutions, timeout, workers, memory)
     with writing(options.out), tempfile.TemporaryDirectory(prefix="course-gradebooks-") as workdir:
         refuse_pending(options.out)
         g = prepare(options, Path(workdir), regrade)

@@ -20,8 +20,11 @@ the ranks go on while another epoch fits in the time Slurm leaves the job (an ep
 last few; the last epoch also needs the final evaluation, timed once, and the exit); then, at the end of an epoch
 (rank 0's checkpoint of it is written as after every epoch), the program exits with status 75 (EX_TEMPFAIL: try
 again) saying at which epoch it stopped; the same command with the same --checkpoint-dir, in the next job,
-continues from there. Each decision is printed with the figures it rests on. The warning must leave more time
-than one epoch takes. --min-epoch-seconds makes short epochs as long as a real dataset's, to rehearse this.
+continues from there. Each decision is printed with the figures it rests on. From the stop on, a further USR1
+changes nothing, and the ranks leave within the time counted for leaving: a rank still there then (the ranks did
+not get through the collective at exit together) says so in one line and leaves anyway, with status 75. The
+warning must leave more time than one epoch takes. --min-epoch-seconds makes short epochs as long as a real
+dataset's, to rehearse this.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -50,11 +54,52 @@ EXIT_SHARE = 0.5
 EXIT_SECONDS = 10.0
 _began = time.monotonic()  # the program's start (main() resets it), for its start-up time
 _warned: list[float] = []  # when SIGUSR1 arrived (the handler only records it; the training loop acts on it)
+_left_together = threading.Event()  # set once every rank has passed the collective at exit after the stop
 
 
 def _on_warning(signum, frame) -> None:
     """SIGUSR1: Slurm's time-limit warning. Remember it; the epoch in progress finishes first."""
     _warned.append(time.time())
+
+
+def exit_allowance(startup: float) -> float:
+    """Seconds a stopped job has to leave after its last epoch: EXIT_SHARE of its start-up, at least EXIT_SECONDS."""
+    return max(EXIT_SECONDS, EXIT_SHARE * startup)
+
+
+def leave_within(seconds: float, rank: int, stopped: str, checkpoint_dir: str | None) -> None:
+    """Once this rank stops at the warning (`stopped`: "epoch E of N"): later warnings change nothing (USR1 is
+    ignored from here on, so it interrupts no collective either), and should the rank still be here `seconds`
+    later (the ranks did not get through the end of training and the collective at exit together), it says so
+    in one line, writes where each of its threads was to stderr (as when Slurm kills it) and leaves anyway with
+    status STOPPED. Its writes never wait: a rank held up writing its output must not hold up this one."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+    def leave() -> None:
+        if not _left_together.is_set():
+            line = (
+                f"rank {rank}: stopped at {stopped} by the time-limit warning, but the ranks did not leave together "
+                f"within {seconds:.0f} s: leaving anyway; rank 0's checkpoint is in {checkpoint_dir}; resubmit to "
+                "continue\n"
+            )
+            for fd in (1, 2):
+                try:
+                    os.set_blocking(fd, False)
+                except OSError:
+                    pass
+            try:
+                os.write(1, line.encode())
+            except OSError:
+                pass
+            faulthandler.dump_traceback(all_threads=True)
+        os._exit(STOPPED)
+
+    timer = threading.Timer(seconds, leave)
+    timer.daemon = True
+    timer.start()
+    # the last resort, where Python no longer runs threads (the interpreter's own end): the kernel ends the rank
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(int(seconds) + 10)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -241,7 +286,7 @@ def train(
         training.root_print(f"already trained for {initial_epoch} epochs (asked for {args.epochs}): nothing to do")
         return 0
 
-    warning = time_limit_stop(paths["checkpoint_dir"] is not None, test)
+    warning = time_limit_stop(paths["checkpoint_dir"], test)
     timer = perf.timing_callback(steps * args.batch * size)
     rates = training.learning_rate_log()  # what the optimizer really used
     callbacks = training.horovod_callbacks(
@@ -260,13 +305,16 @@ def train(
     )
     elapsed = time.perf_counter() - started
     if warning.stopped_at is not None:  # the job's time is nearly up: no evaluation, no summary
+        if rank == 0 and settings.get("COURSE_TEST_HOLD_AT_EXIT"):  # a test's rank 0 held up at exit
+            time.sleep(float(settings.get("COURSE_TEST_HOLD_AT_EXIT")))
         training.root_print(
             f"stopped at epoch {warning.stopped_at} of {args.epochs} by the time-limit warning; "
             f"rank 0's checkpoint is in {paths['checkpoint_dir']}; resubmit to continue"
         )
         # every rank leaves together: mpiexec ends the others as soon as one exits non-zero, which could cut rank 0
-        # short before it has said the above
+        # short before it has said the above; bounded by leave_within (armed at the stop)
         hvd_tf.broadcast_object(None, root_rank=0, name="stopped_by_warning")
+        _left_together.set()
         return STOPPED
     loss, accuracy = model.evaluate(*test, verbose=0)
     summary = timer.summary()
@@ -319,8 +367,8 @@ class Decision:
 
     @property
     def exit_time(self) -> float:
-        """Seconds to leave after the last line: EXIT_SHARE of the job's start-up, at least EXIT_SECONDS."""
-        return max(EXIT_SECONDS, EXIT_SHARE * self.startup)
+        """Seconds to leave after the last line (exit_allowance of the job's start-up)."""
+        return exit_allowance(self.startup)
 
     @property
     def go_on(self) -> bool:
@@ -359,16 +407,16 @@ def epoch_floor(seconds: float):
     return EpochFloor()
 
 
-def time_limit_stop(can_save: bool, test: tuple):
+def time_limit_stop(checkpoint_dir: str | None, test: tuple):
     """A Keras callback acting on the time-limit warning at the end of each epoch. (Over 60 lines: the callback
     class is defined here, where Keras and Horovod are already imported, as Horovod's examples do.)
 
     The ranks agree (one all-reduce) whether any of them was warned. Then rank 0 decides for all (a broadcast,
     so that every rank stops at the same epoch and none is left waiting in a collective): go on while the next
     epoch fits in the time Slurm leaves the job (course.slurm.seconds_left; `decide`), else stop after this
-    epoch, whose checkpoint rank 0's ModelCheckpoint has written. Before the last epoch, the final evaluation
-    on `test` is timed once and counted too. Without a checkpoint folder there is nothing to save: training
-    goes on, and says so once.
+    epoch, whose checkpoint rank 0's ModelCheckpoint has written, and leave within exit_allowance (leave_within).
+    Before the last epoch, the final evaluation on `test` is timed once and counted too. Without a checkpoint
+    folder there is nothing to save: training goes on, and says so once.
     """
     import horovod.tensorflow as hvd_tf
     import tensorflow as tf
@@ -397,7 +445,7 @@ def time_limit_stop(can_save: bool, test: tuple):
             epochs = self.params.get("epochs", 0)
             if int(warned.numpy()) == 0 or epoch + 1 >= epochs:
                 return  # no warning, or this was the last epoch anyway
-            if not can_save:
+            if checkpoint_dir is None:
                 if not self._told and hvd_tf.rank() == 0:
                     print("time-limit warning, but no --checkpoint-dir to save to: training goes on", flush=True)
                 self._told = True
@@ -411,6 +459,8 @@ def time_limit_stop(can_save: bool, test: tuple):
             if hvd_tf.broadcast_object(stop, root_rank=0, name="time_limit_stop"):
                 self.stopped_at = epoch + 1
                 self.model.stop_training = True
+                stopped = f"epoch {self.stopped_at} of {epochs}"
+                leave_within(exit_allowance(self._startup), hvd_tf.rank(), stopped, checkpoint_dir)
 
         def _left(self) -> float | None:
             job = os.environ.get("SLURM_JOB_ID")
