@@ -142,16 +142,7 @@ def problems(run: Run, single: Run) -> list[str]:
             f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
             f"start from rank 0's weights and apply the same averaged update"
         )
-    for r in ranks[1:]:
-        if r.files:
-            found.append(
-                f"rank {r.rank} wrote {', '.join(r.files)}: only rank 0 writes checkpoints and the model "
-                f"(the copies are identical, and several writers corrupt one file)"
-            )
-    found += _shards(ranks)
-    missing = sorted(set(base.files) - set(ranks[0].files))
-    if missing:
-        found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
+    found += _shards(ranks) + _files(ranks, base)
     steps = ranks[0].steps_per_epoch[0]
     want = base.steps_per_epoch[0] / n
     if abs(steps - want) >= 1:
@@ -173,6 +164,21 @@ def problems(run: Run, single: Run) -> list[str]:
             "the ranks logged different losses: average the metrics over the ranks, so that what rank 0 "
             "prints and saves holds for the whole model"
         )
+    return found
+
+
+def _files(ranks: list[Record], base: Record) -> list[str]:
+    """Rank 0 writes what the single process writes, and no other rank writes anything."""
+    found = []
+    for r in ranks[1:]:
+        if r.files:
+            found.append(
+                f"rank {r.rank} wrote {', '.join(r.files)}: only rank 0 writes checkpoints and the model "
+                f"(the copies are identical, and several writers corrupt one file)"
+            )
+    missing = sorted(set(base.files) - set(ranks[0].files))
+    if missing:
+        found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
     return found
 
 
