@@ -392,3 +392,12 @@ def test_an_srun_command_is_read_as_srun_reads_it(options):
 def test_each_mistake_in_an_srun_command_is_named(words, named):
     found = sbatch_script.srun_problems(words, 1, 1, "00:05:00", PROGRAM)
     assert any(named in problem for problem in found), found
+
+
+@pytest.mark.parametrize("option", ["--gres=gpu:8", "--gpus-per-task=1", "--gpus=16", "--gpus-per-node=8"])
+def test_adapt_leaves_every_gpu_option_out_where_the_partition_has_no_gpus(option):
+    """sbatch --test-only on a CPU partition would refuse any GPU request: the copy Slurm judges leaves it out."""
+    from course.slurm import Partition
+
+    adapted, changes = sbatch_script.adapt(RIGHT.replace("--gres=gpu:8", option), Partition("debug", 1, 2))
+    assert "gpu" not in adapted.lower() and any("no GPUs here" in c for c in changes), adapted
