@@ -80,6 +80,7 @@ SAME_REQUEST = {
     "--gpus, every GPU of the 2 nodes": ("--gres=gpu:8", "--gpus=16"),
     "-G": ("--gres=gpu:8", "-G 16"),
     "--gres and --gpus-per-task together": ("--gres=gpu:8", "--gres=gpu:8\n#SBATCH --gpus-per-task=1"),
+    "--ntasks-per-gpu=1 with the GPUs per node": ("--ntasks-per-node=8", "--ntasks-per-gpu=1"),
     "--ntasks with one GPU per task": (
         "--ntasks-per-node=8\n#SBATCH --cpus-per-task=6\n#SBATCH --gres=gpu:8",
         "--ntasks=16\n#SBATCH --cpus-per-task=6\n#SBATCH --gpus-per-task=1",
@@ -401,3 +402,17 @@ def test_adapt_leaves_every_gpu_option_out_where_the_partition_has_no_gpus(optio
 
     adapted, changes = sbatch_script.adapt(RIGHT.replace("--gres=gpu:8", option), Partition("debug", 1, 2))
     assert "gpu" not in adapted.lower() and any("no GPUs here" in c for c in changes), adapted
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["--ntasks-per-node=8", "--ntasks=16\n#SBATCH --gpus-per-task=1", "--ntasks-per-node=8\n#SBATCH --ntasks=16"],
+)
+def test_adapt_fits_the_tasks_and_their_cpus_into_the_partition(layout):
+    """However the tasks are asked for, the copy asks for no more tasks x CPUs per node than a node has."""
+    from course.slurm import Partition
+
+    adapted, _ = sbatch_script.adapt(RIGHT.replace("--ntasks-per-node=8", layout), Partition("debug", 1, 2))
+    h = sbatch_script.read(adapted)
+    per_node = int(h.get("ntasks-per-node") or h.get("ntasks"))
+    assert per_node * int(h.get("cpus-per-task")) <= 2 and int(h.get("ntasks") or per_node) <= 2, adapted

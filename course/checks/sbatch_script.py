@@ -87,6 +87,10 @@ def tasks_per_node(h: Header, want: Exercise) -> int | None:
     per_node, ntasks, per_task = h.get("ntasks-per-node"), h.get("ntasks"), _gpu_count(h.get("gpus-per-task") or "")
     if per_node is not None:
         return int(per_node) if per_node.strip().isdigit() else None
+    per_gpu = h.get("ntasks-per-gpu")  # tasks per GPU of a node: with the node's GPUs asked per node, tasks per node
+    node_gpus = slurm.gres_gpus(h.get("gres") or "") or _gpu_count(h.get("gpus-per-node") or "")
+    if per_gpu is not None and per_gpu.strip().isdigit() and node_gpus and ntasks is None:
+        return int(per_gpu) * node_gpus
     if ntasks is None or not ntasks.strip().isdigit() or not per_task:
         return None
     most = want.gpus_per_node // per_task  # tasks a node can hold, each with its own GPUs
@@ -145,6 +149,11 @@ def _layout(h: Header, want: Exercise) -> list[str]:
             )
         elif per_node != gpus:
             found.append(f"--ntasks-per-node is {per_node} but the nodes have {gpus} GPUs: one rank per GPU")
+    elif (implied := tasks_per_node(h, want)) is not None and ntasks is None:
+        if implied != gpus:
+            found.append(
+                f"--ntasks-per-gpu gives {implied} task(s) per node but the nodes have {gpus} GPUs: one rank per GPU"
+            )
     elif ntasks is not None:
         if tasks_per_node(h, want) is None:
             found.append(
@@ -507,6 +516,12 @@ def adapt(text: str, part: slurm.Partition) -> tuple[str, list[str]]:
     tasks = int(values["ntasks-per-node"]) if (values["ntasks-per-node"] or "").isdigit() else 1
     cpus = int(values["cpus-per-task"]) if (values["cpus-per-task"] or "").isdigit() else 1
     new = {"nodes": min(nodes, part.nodes), "ntasks-per-node": min(tasks, part.cpus_per_node)}
+    total = values["ntasks"]
+    if (total or "").isdigit() and values["ntasks-per-node"] is None:  # --ntasks alone: its share of each node
+        new["ntasks"] = min(int(total), new["nodes"] * part.cpus_per_node)
+        new["ntasks-per-node"] = -(-new["ntasks"] // new["nodes"])
+    elif (total or "").isdigit():
+        new["ntasks"] = min(int(total), new["nodes"] * new["ntasks-per-node"])
     new["cpus-per-task"] = max(1, min(cpus, part.cpus_per_node // new["ntasks-per-node"]))
     out = ["#!/bin/bash"] if h.shebang else []
     for option in h.options:
@@ -515,11 +530,6 @@ def adapt(text: str, part: slurm.Partition) -> tuple[str, list[str]]:
             if int(value) != new[name]:
                 changes.append(f"--{name} {value} -> {new[name]}")
             value = str(new[name])
-        elif name == "ntasks" and (value or "").isdigit():
-            most = part.nodes * part.cpus_per_node
-            if int(value) > most:
-                changes.append(f"--ntasks {value} -> {most}")
-                value = str(most)
         elif name in ("gres", "gpus-per-node", "gpus", "gpus-per-task", "ntasks-per-gpu") and part.gpus_per_node == 0:
             changes.append(f"--{name} left out (no GPUs here)")
             continue
