@@ -40,11 +40,16 @@ def runs(tmp_path_factory):
     for old, new in faults.items():
         assert old in faulty, f"the notebook's solution changed: update this test ({old!r})"
         faulty = faulty.replace(old, new)
-    scripts = {"single": single_text, "solution": solution, "faulty": faulty}
+    shard = "x_train, y_train = data.shard((x_train, y_train), hvd.rank(), hvd.size())"
+    steps = "steps = len(x_train) // BATCH"
+    assert shard in solution and steps in solution, "the notebook's solution changed: update this test"
+    # every rank on the whole data set, the steps divided by the ranks instead: the right counts, no data parallelism
+    unsharded = solution.replace(shard, "").replace(steps, "steps = len(x_train) // (BATCH * hvd.size())")
+    scripts = {"single": single_text, "solution": solution, "faulty": faulty, "unsharded": unsharded}
     for name, text in scripts.items():
         (folder / f"{name}.py").write_text(text)
     result = {"single": horovod_script.run_script(folder / "single.py", folder / "out-single", ranks=1, horovod=False)}
-    for name in ("solution", "faulty"):
+    for name in ("solution", "faulty", "unsharded"):
         result[name] = horovod_script.run_script(folder / f"{name}.py", folder / f"out-{name}", ranks=2)
     return result
 
@@ -74,6 +79,17 @@ def test_each_fault_is_named(runs):
     assert "no warm-up: the first epoch already ran at 0.1" in text
     with pytest.raises(AssertionError, match=r"problem\(s\) with faulty.py"):
         horovod_script.check(runs["faulty"], runs["single"])
+
+
+@pytest.mark.slow
+def test_the_same_data_on_every_rank_is_named(runs):
+    """Sharding is read from what each rank gave fit: the solution's ranks share no image, the unsharded ones all."""
+    solution, unsharded = runs["solution"].records, runs["unsharded"].records
+    assert len(solution[0].samples) == len(solution[1].samples) == 300
+    assert not set(solution[0].samples) & set(solution[1].samples)
+    assert len(unsharded[0].samples) == 600 and unsharded[0].samples == unsharded[1].samples
+    found = horovod_script.problems(runs["unsharded"], runs["single"])
+    assert len(found) == 1 and "the ranks trained on the same images (100% of rank 0's images" in found[0], found
 
 
 def test_a_missing_script_is_one_clear_error(tmp_path):

@@ -2,7 +2,7 @@
 devices: a right build and step pass (the right loop passes in notebook 07's execution test: 2 replicas = 1 device to
 1e-5), and each plausible wrong one fails with a message that names its mistake (per-replica mean, no
 strategy.reduce, variables outside the scope or in another strategy's, the forward pass outside the tape, an
-undistributed dataset).
+undistributed dataset, the replicas' parts gathered and the step run once outside strategy.run).
 """
 
 from __future__ import annotations
@@ -38,5 +38,9 @@ def test_checks_pass_right_answers_and_name_each_mistake():
     assert "strategy.reduce" in found["loop no reduce"] and "about 1/2" in found["loop no reduce"]
     assert "another strategy" in found["build in a new strategy"], found["build in a new strategy"]
     assert "inside `with tf.GradientTape()" in found["step forward outside tape"], found["step forward outside tape"]
+    assert found["loop right"][0] == "pass", found["loop right"]
+    assert "never called strategy.run" in found["loop gathered, no strategy.run"], found[
+        "loop gathered, no strategy.run"
+    ]
     undistributed = found["loop undistributed dataset"]
     assert "never distributed its dataset" in undistributed and "per-replica mean" not in undistributed, undistributed

@@ -69,6 +69,57 @@ def test_right_scripts_have_nothing_to_fix(text, submit_dir):
     assert _problems(text, submit_dir) == []
 
 
+# The same request written with each of Slurm's GPU options (man sbatch): --gres=gpu:N and --gpus-per-node=N count
+# per node, --gpus-per-task=N per task (8 tasks per node x 1), --gpus=N for the whole job (16 over 2 nodes of 8 GPUs
+# can only be 8 each); with one GPU per task, --ntasks=16 on 2 such nodes can only be 8 per node.
+SAME_REQUEST = {
+    "--gpus-per-task": ("--gres=gpu:8", "--gpus-per-task=1"),
+    "--gpus-per-task, a type": ("--gres=gpu:8", "--gpus-per-task=a100:1"),
+    "--gpus-per-node": ("--gres=gpu:8", "--gpus-per-node=8"),
+    "--gres with a type": ("--gres=gpu:8", "--gres=gpu:a100:8"),
+    "--gpus, every GPU of the 2 nodes": ("--gres=gpu:8", "--gpus=16"),
+    "-G": ("--gres=gpu:8", "-G 16"),
+    "--gres and --gpus-per-task together": ("--gres=gpu:8", "--gres=gpu:8\n#SBATCH --gpus-per-task=1"),
+    "--ntasks-per-gpu=1 with the GPUs per node": ("--ntasks-per-node=8", "--ntasks-per-gpu=1"),
+    "--ntasks with one GPU per task": (
+        "--ntasks-per-node=8\n#SBATCH --cpus-per-task=6\n#SBATCH --gres=gpu:8",
+        "--ntasks=16\n#SBATCH --cpus-per-task=6\n#SBATCH --gpus-per-task=1",
+    ),
+}
+
+
+@pytest.mark.parametrize("old,new", SAME_REQUEST.values(), ids=SAME_REQUEST.keys())
+def test_every_gpu_option_for_the_same_request_is_right(old, new, submit_dir):
+    text = RIGHT.replace(old, new)
+    assert _problems(text, submit_dir) == []
+    assert sbatch_script.placement(text, WANT) == (2, 8, 8)
+
+
+@pytest.mark.parametrize(
+    "launch,ranks",
+    [
+        ("mpiexec -np $SLURM_NTASKS --bind-to none", 16),
+        ("mpiexec --bind-to none", 16),  # Open MPI in a Slurm job: one rank per task
+        ("mpirun -np 16 --bind-to none", 16),
+        ('OMP_NUM_THREADS=6 srun -c "$SLURM_CPUS_PER_TASK"', 16),
+        ("mpiexec -np 8 --bind-to none", 8),
+        ("mpiexec -np $SLURM_NNODES --bind-to none", None),
+        ("", 1),
+    ],
+)
+def test_ranks_started_reads_the_launch_line(launch, ranks):
+    text = RIGHT.replace("mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot", launch)
+    assert sbatch_script.ranks_started(text, WANT) == ranks
+
+
+def test_placement_says_none_where_slurm_could_place_unevenly():
+    assert sbatch_script.placement(RIGHT, WANT) == (2, 8, 8)
+    assert sbatch_script.placement(RIGHT.replace("--gres=gpu:8", "--gpus=8"), WANT) == (2, 8, None)
+    assert sbatch_script.placement(RIGHT.replace("--ntasks-per-node=8", "--ntasks=16"), WANT) == (2, None, 8)
+    both = RIGHT.replace("--gres=gpu:8", "--gres=gpu:8\n#SBATCH --gpus-per-task=2")
+    assert sbatch_script.placement(both, WANT) == (2, 8, None)  # 8 and 16 per node: they disagree
+
+
 def test_course_jobs_reference_script_passes_the_same_check(submit_dir):
     """The script course.jobs generates (absolute paths, --chdir, its own mpiexec flags) is right too."""
     text = jobs.script(
@@ -178,7 +229,18 @@ MISTAKES = [
         ["--ntask-per-node is not an option sbatch knows", "no --ntasks-per-node"],
     ),
     ("--gres=gpu:8", "--gres=gpu:16", ["--gres asks for 16 GPUs per node, the GPUs of the whole job"]),
-    ("--gres=gpu:8", "--gpus=16", ["--gpus (-G) counts the GPUs of the whole job"]),
+    ("--gres=gpu:8", "--gpus=8", ["--gpus=8 counts the GPUs of the whole job, and Slurm may place them unevenly"]),
+    ("--gres=gpu:8", "--gpus-per-task=2", ["--gpus-per-task=2 with 8 task(s) per node asks for 16 GPU(s) per node"]),
+    (
+        "--gres=gpu:8",
+        "--gpus-per-node=4",
+        ["--gpus-per-node asks for 4 GPU(s) per node but the exercise's nodes have 8"],
+    ),
+    (
+        "--ntasks-per-node=8\n#SBATCH --cpus-per-task=6\n#SBATCH --gres=gpu:8",
+        "--ntasks=16\n#SBATCH --cpus-per-task=6\n#SBATCH --gpus-per-task=2",
+        ["--ntasks=16 lets Slurm spread the tasks", "--gpus-per-task=2 needs a known number of tasks per node"],
+    ),
     ("#SBATCH --gres=gpu:8\n", "", ["no GPUs asked for"]),
     (
         "--cpus-per-task=6",
@@ -331,3 +393,26 @@ def test_an_srun_command_is_read_as_srun_reads_it(options):
 def test_each_mistake_in_an_srun_command_is_named(words, named):
     found = sbatch_script.srun_problems(words, 1, 1, "00:05:00", PROGRAM)
     assert any(named in problem for problem in found), found
+
+
+@pytest.mark.parametrize("option", ["--gres=gpu:8", "--gpus-per-task=1", "--gpus=16", "--gpus-per-node=8"])
+def test_adapt_leaves_every_gpu_option_out_where_the_partition_has_no_gpus(option):
+    """sbatch --test-only on a CPU partition would refuse any GPU request: the copy Slurm judges leaves it out."""
+    from course.slurm import Partition
+
+    adapted, changes = sbatch_script.adapt(RIGHT.replace("--gres=gpu:8", option), Partition("debug", 1, 2))
+    assert "gpu" not in adapted.lower() and any("no GPUs here" in c for c in changes), adapted
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["--ntasks-per-node=8", "--ntasks=16\n#SBATCH --gpus-per-task=1", "--ntasks-per-node=8\n#SBATCH --ntasks=16"],
+)
+def test_adapt_fits_the_tasks_and_their_cpus_into_the_partition(layout):
+    """However the tasks are asked for, the copy asks for no more tasks x CPUs per node than a node has."""
+    from course.slurm import Partition
+
+    adapted, _ = sbatch_script.adapt(RIGHT.replace("--ntasks-per-node=8", layout), Partition("debug", 1, 2))
+    h = sbatch_script.read(adapted)
+    per_node = int(h.get("ntasks-per-node") or h.get("ntasks"))
+    assert per_node * int(h.get("cpus-per-task")) <= 2 and int(h.get("ntasks") or per_node) <= 2, adapted

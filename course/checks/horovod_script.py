@@ -5,7 +5,8 @@ cluster - the original as one process, the conversion with `horovodrun -np 2` - 
 its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a file written with a
 relative path shows which rank wrote it. Every `Model.fit` gets one more callback that records what the
 check needs, read from the model and its optimizer: steps per epoch, the learning rate of each epoch, the
-logged loss, the final weights, Horovod's size and whether the optimizer is Horovod's.
+logged loss, the final weights, Horovod's size, whether the optimizer is Horovod's, and a digest of every
+training image the process could draw from what it gave `fit` (to tell a rank's own shard from the whole set).
 
     run = horovod_script.run_script("train_hvd.py", "out/hvd", ranks=2)
     single = horovod_script.run_script("train_single.py", "out/single", ranks=1, horovod=False)
@@ -45,6 +46,7 @@ class Record:
     losses: list[float]  # as logged at the end of each epoch (after any metric averaging)
     weights: list[np.ndarray]
     files: list[str]  # files the process wrote in its folder, relative to it
+    samples: list[str] = field(default_factory=list)  # digests of the training inputs it drew from ([]: unknown)
 
 
 @dataclass
@@ -96,7 +98,7 @@ def run_script(
 
 def reference(steps_per_epoch: int, learning_rate: float, files: list[str]) -> Run:
     """What a single-process script does by its constants, as a Run to check a conversion against unrun."""
-    record = Record(0, None, False, [steps_per_epoch], [learning_rate], [], [], sorted(files))
+    record = Record(0, None, False, [steps_per_epoch], [learning_rate], [], [], sorted(files), [])
     return Run("the single-process script", 1, 0, "", {0: record})
 
 
@@ -140,15 +142,7 @@ def problems(run: Run, single: Run) -> list[str]:
             f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
             f"start from rank 0's weights and apply the same averaged update"
         )
-    for r in ranks[1:]:
-        if r.files:
-            found.append(
-                f"rank {r.rank} wrote {', '.join(r.files)}: only rank 0 writes checkpoints and the model "
-                f"(the copies are identical, and several writers corrupt one file)"
-            )
-    missing = sorted(set(base.files) - set(ranks[0].files))
-    if missing:
-        found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
+    found += _shards(ranks) + _files(ranks, base)
     steps = ranks[0].steps_per_epoch[0]
     want = base.steps_per_epoch[0] / n
     if abs(steps - want) >= 1:
@@ -171,6 +165,37 @@ def problems(run: Run, single: Run) -> list[str]:
             "prints and saves holds for the whole model"
         )
     return found
+
+
+def _files(ranks: list[Record], base: Record) -> list[str]:
+    """Rank 0 writes what the single process writes, and no other rank writes anything."""
+    found = []
+    for r in ranks[1:]:
+        if r.files:
+            found.append(
+                f"rank {r.rank} wrote {', '.join(r.files)}: only rank 0 writes checkpoints and the model "
+                f"(the copies are identical, and several writers corrupt one file)"
+            )
+    missing = sorted(set(base.files) - set(ranks[0].files))
+    if missing:
+        found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
+    return found
+
+
+def _shards(ranks: list[Record]) -> list[str]:
+    """Data parallelism: each rank draws from its own part of the data, so two ranks share (almost) no image."""
+    first, *others = ranks
+    if not first.samples or any(not r.samples for r in others):
+        return []  # what fit was given could not be read again (a Python generator): nothing to compare
+    mine = set(first.samples)
+    shared = max(len(mine & set(r.samples)) / min(len(mine), len(set(r.samples))) for r in others)
+    if shared <= 0.5:
+        return []
+    return [
+        f"the ranks trained on the same images ({shared:.0%} of rank 0's images are also another rank's): "
+        f"give each rank its own part of the training data, so that together they see each image once per epoch "
+        f"(taking fewer steps alone does not split the data)"
+    ]
 
 
 def check(run: Run, single: Run) -> None:
@@ -210,9 +235,12 @@ def _recorders():
             self.steps: list[int] = []
             self.losses: list[float] = []
             self.fitted = None
+            self.given = None
+            self.epochs = 1
 
         def on_train_begin(self, logs=None):
             self.steps.append(int(self.params.get("steps") or 0))
+            self.epochs = int(self.params.get("epochs") or 1)
             self.fitted = self.model
 
         def on_epoch_end(self, epoch, logs=None):
@@ -222,10 +250,31 @@ def _recorders():
     original = tf.keras.Model.fit
 
     def fit(self, *args, callbacks=None, **kwargs):
+        recorder.given = args[0] if args else kwargs.get("x")
         return original(self, *args, callbacks=[*(callbacks or []), rates, recorder], **kwargs)
 
     tf.keras.Model.fit = fit
     return recorder, rates
+
+
+def _samples(given, batches: int) -> list[str]:
+    """A short digest of each training input a process could draw from what it gave `fit`: the rows of an array,
+    or the inputs of a dataset's first `batches` batches (as many as fit took); [] for what cannot be read again."""
+    import hashlib
+
+    import tensorflow as tf
+
+    if isinstance(given, tf.data.Dataset):
+        rows = []
+        for batch in given.take(batches if batches > 0 else 10_000):  # fit ended: the dataset does too
+            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+            inputs = next(iter(inputs.values())) if isinstance(inputs, dict) else inputs
+            rows.extend(np.asarray(inputs))
+    elif isinstance(given, (np.ndarray, tf.Tensor)):
+        rows = list(np.asarray(given))
+    else:
+        return []
+    return sorted({hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:16] for row in rows})
 
 
 def _horovod_state(optimizer) -> tuple[int | None, bool]:
@@ -268,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rates": rates.rates,
         "losses": recorder.losses,
         "files": files,
+        "samples": _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
     }
     np.savez(folder / f"record-{rank}.npz", *recorder.fitted.get_weights())
     (folder / f"record-{rank}.json").write_text(json.dumps(meta))

@@ -119,6 +119,7 @@ class Comparison:
     history: dict[int, list[dict]]
     global_batch: int
     distributed: set[int] = field(default_factory=set)  # replica counts whose loop distributed its dataset
+    ran: set[int] = field(default_factory=set)  # replica counts whose loop ran its step with strategy.run
 
     def difference(self, n: int, base: int = 1) -> float:
         """Largest absolute weight difference between `n` replicas and `base`."""
@@ -149,10 +150,11 @@ def compare_replicas(
     labels = rng.integers(0, 10, steps * global_batch)
     tf.keras.utils.set_random_seed(seed)
     initial = models.mnist_cnn().get_weights()
-    weights, history, distributed = {}, {}, set()
+    weights, history, distributed, ran = {}, {}, set(), set()
     for n in replicas:
         strategy = training.mirrored_strategy(n)
         _note_distribution(strategy, distributed, n)
+        _note(strategy, ("run",), ran, n)
         try:
             model, optimizer = build(strategy, models.mnist_cnn, learning_rate)
             model.set_weights(initial)
@@ -166,17 +168,22 @@ def compare_replicas(
                 f"{_hint(exc)}"
             ) from None
         weights[n] = model.get_weights()
-    return Comparison(weights, initial, history, global_batch, distributed)
+    return Comparison(weights, initial, history, global_batch, distributed, ran)
 
 
 def _note_distribution(strategy: Any, distributed: set[int], n: int) -> None:
     """Add `n` to `distributed` when the learner's loop distributes a dataset with `strategy` (a diagnosis: a run
     on an undistributed dataset and one with a per-replica mean loss move the weights alike)."""
-    for name in ("experimental_distribute_dataset", "distribute_datasets_from_function"):
+    _note(strategy, ("experimental_distribute_dataset", "distribute_datasets_from_function"), distributed, n)
+
+
+def _note(strategy: Any, names: Sequence[str], seen: set[int], n: int) -> None:
+    """Add `n` to `seen` whenever the learner's code calls one of the strategy's methods `names`."""
+    for name in names:
         original = getattr(strategy, name)
 
         def noted(*args, _original=original, **kwargs):
-            distributed.add(n)
+            seen.add(n)
             return _original(*args, **kwargs)
 
         setattr(strategy, name, noted)
@@ -197,6 +204,10 @@ def _hint(exc: Exception) -> str:
 def check_same_as_one_device(comparison: Comparison, n: int = 2) -> float:
     """Fail with the reason unless `n` replicas end with the weights and metrics of 1 device; returns the difference."""
     c = comparison
+    assert n in c.ran, (
+        f"with {n} replicas the loop never called strategy.run: its step ran once, outside the replicas (on the "
+        f"whole global batch), not on each replica with its part of the batch. Run the step with strategy.run"
+    )
     assert c.movement(1) > 1e-4, "training on 1 device did not change the weights: does each step apply the gradients?"
     ratio = c.movement(n) / c.movement(1)
     difference = c.difference(n)

@@ -75,6 +75,59 @@ def _count(h: Header, name: str) -> tuple[int | None, str | None]:
     return int(value), None
 
 
+def _gpu_count(value: str) -> int | None:
+    """GPUs in a value of --gpus, --gpus-per-node or --gpus-per-task: [type:]N, or a comma list of them (summed)."""
+    counts = [part.strip().split(":")[-1] for part in value.split(",")]
+    return sum(int(c) for c in counts) if all(c.isdigit() for c in counts) else None
+
+
+def tasks_per_node(h: Header, want: Exercise) -> int | None:
+    """The tasks Slurm starts on each node: --ntasks-per-node, or --ntasks where one GPU per task (--gpus-per-task)
+    leaves no other way to place them on the exercise's nodes (each node holds at most its GPUs / GPUs per task)."""
+    per_node, ntasks, per_task = h.get("ntasks-per-node"), h.get("ntasks"), _gpu_count(h.get("gpus-per-task") or "")
+    if per_node is not None:
+        return int(per_node) if per_node.strip().isdigit() else None
+    per_gpu = h.get("ntasks-per-gpu")  # tasks per GPU of a node: with the node's GPUs asked per node, tasks per node
+    node_gpus = slurm.gres_gpus(h.get("gres") or "") or _gpu_count(h.get("gpus-per-node") or "")
+    if per_gpu is not None and per_gpu.strip().isdigit() and node_gpus and ntasks is None:
+        return int(per_gpu) * node_gpus
+    if ntasks is None or not ntasks.strip().isdigit() or not per_task:
+        return None
+    most = want.gpus_per_node // per_task  # tasks a node can hold, each with its own GPUs
+    return most if int(ntasks) == want.nodes * most and most > 0 else None
+
+
+def gpus_per_node(h: Header, want: Exercise) -> dict[str, int | None]:
+    """Each GPU option of the header -> the GPUs per node it asks for (None where it does not say), by Slurm's
+    documented meaning: --gres=gpu[:type]:N and --gpus-per-node=[type:]N per node, --gpus-per-task=[type:]N times
+    the tasks of a node, --gpus=[type:]N for the whole job (per node only where it is every GPU of the nodes)."""
+    asked: dict[str, int | None] = {}
+    if (gres := h.get("gres")) is not None:
+        asked["--gres"] = slurm.gres_gpus(gres) or None
+    if (per_node := h.get("gpus-per-node")) is not None:
+        asked["--gpus-per-node"] = _gpu_count(per_node)
+    if (per_task := h.get("gpus-per-task")) is not None:
+        count, tasks = _gpu_count(per_task), tasks_per_node(h, want)
+        asked["--gpus-per-task"] = count * tasks if count is not None and tasks else None
+    if (total := h.get("gpus")) is not None:
+        count = _gpu_count(total)
+        asked["--gpus"] = want.gpus_per_node if count == want.ranks and h.get("nodes") == str(want.nodes) else None
+    return asked
+
+
+def placement(text: str, want: Exercise) -> tuple[int | None, int | None, int | None]:
+    """(nodes, tasks per node, GPUs per node) a script asks Slurm for, read by Slurm's rules (None where it does not
+    say, or says it in a way Slurm may place unevenly); several GPU options must agree."""
+    h = read(text)
+    nodes = h.get("nodes")
+    gpus = {n for n in gpus_per_node(h, want).values()}
+    return (
+        int(nodes) if nodes and nodes.isdigit() else None,
+        tasks_per_node(h, want),
+        gpus.pop() if len(gpus) == 1 else None,
+    )
+
+
 def _layout(h: Header, want: Exercise) -> list[str]:
     found = []
     nodes, bad = _count(h, "nodes")
@@ -96,17 +149,30 @@ def _layout(h: Header, want: Exercise) -> list[str]:
             )
         elif per_node != gpus:
             found.append(f"--ntasks-per-node is {per_node} but the nodes have {gpus} GPUs: one rank per GPU")
+    elif (implied := tasks_per_node(h, want)) is not None and ntasks is None:
+        if implied != gpus:
+            found.append(
+                f"--ntasks-per-gpu gives {implied} task(s) per node but the nodes have {gpus} GPUs: one rank per GPU"
+            )
     elif ntasks is not None:
-        found.append(
-            f"--ntasks={ntasks} lets Slurm spread the tasks over the nodes as it likes: ask for the tasks of "
-            f"each node (--ntasks-per-node) so that every node runs one rank per GPU"
-        )
+        if tasks_per_node(h, want) is None:
+            found.append(
+                f"--ntasks={ntasks} lets Slurm spread the tasks over the nodes as it likes: ask for the tasks of "
+                f"each node (--ntasks-per-node) so that every node runs one rank per GPU"
+            )
     elif not bad and not bad_total:
         found.append(
             f"no --ntasks-per-node: Slurm starts one task per node, but a node has {gpus} GPUs and Horovod "
             f"runs one rank per GPU"
         )
     found += _gpus(h, want)
+    found += _cpus(h, want, per_node)
+    return found
+
+
+def _cpus(h: Header, want: Exercise, per_node: int | None) -> list[str]:
+    found = []
+    gpus = want.gpus_per_node
     cpus, bad = _count(h, "cpus-per-task")
     found += [bad] if bad else []
     share = (
@@ -135,35 +201,44 @@ def _layout(h: Header, want: Exercise) -> list[str]:
 
 
 def _gpus(h: Header, want: Exercise) -> list[str]:
-    gres, per_node, total = h.get("gres"), h.get("gpus-per-node"), h.get("gpus")
-    asked = None
-    if gres is not None:
-        asked = slurm.gres_gpus(gres)
-        if not asked:
-            return [f"--gres={gres} asks for no GPU: write it as gpu:N (N GPUs per node)"]
-        where = "--gres"
-    elif per_node is not None:
-        tail = per_node.split(":")[-1]
-        if not tail.isdigit():
-            return [f"--gpus-per-node {per_node!r} is not a number of GPUs"]
-        asked, where = int(tail), "--gpus-per-node"
-    elif total is not None:
+    asked = gpus_per_node(h, want)
+    if not asked:
         return [
-            "--gpus (-G) counts the GPUs of the whole job, and Slurm may place them unevenly: ask per node "
-            "(--gres=gpu:N or --gpus-per-node=N)"
-        ]
-    if asked is None:
-        return [
-            "no GPUs asked for (--gres=gpu:N or --gpus-per-node=N): the job would get none, and the ranks "
+            "no GPUs asked for (per node, per task or for the whole job): the job would get none, and the ranks "
             "would train on the CPUs"
         ]
-    if asked == want.ranks and want.nodes > 1:
-        return [f"{where} asks for {asked} GPUs per node, the GPUs of the whole job: it counts per node"]
-    if asked != want.gpus_per_node:
-        return [
-            f"{where} asks for {asked} GPU(s) per node but the exercise's nodes have {want.gpus_per_node}: use them all"
-        ]
-    return []
+    found = []
+    for where, count in asked.items():
+        value = h.get(where[2:])
+        if count == want.gpus_per_node:
+            continue
+        if where == "--gres" and count is None:
+            found.append(f"--gres={value} asks for no GPU: write it as gpu:N (N GPUs per node)")
+        elif where == "--gpus":
+            found.append(
+                f"--gpus={value} counts the GPUs of the whole job, and Slurm may place them unevenly over the nodes "
+                f"unless they are all the GPUs of the nodes you ask for: ask per node, per task, or for all of them"
+            )
+        elif where == "--gpus-per-task":
+            tasks = tasks_per_node(h, want)
+            found.append(
+                f"--gpus-per-task {value!r} is not a number of GPUs"
+                if _gpu_count(value) is None
+                else f"--gpus-per-task={value} needs a known number of tasks per node (--ntasks-per-node)"
+                if not tasks
+                else f"--gpus-per-task={value} with {tasks} task(s) per node asks for {count} GPU(s) per node, but "
+                f"the exercise's nodes have {want.gpus_per_node}: one GPU per rank"
+            )
+        elif count is None:
+            found.append(f"{where} {value!r} is not a number of GPUs")
+        elif count == want.ranks and want.nodes > 1:
+            found.append(f"{where} asks for {count} GPUs per node, the GPUs of the whole job: it counts per node")
+        else:
+            found.append(
+                f"{where} asks for {count} GPU(s) per node but the exercise's nodes have {want.gpus_per_node}: "
+                f"use them all"
+            )
+    return found
 
 
 def _limit(h: Header, want: Exercise) -> list[str]:
@@ -220,20 +295,61 @@ def _files(h: Header, want: Exercise, submit_dir: Path) -> list[str]:
     return found
 
 
-def _launch(h: Header, want: Exercise) -> list[str]:
+def launch_words(h: Header, want: Exercise) -> tuple[int, list[str] | None] | None:
+    """(line number, words) of the first command that runs want.module, without the environment assignments and
+    exec/time before it (words None where its quotes do not balance); None when no command runs it."""
     runs = [(n, line) for n, line in h.commands if want.module in line]
     if not runs:
-        return [
-            f"no launch line starts the ranks: no command runs python -m {want.module}, so the job would hold "
-            f"the nodes and do nothing"
-        ]
+        return None
     number, line = runs[0]
     try:
         words = shlex.split(line)
     except ValueError:
-        return [f"line {number}: unbalanced quotes in the launch line"]
+        return number, None
     while words and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]) or words[0] in ("exec", "time", "command")):
         words = words[1:]
+    return number, words
+
+
+def _count_word(words: list[str]) -> str | None:
+    """The rank count written on a launch line (-np/-n/--ntasks and the like), or None."""
+    counts = ("-n", "--ntasks") if Path(words[0]).name == "srun" else ("-n", "-np", "--np", "-c")
+    for i, word in enumerate(words[:-1]):
+        if word in counts or word.startswith(("--ntasks=", "-n=")):
+            return word.split("=", 1)[1] if "=" in word else words[i + 1]
+    return None
+
+
+def ranks_started(text: str, want: Exercise) -> int | None:
+    """How many ranks the script's launch line starts: its count ($SLURM_NTASKS: the job's tasks) or, with none,
+    every task of the job (mpiexec and srun in a batch job start one per task); 1 without a launcher."""
+    found = launch_words(read(text), want)
+    words = found[1] if found else None
+    if not words:
+        return None
+    launcher = Path(words[0]).name
+    if launcher not in LAUNCHERS:
+        return 1
+    nodes, per_node, _ = placement(text, want)
+    tasks = nodes * per_node if nodes and per_node else None
+    count = _count_word(words)
+    if count is None:
+        return None if launcher == "horovodrun" else tasks
+    if count.isdigit():
+        return int(count)
+    return tasks if count.strip("${}") == "SLURM_NTASKS" else None
+
+
+def _launch(h: Header, want: Exercise) -> list[str]:
+    found_line = launch_words(h, want)
+    if found_line is None:
+        return [
+            f"no launch line starts the ranks: no command runs python -m {want.module}, so the job would hold "
+            f"the nodes and do nothing"
+        ]
+    number, words = found_line
+    if words is None:
+        return [f"line {number}: unbalanced quotes in the launch line"]
     launcher = Path(words[0]).name if words else ""
     found = []
     if launcher not in LAUNCHERS:
@@ -289,21 +405,19 @@ def _srun_cpus(h: Header, words: list[str], number: int) -> list[str]:
 
 
 def _rank_count(words: list[str], number: int, want: Exercise) -> list[str]:
-    counts = ("-n", "--ntasks") if Path(words[0]).name == "srun" else ("-n", "-np", "--np", "-c")
-    for i, word in enumerate(words[:-1]):
-        if word in counts or word.startswith(("--ntasks=", "-n=")):
-            value = word.split("=", 1)[1] if "=" in word else words[i + 1]
-            if value.isdigit():
-                if int(value) != want.ranks:
-                    return [
-                        f"line {number} starts {value} rank(s) but the job has {want.ranks} tasks: take the number "
-                        f"from Slurm ($SLURM_NTASKS) rather than writing it"
-                    ]
-            elif value.strip("${}") in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
-                return [f"line {number}: {value} is the number of nodes: that starts one rank per node, not per GPU"]
-            elif value.strip("${}") in ("SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK"):
-                return [f"line {number}: {value} counts one node (or one task): the ranks of the job are $SLURM_NTASKS"]
-            return []
+    value = _count_word(words)
+    if value is None:
+        return []
+    if value.isdigit():
+        if int(value) != want.ranks:
+            return [
+                f"line {number} starts {value} rank(s) but the job has {want.ranks} tasks: take the number "
+                f"from Slurm ($SLURM_NTASKS) rather than writing it"
+            ]
+    elif value.strip("${}") in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
+        return [f"line {number}: {value} is the number of nodes: that starts one rank per node, not per GPU"]
+    elif value.strip("${}") in ("SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK"):
+        return [f"line {number}: {value} counts one node (or one task): the ranks of the job are $SLURM_NTASKS"]
     return []
 
 
@@ -402,6 +516,12 @@ def adapt(text: str, part: slurm.Partition) -> tuple[str, list[str]]:
     tasks = int(values["ntasks-per-node"]) if (values["ntasks-per-node"] or "").isdigit() else 1
     cpus = int(values["cpus-per-task"]) if (values["cpus-per-task"] or "").isdigit() else 1
     new = {"nodes": min(nodes, part.nodes), "ntasks-per-node": min(tasks, part.cpus_per_node)}
+    total = values["ntasks"]
+    if (total or "").isdigit() and values["ntasks-per-node"] is None:  # --ntasks alone: its share of each node
+        new["ntasks"] = min(int(total), new["nodes"] * part.cpus_per_node)
+        new["ntasks-per-node"] = -(-new["ntasks"] // new["nodes"])
+    elif (total or "").isdigit():
+        new["ntasks"] = min(int(total), new["nodes"] * new["ntasks-per-node"])
     new["cpus-per-task"] = max(1, min(cpus, part.cpus_per_node // new["ntasks-per-node"]))
     out = ["#!/bin/bash"] if h.shebang else []
     for option in h.options:
@@ -410,12 +530,7 @@ def adapt(text: str, part: slurm.Partition) -> tuple[str, list[str]]:
             if int(value) != new[name]:
                 changes.append(f"--{name} {value} -> {new[name]}")
             value = str(new[name])
-        elif name == "ntasks" and (value or "").isdigit():
-            most = part.nodes * part.cpus_per_node
-            if int(value) > most:
-                changes.append(f"--ntasks {value} -> {most}")
-                value = str(most)
-        elif name in ("gres", "gpus-per-node", "gpus") and part.gpus_per_node == 0:
+        elif name in ("gres", "gpus-per-node", "gpus", "gpus-per-task", "ntasks-per-gpu") and part.gpus_per_node == 0:
             changes.append(f"--{name} left out (no GPUs here)")
             continue
         elif name in ("partition", "account", "qos", "reservation", "constraint", "nodelist", "exclude"):

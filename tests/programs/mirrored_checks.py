@@ -51,7 +51,7 @@ def make_step(per_replica_mean=False, forward_outside_tape=False):
     return replica_step
 
 
-def make_train(step, reduce="sum", distribute=True):
+def make_train(step, reduce="sum", distribute=True, gather=False):
     def train(strategy, model, optimizer, dataset, global_batch, epochs):
         batches = dataset.batch(global_batch, drop_remainder=True)
         if distribute:
@@ -59,6 +59,8 @@ def make_train(step, reduce="sum", distribute=True):
 
         @tf.function
         def distributed_step(images, labels):
+            if gather:  # the replicas' parts gathered and the step run once, on the whole global batch
+                return step(model, optimizer, strategy.gather(images, 0), strategy.gather(labels, 0), global_batch)
             loss, correct = strategy.run(step, args=(model, optimizer, images, labels, global_batch))
             if reduce == "none":
                 return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(correct)[0]
@@ -106,4 +108,10 @@ cases = {
         mirrored_loop.compare_replicas(build, make_train(right, distribute=False))
     ),
 }
+cases["loop gathered, no strategy.run"] = lambda: mirrored_loop.check_same_as_one_device(
+    mirrored_loop.compare_replicas(build, make_train(right, gather=True))
+)
+cases["loop right"] = lambda: mirrored_loop.check_same_as_one_device(
+    mirrored_loop.compare_replicas(build, make_train(right))
+)
 print("RESULT " + json.dumps({name: outcome(check) for name, check in cases.items()}), flush=True)
