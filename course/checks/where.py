@@ -53,15 +53,29 @@ def _calls_of(record: dict, engines: dict) -> list[EngineCall]:
     return [EngineCall(engine, getattr(function, "__name__", "?"), _bound(function, args, kwargs), result)]
 
 
+def _records(client: Any, ids: list[str], patience: float = 60.0) -> list[dict]:
+    """The controller's records of `ids`, once it has noted them all as completed: the client can get a result
+    before the controller has recorded it, so this asks again (a short sleep each time) for up to `patience`
+    seconds, then returns what is recorded."""
+    import time
+
+    keys = ["msg_id", "buffers", "result_buffers", "engine_uuid", "submitted", "completed"]
+    deadline = time.monotonic() + patience
+    while True:
+        records = client.db_query({"msg_id": {"$in": ids}}, keys=keys)
+        done = len(records) == len(ids) and all(r.get("completed") is not None for r in records)
+        if done or time.monotonic() > deadline:
+            return records
+        time.sleep(0.05)
+
+
 def engine_calls(client: Any, since: int = 0) -> list[EngineCall]:
     """Every call `client` sent to an engine from its `since`-th request on, oldest first, as the controller
     recorded it (requests that were not calls, such as a push, are left out)."""
     ids = list(client.history)[since:]
     if not ids:
         return []
-    records = client.db_query(
-        {"msg_id": {"$in": ids}}, keys=["msg_id", "buffers", "result_buffers", "engine_uuid", "submitted"]
-    )
+    records = _records(client, ids)
     engines = {uuid.decode() if isinstance(uuid, bytes) else uuid: engine for engine, uuid in client._engines.items()}
     calls: list[EngineCall] = []
     for record in sorted(records, key=lambda r: (r.get("submitted") is None, r.get("submitted") or 0)):
