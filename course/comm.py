@@ -144,19 +144,98 @@ COLLECTIVE_CALLS = frozenset(
 )
 
 
-class CountingComm:
-    """An mpi4py communicator that counts the collectives asked of it and passes every call to the real one.
+# Point-to-point calls that send a message (the buffer or object first, the destination second).
+SEND_CALLS = frozenset(
+    {
+        "Send",
+        "send",
+        "Ssend",
+        "ssend",
+        "Isend",
+        "isend",
+        "Issend",
+        "issend",
+        "Bsend",
+        "Rsend",
+        "Sendrecv",
+        "sendrecv",
+        "Sendrecv_replace",
+    }
+)
 
-    For checks such as "one all-reduce per step": each collective is one latency (alpha) on the network.
+
+def payload_bytes(message, buffer: bool) -> int:
+    """Bytes a call sends: an mpi4py buffer's (an array, or its [array, type] / (array, count) forms) or a Python
+    object's values as NumPy holds them (a float is 8 bytes, a list of n floats 8n), else the object's pickle."""
+    if buffer and isinstance(message, (list, tuple)) and message:
+        message = message[0]
+    try:
+        values = np.asarray(message)
+        if values.dtype != object:
+            return int(values.nbytes)
+    except (ValueError, TypeError):  # arrays of several shapes in one list
+        pass
+    try:
+        return len(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:  # MPI.IN_PLACE and other things that are no payload
+        return 0
+
+
+class CountingComm:
+    """An mpi4py communicator that counts what is asked of it and passes every call to the real one.
+
+    `calls` and `collectives` (names, in order) for checks such as "one all-reduce per step": each collective is
+    one latency (alpha) on the network; `collective_bytes` is what this rank gave them. `sent` lists this rank's
+    point-to-point messages as (destination, bytes), leaving out those to MPI.PROC_NULL, which go nowhere.
     """
 
     def __init__(self, comm) -> None:
         self.comm, self.calls = comm, 0
+        self.collectives: list[str] = []
+        self.collective_bytes = 0
+        self.sent: list[tuple[int, int]] = []
 
     def __getattr__(self, name: str):
+        attribute = getattr(self.comm, name)
         if name in COLLECTIVE_CALLS:
             self.calls += 1
-        return getattr(self.comm, name)
+            self.collectives.append(name)
+            return self._counted(attribute, name, collective=True)
+        if name in SEND_CALLS:
+            return self._counted(attribute, name, collective=False)
+        return attribute
+
+    def _counted(self, method: Callable, name: str, collective: bool) -> Callable:
+        def call(*args, **kwargs):
+            named = [kwargs[key] for key in ("sendbuf", "buf", "obj", "sendobj") if key in kwargs]
+            message = args[0] if args else (named or [None])[0]
+            size = payload_bytes(message, buffer=name[0].isupper())
+            if collective:
+                self.collective_bytes += size
+            else:
+                dest = args[1] if len(args) > 1 else kwargs.get("dest")
+                if dest != _proc_null():
+                    self.sent.append((dest, size))
+            return method(*args, **kwargs)
+
+        return call
+
+    def traffic(self) -> dict:
+        """What this rank asked for, as plain values (to return from an engine): collectives by name, bytes given
+        to them, point-to-point messages sent, their bytes and their destinations."""
+        return {
+            "collectives": list(self.collectives),
+            "collective_bytes": self.collective_bytes,
+            "messages": len(self.sent),
+            "bytes": sum(size for _, size in self.sent),
+            "destinations": sorted({dest for dest, _ in self.sent}),
+        }
+
+
+def _proc_null() -> int:
+    from mpi4py import MPI
+
+    return MPI.PROC_NULL
 
 
 # --- running a learner's collective on more ranks than the notebook's engines --------------------------------

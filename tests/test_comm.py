@@ -128,3 +128,33 @@ def test_counting_comm_counts_collectives_and_passes_them_to_mpi():
         return counted.calls, total.tolist(), count
 
     assert comm.on_ranks(two_allreduces_and_a_rank, 2) == [(2, [2.0, 1.0], 2)] * 2
+
+
+def test_counting_comm_counts_messages_bytes_and_collectives_per_rank():
+    """The traffic a check compares with what an exchange needs: a halo of one value per neighbour (buffer and
+    object forms, PROC_NULL left out), against an all-gather of everything."""
+
+    def halo_then_gather():
+        import numpy as np
+        from mpi4py import MPI
+
+        from course.comm import CountingComm
+
+        world = MPI.COMM_WORLD
+        rank, size = world.Get_rank(), world.Get_size()
+        counted = CountingComm(world)
+        right = rank + 1 if rank < size - 1 else MPI.PROC_NULL
+        left = rank - 1 if rank > 0 else MPI.PROC_NULL
+        got = np.zeros(1)
+        counted.Sendrecv(np.ones(1), dest=right, recvbuf=got, source=left)
+        counted.sendrecv(float(rank), dest=left, source=right)
+        halo = counted.traffic()
+        counted.allgather(np.arange(10.0))
+        return halo, counted.traffic()
+
+    (first, first_all), (last, last_all) = comm.on_ranks(halo_then_gather, 2)
+    assert first == {"collectives": [], "collective_bytes": 0, "messages": 1, "bytes": 8, "destinations": [1]}
+    assert last == {"collectives": [], "collective_bytes": 0, "messages": 1, "bytes": 8, "destinations": [0]}
+    assert first_all["collectives"] == ["allgather"] and first_all["collective_bytes"] == 80
+    assert comm.payload_bytes([np.zeros(3, dtype=np.float32), "MPI.FLOAT"], buffer=True) == 12
+    assert comm.payload_bytes([1.0, 2.0], buffer=False) == 16
