@@ -168,37 +168,49 @@ class NotebookRun:
         return took
 
     def mutant(self, mutant: operators.Mutant, first: int, last: int, segments: dict, limits: dict) -> dict:
-        """Run MUTANT's cell and the cells after it through LAST: which checks failed, visible and with hidden tests."""
+        """Run MUTANT's cell and the cells after it through LAST: which checks failed, visible and with hidden tests.
+        A cell that hangs ends the detour: `hung` says where (the kernel must then start again)."""
         trial = {mutant.exercise: mutant.source}
+        outcome: dict = {"visible_cells": {}, "hidden_cells": {}, "answer": "", "hung": ""}
         trials.forget(self.client, self.cells, trial, first)
-        outcome: dict = {"visible_cells": {}, "hidden_cells": {}, "answer": ""}
-        for index in range(first, last + 1):
-            cell = copy.deepcopy(self.cells[index])
-            gid = trials.grade_id(cell)
-            if gid not in segments:
-                cell.source = trial.get(gid, cell.source)
-                self.run_cell(cell, index, limits[index])
-                if gid in trial and trials.failed(cell):
-                    outcome["answer"] = trials.error(cell)
-                continue
-            visible, hidden = segments[gid]
-            cell.source = visible
-            self.run_cell(cell, index, limits[index])
-            if trials.failed(cell):
-                outcome["visible_cells"][gid] = trials.error(cell)
-            elif hidden:
-                rest = nbformat.v4.new_code_cell(hidden, metadata=cell.metadata)
-                self.run_cell(rest, index, limits[index])
-                if trials.failed(rest):
-                    outcome["hidden_cells"][gid] = trials.error(rest)
+        try:
+            for index in range(first, last + 1):
+                self._mutant_cell(index, trial, segments, limits[index], outcome)
+        except _Hung as exc:
+            outcome["hung"] = str(exc)
+            where = "hidden_cells" if outcome.get("in_hidden") else "visible_cells"
+            outcome[where][outcome["at"]] = f"did not finish ({exc}): grading's time limit fails it"
         outcome["visible"] = bool(outcome["visible_cells"])
         outcome["hidden"] = outcome["visible"] or bool(outcome["hidden_cells"])
         return outcome
 
+    def _mutant_cell(self, index: int, trial: dict, segments: dict, limit: float, outcome: dict) -> None:
+        """One cell of a mutant's detour: a check cell as the learner has it, then (if that passed) its hidden tests."""
+        cell = copy.deepcopy(self.cells[index])
+        gid = trials.grade_id(cell)
+        outcome["at"], outcome["in_hidden"] = gid or f"cell {index}", False
+        if gid not in segments:
+            cell.source = trial.get(gid, cell.source)
+            self.run_cell(cell, index, limit)
+            if gid in trial and trials.failed(cell):
+                outcome["answer"] = trials.error(cell)
+            return
+        visible, hidden = segments[gid]
+        cell.source = visible
+        self.run_cell(cell, index, limit)
+        if trials.failed(cell):
+            outcome["visible_cells"][gid] = trials.error(cell)
+        elif hidden:
+            outcome["in_hidden"] = True
+            rest = nbformat.v4.new_code_cell(hidden, metadata=cell.metadata)
+            self.run_cell(rest, index, limit)
+            if trials.failed(rest):
+                outcome["hidden_cells"][gid] = trials.error(rest)
+
 
 def _limits(took: dict[int, float]) -> dict[int, float]:
     """Seconds a mutant's cell may take: well above the solution's own time (a hang is a deadlock, not slowness)."""
-    return {index: max(60.0, 5 * seconds + 30) for index, seconds in took.items()}
+    return {index: max(30.0, 3 * seconds + 30) for index, seconds in took.items()}
 
 
 def measure(source: Path, exercises: list[str] | None = None, limit: int = LIMIT, say=print) -> list[Exercise]:
@@ -265,11 +277,9 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
 
 def _try(run: NotebookRun, mutant, span, segments, limits, result: Exercise) -> None:
     first, last = span
-    try:
-        mutant.outcome = run.mutant(mutant, first, last, segments, limits)
-    except _Hung as exc:
-        mutant.outcome = {"visible": True, "hidden": True, "hung": str(exc)}
-        run.restart(first)
+    mutant.outcome = run.mutant(mutant, first, last, segments, limits)
+    if mutant.outcome["hung"]:
+        run.restart(first)  # engines stuck in a deadlock: the notebook again, from the top
         return
     failures = run.solution_detour(first, last)
     if failures:
@@ -278,7 +288,7 @@ def _try(run: NotebookRun, mutant, span, segments, limits, result: Exercise) -> 
 
 def _verdict(outcome: dict) -> str:
     if outcome.get("hung"):
-        return "hung (caught)"
+        return f"hung, stopped (caught by {'the visible check' if outcome['visible'] else 'the hidden tests'})"
     if outcome.get("visible"):
         return "caught by the visible check"
     return "caught by the hidden tests" if outcome.get("hidden") else "SURVIVED"
