@@ -87,6 +87,7 @@ def test_only_the_solution_region_is_mutated():
         ('print("done", x)', "'done' -> 'done?'", "changes only what a print shows"),
         ('print("done", x)', "`print('done', x)` removed", "removes a print"),
         ("y = not not x", "not removed", "the same code as another mutant (line 1: not removed)"),
+        ("y = 1e400", "inf -> inf", "the same code as the solution, once normalised"),  # twice infinity
     ],
 )
 def test_equivalent_mutants_are_set_aside_with_the_reason(code, what, reason):

@@ -260,8 +260,10 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
     result.run = operators.select([m for m in mutants if not m.equivalent], limit)
     limits = _limits(took)
     for k, mutant in enumerate(result.run, 1):
+        began = time.perf_counter()
         _try(run, mutant, span, segments, limits, result)
-        say(f"  {notebook} {answer} [{k}/{len(result.run)}] {_verdict(mutant.outcome)}: {mutant.what}")
+        took = f"{time.perf_counter() - began:.0f} s"
+        say(f"  {notebook} {answer} [{k}/{len(result.run)}] {_verdict(mutant.outcome)} ({took}): {mutant.what}")
     failures = run.solution_detour(first, last)  # also replaces the probed definitions
     if failures:
         result.notes.append(f"the solution, run again after the mutants, failed {sorted(failures)}")
