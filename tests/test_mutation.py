@@ -154,3 +154,41 @@ def test_the_report_on_the_fixture_course(tmp_path):
     assert "99_fixture ex2-answer: 5 mutants, the visible check caught 2, with hidden tests 3" in done.stderr
     bad = run_course("mutation-report", "--solutions", str(FIXTURE_COURSE), "--exercise", "nope", timeout=60)
     assert bad.returncode != 0 and "has no answer cell 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def notebook_with(answer: str, check: str):
+    """A one-exercise instructor notebook: ANSWER (its solution between the markers) and CHECK (graded)."""
+    meta = {"schema_version": 3, "locked": False, "solution": True, "grade": False, "grade_id": "ex-answer"}
+    graded = {
+        "schema_version": 3,
+        "locked": True,
+        "solution": False,
+        "grade": True,
+        "grade_id": "ex-check",
+        "points": 1,
+    }
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+    nb.cells = [
+        nbformat.v4.new_code_cell("import tempfile\nfrom pathlib import Path\n\nOUT = Path(tempfile.mkdtemp())"),
+        nbformat.v4.new_code_cell(answer, metadata={"nbgrader": meta}),
+        nbformat.v4.new_code_cell(check, metadata={"nbgrader": graded}),
+    ]
+    return nb
+
+
+@pytest.mark.slow
+def test_a_file_the_solution_left_does_not_answer_for_a_mutant(tmp_path):
+    """The solution's run writes the file the check looks for; a mutant that writes none must fail the check, as it
+    would in a fresh run (the report removes what the solution's cells made before each mutant)."""
+    from course.run import KERNEL
+
+    answer = '### BEGIN SOLUTION\n(OUT / "model.txt").write_text("saved")\n### END SOLUTION'
+    check = 'assert (OUT / "model.txt").is_file(), "save the model"'
+    nb = notebook_with(answer, check)
+    nb.metadata.kernelspec = {"name": KERNEL, "display_name": KERNEL}
+    (tmp_path / "solutions").mkdir()
+    nbformat.write(nb, str(tmp_path / "solutions" / "10_files.ipynb"))
+    done = run_course("mutation-report", "--solutions", str(tmp_path / "solutions"), timeout=600)
+    assert done.returncode == 0, done.stderr
+    removed = [line for line in done.stderr.splitlines() if "write_text('saved')` removed" in line]
+    assert len(removed) == 1 and "caught by the visible check" in removed[0], done.stderr

@@ -14,6 +14,8 @@ start again from the top of the notebook.
 from __future__ import annotations
 
 import copy
+import re
+import shutil
 import sys
 import tempfile
 import time
@@ -99,6 +101,9 @@ def check_segments(source: Path, nb) -> dict[str, tuple[str, str]]:
     return segments
 
 
+_MPI_SESSION = re.compile(r"ompi\.|pmix|prte|openmpi|^reached-")  # MPI's session folders; the probe's own file
+
+
 class _Hung(Exception):
     """A cell did not finish in time, or the kernel died: the run starts again."""
 
@@ -117,8 +122,24 @@ class NotebookRun:
     def start(self) -> None:
         self.stack = ExitStack()
         nb = copy.deepcopy(self.nb)
-        self.client = self.stack.enter_context(trials.notebook_kernel(self.source, nb, self.workdir))
+        temporary = self.workdir / "t"  # the notebook's temporary folders (tempfile.mkdtemp) too: see `files`
+        temporary.mkdir(exist_ok=True)
+        kernel = trials.notebook_kernel(self.source, nb, self.workdir, TMPDIR=str(temporary))
+        self.client = self.stack.enter_context(kernel)
         self.done = 0
+
+    def files(self) -> set[Path]:
+        """The files under the run's folder (its temporary folders included), but MPI's own session files."""
+        return {
+            p
+            for p in self.workdir.rglob("*")
+            if p.is_file() and not _MPI_SESSION.search(str(p.relative_to(self.workdir)))
+        }
+
+    def clear(self, before: set[Path]) -> None:
+        """Remove the files made since BEFORE: a mutant must leave its own (a fresh run has none of the solution's)."""
+        for path in self.files() - before:
+            path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self.stack is not None:
@@ -133,7 +154,11 @@ class NotebookRun:
             self.done += 1
 
     def restart(self, upto: int) -> None:
+        """A new kernel and cluster, in an emptied folder (a fresh run's), the solution run again up to UPTO."""
         self.close()
+        for path in self.workdir.iterdir():
+            if not path.name.startswith("reached-"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
         self.start()
         self.advance(upto)
 
@@ -226,7 +251,7 @@ def measure(source: Path, exercises: list[str] | None = None, limit: int = LIMIT
     spans = {a: (answers[a], max([answers[a]] + [index[g] for g in checks[a]])) for a in chosen}
     segments = check_segments(source, nb)
     results = []
-    with tempfile.TemporaryDirectory(prefix=f"mutation-{source.stem}-") as work:
+    with tempfile.TemporaryDirectory(prefix="mut-") as work:  # short: MPI's socket paths are under it
         run = NotebookRun(source, Path(work))
         try:
             run.start()
@@ -246,6 +271,7 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
     mutants, result.skipped = operators.cell_mutants(answer, source)
     result.equivalent = [m for m in mutants if m.equivalent]
     run.advance(first)
+    before = run.files()
     hits = Path(run.workdir) / f"reached-{answer}.txt"
     try:
         took = run.probe(answer, source, first, last, hits)
@@ -261,7 +287,10 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
     limits = _limits(took)
     for k, mutant in enumerate(result.run, 1):
         began = time.perf_counter()
+        run.clear(before)  # the files the solution's cells of this exercise made
         _try(run, mutant, span, segments, limits, result)
+        if mutant.outcome["hung"]:  # the notebook ran again from the top, in an emptied folder
+            before = run.files()
         took = f"{time.perf_counter() - began:.0f} s"
         say(f"  {notebook} {answer} [{k}/{len(result.run)}] {_verdict(mutant.outcome)} ({took}): {mutant.what}")
     failures = run.solution_detour(first, last)  # also replaces the probed definitions

@@ -80,9 +80,10 @@ def spans(source: Path, nb, trials: list[dict[str, str]]) -> list[tuple[int, int
 
 
 @contextmanager
-def notebook_kernel(source: Path, nb, workdir: Path, timeout: int = CELL_TIMEOUT) -> Iterator:
+def notebook_kernel(source: Path, nb, workdir: Path, timeout: int = CELL_TIMEOUT, **env_vars: str) -> Iterator:
     """An nbclient client of NB (read from SOURCE) with its kernel started, run as nbgrader's autograde runs it, in
-    WORKDIR, with a cluster id of its own (stopped on the way out, whatever the notebook or a trial left)."""
+    WORKDIR, with a cluster id of its own (stopped on the way out, whatever the notebook or a trial left), and
+    ENV_VARS in its environment."""
     from nbclient import NotebookClient
 
     from course import cluster
@@ -90,6 +91,7 @@ def notebook_kernel(source: Path, nb, workdir: Path, timeout: int = CELL_TIMEOUT
 
     cluster_id = cluster.normalise_id(f"trials-{source.stem}-{uuid.uuid4().hex[:6]}")
     env = dict(os.environ, NBGRADER_EXECUTION="autograde", COURSE_CLUSTER_ID=cluster_id, TF_CPP_MIN_LOG_LEVEL="2")
+    env.update(env_vars)
     client = NotebookClient(
         nb,
         kernel_name=KERNEL,
