@@ -8,8 +8,9 @@ cells' places and the cells from there through its exercise's last check run, wi
 cells bind unbound first, as in a fresh run; a graded cell that ends in an
 error is one nbgrader scores zero (nbgrader.utils.determine_grade). After each trial the solution's cells run
 again, as a learner runs an exercise again after a mistake; a solution check failing there is reported, since
-it would mark down a learner who retried, and would leave the next trial a state no fresh run has. The strength test grades the
-fixture course both ways and compares, so this shortcut answers to nbgrader's own grading.
+it would mark down a learner who retried, and would leave the next trial a state no fresh run has. The strength
+test grades the fixture course both ways and compares, so this shortcut answers to nbgrader's own grading. The
+machinery (the kernel, the detours) is course/mutation/trials.py, shared with `python -m course mutation-report`.
 
     python -m tests.answer_trials SOLUTION.ipynb TRIALS.json OUT.json WORKDIR
 """
