@@ -288,11 +288,11 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
     for k, mutant in enumerate(result.run, 1):
         began = time.perf_counter()
         run.clear(before)  # the files the solution's cells of this exercise made
-        _try(run, mutant, span, segments, limits, result)
-        if mutant.outcome["hung"]:  # the notebook ran again from the top, in an emptied folder
+        restarted = _try(run, mutant, span, segments, limits, result)
+        if restarted:  # the notebook ran again from the top, in an emptied folder
             before = run.files()
-        took = f"{time.perf_counter() - began:.0f} s"
-        say(f"  {notebook} {answer} [{k}/{len(result.run)}] {_verdict(mutant.outcome)} ({took}): {mutant.what}")
+        spent = f"{time.perf_counter() - began:.0f} s"
+        say(f"  {notebook} {answer} [{k}/{len(result.run)}] {_verdict(mutant.outcome)} ({spent}): {mutant.what}")
     failures = run.solution_detour(first, last)  # also replaces the probed definitions
     if failures:
         result.notes.append(f"the solution, run again after the mutants, failed {sorted(failures)}")
@@ -306,15 +306,22 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
     return result
 
 
-def _try(run: NotebookRun, mutant, span, segments, limits, result: Exercise) -> None:
+def _try(run: NotebookRun, mutant, span, segments, limits, result: Exercise) -> bool:
+    """Run MUTANT, then the solution's cells again; whether the notebook had to start again from the top (a hang,
+    or a mutant that left a state the solution fails in: messages left in flight, engines in error)."""
     first, last = span
     mutant.outcome = run.mutant(mutant, first, last, segments, limits)
     if mutant.outcome["hung"]:
         run.restart(first)  # engines stuck in a deadlock: the notebook again, from the top
-        return
+        return True
     failures = run.solution_detour(first, last)
     if failures:
-        result.notes.append(f"the solution failed {sorted(failures)} right after the mutant `{mutant.what}`")
+        result.notes.append(
+            f"the solution failed {sorted(failures)} right after the mutant `{mutant.what}`: started again from the top"
+        )
+        run.restart(first)
+        return True
+    return False
 
 
 def _verdict(outcome: dict) -> str:
