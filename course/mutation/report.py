@@ -4,11 +4,12 @@ For each exercise (answer cell) of a solution notebook, mutants of its solution 
 are tried in place in one run of the notebook (course.mutation.trials): the notebook runs once up to the exercise;
 there the solution, with a probe before each statement, runs first (which statements the solution's run reaches,
 and how long each cell takes), then each mutant runs with the exercise's check cells, then the solution's cells
-again (so the next mutant starts from the state a right answer leaves). A check cell runs as the learner has it
+again (so the next mutant starts from the state a right answer leaves); the files the solution's cells of the
+exercise made are removed before each mutant, as a fresh run has none. A check cell runs as the learner has it
 (hidden tests stripped, as nbgrader's release does), then its hidden tests: "visible" counts the mutants the
 learner's check fails, "hidden" those the full check cell fails. A mutant that hangs is stopped after a time
 well above the solution's own, counted as caught (grading's timeout fails it), and the kernel and its cluster
-start again from the top of the notebook.
+start again from the top of the notebook (as they do when the solution fails right after a mutant).
 """
 
 from __future__ import annotations
