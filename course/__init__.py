@@ -10,7 +10,8 @@ A map, by role (each module's docstring says more):
 - The machine underneath, one place each: slurm (every Slurm command), mpi (Open MPI), devices (GPUs, threads),
   processes (finding and killing), memory, settings (every COURSE_* variable), profile.
 - Tools on the command line (`python -m course ...`, cli): doctor/, jobs, apptainer, run, lab, and grading/
-  (release, validate, grade a class locally or on Slurm, the student copy).
+  (release, validate, grade a class locally or on Slurm, the student copy); for instructors, mutation/ (the
+  mutation report: how many mutants of each exercise's solution its checks catch; not in the student copy).
 """
 
 __version__ = "0.1.0"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 
+from course.mutation.trials import exercise_checks  # noqa: F401 (the tests import it from here)
 from tests.conftest import ROOT, run_course
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -141,21 +142,6 @@ def with_answers(nb_path: Path, answers: dict[str, str]) -> str:
         assert grade_id in ids, f"{nb_path.name} has no cell {grade_id!r} (fix tests/fixtures/wrong_answers)"
         ids[grade_id].source = source
     return nbformat.writes(nb)
-
-
-def exercise_checks(nb_path: Path) -> dict[str, set[str]]:
-    """answer grade_id -> the graded cells of its exercise: those after it, up to the next answer cell."""
-    nb = nbformat.read(str(nb_path), as_version=4)
-    result: dict[str, set[str]] = {}
-    answer = None
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") and not meta.get("grade"):
-            answer = meta["grade_id"]
-            result[answer] = set()
-        if meta.get("grade") and answer is not None:
-            result[answer].add(meta["grade_id"])
-    return result
 
 
 def combine(answers: list[dict]) -> list[list[int]]:

@@ -91,7 +91,7 @@ def test_the_copy_has_what_a_learner_needs_and_nothing_of_the_instructors(copy):
         assert (copy / needed).is_file(), f"the student copy lacks {needed}"
     assert sorted(p.name for p in (copy / "notebooks").glob("*.ipynb")) == [p.name for p in SOLUTIONS]
     names = {str(p.relative_to(copy)) for p in copy.rglob("*")}
-    for banned in ("solutions", "tests", "docs", "nbgrader_config.py", "course/answers.py"):
+    for banned in ("solutions", "tests", "docs", "nbgrader_config.py", "course/answers.py", "course/mutation"):
         assert banned not in names, f"the student copy holds {banned}"
     # its package runs without the answers: the checks refuse only what the copy has. -S: the copy's package alone,
     # with this environment's libraries but not its editable install of the checkout (which would find the answers)

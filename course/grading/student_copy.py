@@ -28,8 +28,9 @@ FILES = (
     "scripts/setup-system.sh",
     "scripts/setup-python.sh",
 )
-# The course's own answers to notebook 03 (and the benchmark that times them) stay with the instructor
-INSTRUCTOR_ONLY = ("course/answers.py", "benchmarks/collectives.py")
+# The course's own answers to notebook 03 (and the benchmark that times them) and the mutation report (which
+# holds how the checks are measured) stay with the instructor
+INSTRUCTOR_ONLY = ("course/answers.py", "course/mutation", "benchmarks/collectives.py")
 IGNORE = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 
 README = """# Distributed Deep Learning on HPC

@@ -1,0 +1,407 @@
+"""`python -m course mutation-report [NOTEBOOK ...]`: how many mutants of each answer the checks catch.
+
+For each exercise (answer cell) of a solution notebook, mutants of its solution code (course.mutation.operators)
+are tried in place in one run of the notebook (course.mutation.trials): the notebook runs once up to the exercise;
+there the solution, with a probe before each statement, runs first (which statements the solution's run reaches,
+and how long each cell takes), then each mutant runs with the exercise's check cells, then the solution's cells
+again (so the next mutant starts from the state a right answer leaves); the files the solution's cells of the
+exercise made are removed before each mutant, as a fresh run has none. A check cell runs as the learner has it
+(hidden tests stripped, as nbgrader's release does), then its hidden tests: "visible" counts the mutants the
+learner's check fails, "hidden" those the full check cell fails. A mutant that hangs is stopped after a time
+well above the solution's own, counted as caught (grading's timeout fails it), and the kernel and its cluster
+start again from the top of the notebook (as they do when the solution fails right after a mutant).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from course import UserError
+from course.mutation import operators, trials
+
+LIMIT = 12  # mutants per exercise, by default: spread over the operators
+HIDDEN = "### BEGIN HIDDEN TESTS"
+
+
+@dataclass
+class Exercise:
+    """One answer cell's mutants and what became of them."""
+
+    notebook: str
+    exercise: str
+    run: list[operators.Mutant] = field(default_factory=list)
+    equivalent: list[operators.Mutant] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # regions not mutated (not Python)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, what: str) -> int:
+        return sum(1 for m in self.run if m.outcome.get(what))
+
+
+def find(names: list[str], solutions: Path) -> list[Path]:
+    """Solution notebooks by name, stem or number ('06', '06_horovod'), or .ipynb paths; all when NAMES is empty."""
+    from course.grading.release import course_notebooks
+
+    available = course_notebooks(solutions)
+    if not names:
+        return available
+    chosen = []
+    for name in names:
+        given = Path(name).expanduser()
+        matches = (
+            [given.resolve()]
+            if given.suffix == ".ipynb" and given.is_file()
+            else [p for p in available if name in (p.name, p.stem, p.stem.split("_")[0])]
+        )
+        if not matches:
+            raise UserError(f"no solution notebook {name!r}; available: {', '.join(p.stem for p in available)}")
+        chosen += [m for m in matches if m not in chosen]
+    return chosen
+
+
+def _answers(nb) -> dict[str, int]:
+    """answer grade_id -> its cell index (nbgrader solution cells that are not graded)."""
+    return {
+        trials.grade_id(c): i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution") and not trials.graded(c)
+    }
+
+
+def check_segments(source: Path, nb) -> dict[str, tuple[str, str]]:
+    """check grade_id -> (the cell as the learner has it, what its hidden tests add when run right after it)."""
+    from course.grading.release import student_version
+
+    released = {trials.grade_id(c): c.source for c in student_version(nb, source.stem).cells if trials.graded(c)}
+    segments = {}
+    for cell in nb.cells:
+        if not trials.graded(cell) or cell.cell_type != "code":
+            continue
+        visible, full = released[trials.grade_id(cell)], cell.source
+        start = full.find(HIDDEN)
+        tail = full[full.rfind("### END HIDDEN TESTS") :].partition("\n")[2] if start >= 0 else ""
+        if start < 0:
+            hidden = ""
+        elif tail.strip() or full.count(HIDDEN) > 1:
+            hidden = full  # hidden tests with code after them: the whole cell, run after the learner's
+        else:
+            magic = full.lstrip().split("\n")[0] if full.lstrip().startswith("%%") else ""
+            hidden = (magic + "\n" if magic else "") + full[start:]
+        segments[trials.grade_id(cell)] = (visible, hidden)
+    return segments
+
+
+_MPI_SESSION = re.compile(r"ompi\.|pmix|prte|openmpi|^reached-")  # MPI's session folders; the probe's own file
+
+
+class _Hung(Exception):
+    """A cell did not finish in time, or the kernel died: the run starts again."""
+
+
+class NotebookRun:
+    """One notebook's kernel, its solution cells run top to bottom, with detours for the mutants."""
+
+    def __init__(self, source: Path, workdir: Path) -> None:
+        self.source, self.workdir = source, workdir
+        self.nb = nbformat.read(str(source), as_version=4)
+        self.cells = copy.deepcopy(self.nb.cells)
+        self.stack: ExitStack | None = None
+        self.client = None
+        self.done = 0  # the solution's cells run so far, in order
+
+    def start(self) -> None:
+        self.stack = ExitStack()
+        nb = copy.deepcopy(self.nb)
+        temporary = self.workdir / "t"  # the notebook's temporary folders (tempfile.mkdtemp) too: see `files`
+        temporary.mkdir(exist_ok=True)
+        kernel = trials.notebook_kernel(self.source, nb, self.workdir, TMPDIR=str(temporary))
+        self.client = self.stack.enter_context(kernel)
+        self.done = 0
+
+    def files(self) -> set[Path]:
+        """The files under the run's folder (its temporary folders included), but MPI's own session files."""
+        return {
+            p
+            for p in self.workdir.rglob("*")
+            if p.is_file() and not _MPI_SESSION.search(str(p.relative_to(self.workdir)))
+        }
+
+    def clear(self, before: set[Path]) -> None:
+        """Remove the files made since BEFORE: a mutant must leave its own (a fresh run has none of the solution's)."""
+        for path in self.files() - before:
+            path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.close()
+            self.stack = None
+
+    def advance(self, upto: int) -> None:
+        """Run the solution's own cells up to (not including) UPTO."""
+        self.client.timeout, self.client.interrupt_on_timeout = trials.CELL_TIMEOUT, True
+        while self.done < upto:
+            trials.execute(self.client, copy.deepcopy(self.cells[self.done]), self.done)
+            self.done += 1
+
+    def restart(self, upto: int) -> None:
+        """A new kernel and cluster, in an emptied folder (a fresh run's), the solution run again up to UPTO."""
+        self.close()
+        for path in self.workdir.iterdir():
+            if not path.name.startswith("reached-"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self.start()
+        self.advance(upto)
+
+    def run_cell(self, cell, index: int, limit: float | None) -> float:
+        """Execute CELL at INDEX; with LIMIT (seconds), a cell still running then raises _Hung."""
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        self.client.timeout = int(limit) if limit else trials.CELL_TIMEOUT
+        self.client.interrupt_on_timeout = limit is None
+        started = time.perf_counter()
+        try:
+            trials.execute(self.client, cell, index)
+        except (CellTimeoutError, DeadKernelError) as exc:
+            raise _Hung(f"{type(exc).__name__} in cell {index}") from None
+        return time.perf_counter() - started
+
+    def solution_detour(self, first: int, last: int) -> dict[str, str]:
+        """The solution's cells FIRST..LAST again: the graded cells that failed (a right answer must not)."""
+        self.client.timeout, self.client.interrupt_on_timeout = trials.CELL_TIMEOUT, True
+        failures, _ = trials.detour(self.client, self.cells, {}, first, last)
+        return failures
+
+    def probe(self, answer: str, source: str, first: int, last: int, path: Path) -> dict[int, float]:
+        """The solution with probes, cells FIRST..LAST: how long each took (what it reached goes to PATH)."""
+        trial = {answer: operators.probed(source, answer, str(path))}
+        trials.forget(self.client, self.cells, trial, first)
+        took = {}
+        for index in range(first, last + 1):
+            cell = copy.deepcopy(self.cells[index])
+            cell.source = trial.get(trials.grade_id(cell), cell.source)
+            took[index] = self.run_cell(cell, index, None)
+        return took
+
+    def mutant(self, mutant: operators.Mutant, first: int, last: int, segments: dict, limits: dict) -> dict:
+        """Run MUTANT's cell and the cells after it through LAST: which checks failed, visible and with hidden tests.
+        A cell that hangs ends the detour: `hung` says where (the kernel must then start again)."""
+        trial = {mutant.exercise: mutant.source}
+        outcome: dict = {"visible_cells": {}, "hidden_cells": {}, "answer": "", "hung": ""}
+        trials.forget(self.client, self.cells, trial, first)
+        try:
+            for index in range(first, last + 1):
+                self._mutant_cell(index, trial, segments, limits[index], outcome)
+        except _Hung as exc:
+            outcome["hung"] = str(exc)
+            where = "hidden_cells" if outcome.get("in_hidden") else "visible_cells"
+            outcome[where][outcome["at"]] = f"did not finish ({exc}): grading's time limit fails it"
+        outcome["visible"] = bool(outcome["visible_cells"])
+        outcome["hidden"] = outcome["visible"] or bool(outcome["hidden_cells"])
+        return outcome
+
+    def _mutant_cell(self, index: int, trial: dict, segments: dict, limit: float, outcome: dict) -> None:
+        """One cell of a mutant's detour: a check cell as the learner has it, then (if that passed) its hidden tests."""
+        cell = copy.deepcopy(self.cells[index])
+        gid = trials.grade_id(cell)
+        outcome["at"], outcome["in_hidden"] = gid or f"cell {index}", False
+        if gid not in segments:
+            cell.source = trial.get(gid, cell.source)
+            self.run_cell(cell, index, limit)
+            if gid in trial and trials.failed(cell):
+                outcome["answer"] = trials.error(cell)
+            return
+        visible, hidden = segments[gid]
+        cell.source = visible
+        self.run_cell(cell, index, limit)
+        if trials.failed(cell):
+            outcome["visible_cells"][gid] = trials.error(cell)
+        elif hidden:
+            outcome["in_hidden"] = True
+            rest = nbformat.v4.new_code_cell(hidden, metadata=cell.metadata)
+            self.run_cell(rest, index, limit)
+            if trials.failed(rest):
+                outcome["hidden_cells"][gid] = trials.error(rest)
+
+
+def _limits(took: dict[int, float]) -> dict[int, float]:
+    """Seconds a mutant's cell may take: well above the solution's own time (a hang is a deadlock, not slowness)."""
+    return {index: max(30.0, 3 * seconds + 30) for index, seconds in took.items()}
+
+
+def measure(source: Path, exercises: list[str] | None = None, limit: int = LIMIT, say=print) -> list[Exercise]:
+    """Mutate and try every chosen exercise of SOURCE in one run of it; SAY reports progress as it goes."""
+    nb = nbformat.read(str(source), as_version=4)
+    answers = _answers(nb)
+    chosen = exercises or list(answers)
+    unknown = [e for e in chosen if e not in answers]
+    if unknown:
+        raise UserError(f"{source.name} has no answer cell {unknown[0]!r}; its exercises: {', '.join(answers)}")
+    checks = trials.exercise_checks(source)
+    index = {trials.grade_id(c): i for i, c in enumerate(nb.cells) if trials.grade_id(c)}
+    spans = {a: (answers[a], max([answers[a]] + [index[g] for g in checks[a]])) for a in chosen}
+    segments = check_segments(source, nb)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="mut-") as work:  # short: MPI's socket paths are under it
+        run = NotebookRun(source, Path(work))
+        try:
+            run.start()
+            for answer in sorted(chosen, key=lambda a: answers[a]):
+                results.append(_exercise(run, source.stem, answer, spans[answer], segments, limit, say))
+        finally:
+            run.close()
+    return results
+
+
+def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limit: int, say) -> Exercise:
+    """One exercise's probe and mutants, with the solution run again after each."""
+    first, last = span
+    started = time.perf_counter()
+    source = run.cells[first].source
+    result = Exercise(notebook, answer)
+    mutants, result.skipped = operators.cell_mutants(answer, source)
+    result.equivalent = [m for m in mutants if m.equivalent]
+    run.advance(first)
+    before = run.files()
+    hits = Path(run.workdir) / f"reached-{answer}.txt"
+    try:
+        took = run.probe(answer, source, first, last, hits)
+    except _Hung as exc:
+        raise UserError(f"{notebook}: the solution of {answer} did not finish ({exc})") from None
+    reached = set(hits.read_text().split()) if hits.exists() else set()
+    reached |= operators.unprobed_sites(source, answer)
+    for mutant in mutants:
+        if not mutant.equivalent and f"{answer}:{mutant.region}:{mutant.site}" not in reached:
+            mutant.equivalent = "the solution's run never reaches this statement"
+            result.equivalent.append(mutant)
+    result.run = operators.select([m for m in mutants if not m.equivalent], limit)
+    limits = _limits(took)
+    for k, mutant in enumerate(result.run, 1):
+        began = time.perf_counter()
+        run.clear(before)  # the files the solution's cells of this exercise made
+        restarted = _try(run, mutant, span, segments, limits, result)
+        if restarted:  # the notebook ran again from the top, in an emptied folder
+            before = run.files()
+        spent = f"{time.perf_counter() - began:.0f} s"
+        say(f"  {notebook} {answer} [{k}/{len(result.run)}] {_verdict(mutant.outcome)} ({spent}): {mutant.what}")
+    failures = run.solution_detour(first, last)  # also replaces the probed definitions
+    if failures:
+        result.notes.append(f"the solution, run again after the mutants, failed {sorted(failures)}")
+    run.done = last + 1  # the solution's own cells of the exercise have just run
+    result.seconds = time.perf_counter() - started
+    n = len(result.run)
+    say(
+        f"{notebook} {answer}: {n} mutants, the visible check caught {result.count('visible')}, "
+        f"with hidden tests {result.count('hidden')} ({len(result.equivalent)} set aside; {result.seconds:.0f} s)"
+    )
+    return result
+
+
+def _try(run: NotebookRun, mutant, span, segments, limits, result: Exercise) -> bool:
+    """Run MUTANT, then the solution's cells again; whether the notebook had to start again from the top (a hang,
+    or a mutant that left a state the solution fails in: messages left in flight, engines in error)."""
+    first, last = span
+    mutant.outcome = run.mutant(mutant, first, last, segments, limits)
+    if mutant.outcome["hung"]:
+        run.restart(first)  # engines stuck in a deadlock: the notebook again, from the top
+        return True
+    failures = run.solution_detour(first, last)
+    if failures:
+        result.notes.append(
+            f"the solution failed {sorted(failures)} right after the mutant `{mutant.what}`: started again from the top"
+        )
+        run.restart(first)
+        return True
+    return False
+
+
+def _verdict(outcome: dict) -> str:
+    if outcome.get("hung"):
+        return f"hung, stopped (caught by {'the visible check' if outcome['visible'] else 'the hidden tests'})"
+    if outcome.get("visible"):
+        return "caught by the visible check"
+    return "caught by the hidden tests" if outcome.get("hidden") else "SURVIVED"
+
+
+def table(results: list[Exercise]) -> str:
+    """One row per exercise: mutants run, set aside as equivalent, caught by the visible check, with hidden tests."""
+    rows = [("notebook", "exercise", "mutants", "equivalent", "visible", "hidden", "hung", "time")]
+    for r in results:
+        n = len(r.run)
+        rows.append(
+            (
+                r.notebook.split("_")[0],
+                r.exercise,
+                str(n),
+                str(len(r.equivalent)),
+                _share(r.count("visible"), n),
+                _share(r.count("hidden"), n),
+                str(r.count("hung")),
+                f"{r.seconds / 60:.1f} min",
+            )
+        )
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _share(caught: int, total: int) -> str:
+    return f"{caught}/{total} ({100 * caught // total}%)" if total else "-"
+
+
+def details(results: list[Exercise]) -> str:
+    """What an instructor should look at: the survivors as diffs, those only hidden tests catch, the equivalents."""
+    out = []
+    for r in results:
+        survivors = [m for m in r.run if not m.outcome.get("hidden")]
+        hidden_only = [m for m in r.run if m.outcome.get("hidden") and not m.outcome.get("visible")]
+        if not (survivors or hidden_only or r.equivalent or r.skipped or r.notes):
+            continue
+        out.append(f"\n{r.notebook} {r.exercise}")
+        for m in survivors:
+            out.append(f"  survived ({m.operator}): {m.what}")
+            out.append("\n".join("      " + line for line in _clip(m.diff)))
+        for m in hidden_only:
+            out.append(f"  caught only by the hidden tests ({m.operator}): {m.what}")
+        for m in r.equivalent:
+            out.append(f"  set aside ({m.operator}: {m.what}): {m.equivalent}")
+        out += [f"  {note}" for note in r.skipped + r.notes]
+    return "\n".join(out)
+
+
+def _clip(diff: str, lines: int = 6) -> list[str]:
+    text = diff.splitlines()
+    return text[:lines] + ([f"... ({len(text) - lines} more lines)"] if len(text) > lines else [])
+
+
+def main(names: list[str], exercise: str | None = None, limit: int = LIMIT, solutions: str | None = None) -> int:
+    """The command: progress on stderr, then the table and the details on stdout."""
+    from course.grading import solutions_dir
+
+    if limit < 1:
+        raise UserError(f"--limit takes a number of mutants per exercise (1 or more), not {limit}")
+    sources = find(names, solutions_dir(solutions))
+    if exercise and len(sources) != 1:
+        raise UserError("--exercise names one answer cell: give the one notebook it is in")
+    if exercise and exercise not in _answers(nbformat.read(str(sources[0]), as_version=4)):
+        raise UserError(f"{sources[0].name} has no answer cell {exercise!r}")
+    results: list[Exercise] = []
+    for source in sources:
+        started = time.perf_counter()
+        print(f"{source.stem}: running the notebook once, with the mutants of each exercise", file=sys.stderr)
+        say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+        found = measure(source, [exercise] if exercise else None, limit, say)
+        results += found
+        print(f"{source.stem}: done in {(time.perf_counter() - started) / 60:.1f} min", file=sys.stderr)
+    print(table(results))
+    print(details(results))
+    return 0
