@@ -54,7 +54,7 @@ class Result:
 
 
 def find(names: list[str]) -> list[Path]:
-    """Solution notebooks by name, stem or number ('06', '06_horovod'), or any .ipynb path; all when `names` is empty."""
+    """Solution notebooks by name, stem or number ('07', '07_horovod'), or any .ipynb path; all when `names` is empty."""
     available = sorted(SOLUTIONS.glob("*.ipynb"))
     if not names:
         return available

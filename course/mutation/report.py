@@ -50,7 +50,7 @@ class Exercise:
 
 
 def find(names: list[str], solutions: Path) -> list[Path]:
-    """Solution notebooks by name, stem or number ('06', '06_horovod'), or .ipynb paths; all when NAMES is empty."""
+    """Solution notebooks by name, stem or number ('07', '07_horovod'), or .ipynb paths; all when NAMES is empty."""
     from course.grading.release import course_notebooks
 
     available = course_notebooks(solutions)
