@@ -129,3 +129,20 @@ def test_keras_steps_grow_and_halve_the_scale_and_skip_overflowed_steps():
     assert [h["scale"] for h in history] == [64.0, 128.0, 64.0]
     assert all(np.array_equal(a, b) for a, b in zip(history[1]["weights"], history[2]["weights"]))  # skipped
     assert not all(np.array_equal(a, b) for a, b in zip(history[0]["weights"], history[1]["weights"]))
+
+
+def test_trace_waits_counts_the_step_thread_inside_the_marker_only(tmp_path):
+    def event(name, ts, dur, tid=1, **args):
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 7, "tid": tid, "args": args}
+
+    events = [
+        event("train 0", 0, 10_000, step_num="0", step_name="train 0"),
+        event("IteratorGetNextOp::DoCompute", 100, 4_000),
+        event("IteratorGetNextOp::DoCompute", 200, 3_000, tid=2),  # another thread's iterator
+        event("train 1", 20_000, 5_000, step_num="1", step_name="train 1"),
+        event("IteratorGetNextOp::DoCompute", 26_000, 1_000),  # after the step's marker ends
+    ]
+    path = tmp_path / "trace.json.gz"
+    with gzip.open(path, "wt") as file:
+        json.dump({"traceEvents": [{"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {}}, *events]}, file)
+    assert trace_waits.read(path) == {0: (10.0, 4.0), 1: (5.0, 0.0)}
