@@ -5,7 +5,7 @@ The images are stored as JPEG files of photo size (512 x 512 RGB: decoding one c
 as for an ImageNet photo) and decoded back to the model's small input in `decode`, the `map` function.
 
     >>> files = photos(x_train[:256])                  # the encoded "files" (bytes), one per image
-    >>> ds = tf.data.Dataset.from_tensor_slices((files, y_train[:256])).map(decode).batch(32)
+    >>> ds = tf.data.Dataset.from_tensor_slices((list(files), y_train[:256])).map(decode).batch(32)
     >>> timing = measure(ds, step, epochs=3)           # timing.wait_fraction: the share of time spent in next()
 """
 
@@ -44,13 +44,16 @@ _STAGES = {
 
 
 def photos(images: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Each image (N, H, W, 1) in [0, 1] as the bytes of a PHOTO x PHOTO RGB JPEG file (grain added, as a camera's)."""
+    """Each image (N, H, W, 1 or 3) in [0, 1] as the bytes of a PHOTO x PHOTO RGB JPEG file (grain added, as a
+    camera's)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
     files = []
     for image in images:
-        big = tf.image.resize(tf.image.grayscale_to_rgb(tf.constant(image, tf.float32)), (PHOTO, PHOTO)).numpy()
+        rgb = tf.constant(image, tf.float32)
+        rgb = tf.image.grayscale_to_rgb(rgb) if rgb.shape[-1] == 1 else rgb
+        big = tf.image.resize(rgb, (PHOTO, PHOTO)).numpy()
         grain = rng.uniform(0.0, 0.05, big.shape)
         pixels = np.clip((big + grain) * 255.0, 0, 255).astype(np.uint8)
         files.append(tf.io.encode_jpeg(pixels, quality=90).numpy())

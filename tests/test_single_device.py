@@ -40,6 +40,12 @@ def test_photos_are_jpeg_files_that_decode_to_the_model_input(raw):
     assert 0.0 <= float(tf.reduce_min(image)) and float(tf.reduce_max(image)) <= 1.0
 
 
+def test_colour_images_are_photos_too():
+    colour = np.random.default_rng(1).uniform(0, 1, (2, 32, 32, 3)).astype("float32")
+    image, _ = input_pipeline.decode(input_pipeline.photos(colour)[0], 0)
+    assert image.shape == (28, 28, 3)
+
+
 def test_stages_name_each_transformation_from_the_source(raw):
     fast = raw.map(input_pipeline.decode, num_parallel_calls=AUTOTUNE).cache().batch(4).prefetch(AUTOTUNE)
     assert input_pipeline.stages(fast) == ["from_tensor_slices", "parallel map", "cache", "batch", "prefetch"]
