@@ -140,6 +140,15 @@ COLLECTIVE_CALLS = frozenset(
         "alltoall",
         "Reduce_scatter",
         "Reduce_scatter_block",
+        "Allgatherv",
+        "Gatherv",
+        "Scatterv",
+        "Alltoallv",
+        "Ibcast",
+        "Iallgather",
+        "Iallgatherv",
+        "Ireduce_scatter",
+        "Ireduce_scatter_block",
     }
 )
 
@@ -185,14 +194,16 @@ class CountingComm:
     """An mpi4py communicator that counts what is asked of it and passes every call to the real one.
 
     `calls` and `collectives` (names, in order) for checks such as "one all-reduce per step": each collective is
-    one latency (alpha) on the network; `collective_bytes` is what this rank gave them. `sent` lists this rank's
-    point-to-point messages as (destination, bytes), leaving out those to MPI.PROC_NULL, which go nowhere.
+    one latency (alpha) on the network; `collective_bytes` is what this rank gave them (`given`: per collective, as
+    (name, bytes)). `sent` lists this rank's point-to-point messages as (destination, bytes), leaving out those to
+    MPI.PROC_NULL, which go nowhere. `ring_bytes()` is what this rank puts on the wire, collectives as rings.
     """
 
     def __init__(self, comm) -> None:
         self.comm, self.calls = comm, 0
         self.collectives: list[str] = []
         self.collective_bytes = 0
+        self.given: list[tuple[str, int]] = []
         self.sent: list[tuple[int, int]] = []
 
     def __getattr__(self, name: str):
@@ -210,8 +221,11 @@ class CountingComm:
             named = [kwargs[key] for key in ("sendbuf", "buf", "obj", "sendobj") if key in kwargs]
             message = args[0] if args else (named or [None])[0]
             size = payload_bytes(message, buffer=name[0].isupper())
+            if collective and _is_in_place(message):  # the data is in the receive buffer
+                size = _in_place_bytes(name, args, kwargs, self.comm.Get_size())
             if collective:
                 self.collective_bytes += size
+                self.given.append((name, size))
             else:
                 dest = args[1] if len(args) > 1 else kwargs.get("dest")
                 if dest != _proc_null():
@@ -219,6 +233,12 @@ class CountingComm:
             return method(*args, **kwargs)
 
         return call
+
+    def ring_bytes(self) -> float:
+        """Bytes this rank sends on the wire: its point-to-point messages, and each collective as the
+        bandwidth-optimal ring does it (`ring_collective_bytes`)."""
+        size = self.comm.Get_size()
+        return sum(b for _, b in self.sent) + sum(ring_collective_bytes(n, b, size) for n, b in self.given)
 
     def traffic(self) -> dict:
         """What this rank asked for, as plain values (to return from an engine): collectives by name, bytes given
@@ -230,6 +250,38 @@ class CountingComm:
             "bytes": sum(size for _, size in self.sent),
             "destinations": sorted({dest for dest, _ in self.sent}),
         }
+
+
+def ring_collective_bytes(name: str, given: int, ranks: int) -> float:
+    """Bytes one rank sends in a ring implementation of collective `name`, given `given` bytes by that rank:
+    all-reduce 2 (p-1)/p of them, reduce-scatter (p-1)/p, all-gather (p-1) times its own part; any other
+    collective is counted as sending what it was given."""
+    if ranks <= 1:
+        return 0.0
+    base = name[1:].lower() if name.startswith("I") else name.lower()  # Iallreduce: the non-blocking form
+    if base == "allreduce":
+        return 2 * (ranks - 1) / ranks * given
+    if base.startswith("reduce_scatter"):
+        return (ranks - 1) / ranks * given
+    if base.startswith("allgather"):
+        return float((ranks - 1) * given)
+    return float(given)
+
+
+def _is_in_place(message) -> bool:
+    from mpi4py import MPI
+
+    return message is MPI.IN_PLACE or (
+        isinstance(message, (list, tuple)) and bool(message) and message[0] is MPI.IN_PLACE
+    )
+
+
+def _in_place_bytes(name: str, args: tuple, kwargs: dict, ranks: int) -> int:
+    """What an MPI.IN_PLACE collective takes from its receive buffer: all of it, or this rank's part of an
+    all-gather's."""
+    recvbuf = args[1] if len(args) > 1 else kwargs.get("recvbuf")
+    size = payload_bytes(recvbuf, buffer=True) if recvbuf is not None else 0
+    return size // ranks if name.lower().startswith("allgather") else size
 
 
 def _proc_null() -> int:

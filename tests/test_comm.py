@@ -158,3 +158,41 @@ def test_counting_comm_counts_messages_bytes_and_collectives_per_rank():
     assert first_all["collectives"] == ["allgather"] and first_all["collective_bytes"] == 80
     assert comm.payload_bytes([np.zeros(3, dtype=np.float32), "MPI.FLOAT"], buffer=True) == 12
     assert comm.payload_bytes([1.0, 2.0], buffer=False) == 16
+
+
+def test_ring_bytes_of_each_collective():
+    """What a rank puts on the wire when each collective runs as a ring: an all-reduce is a reduce-scatter and an
+    all-gather, so the two halves add up to it."""
+    n = 1200
+    assert comm.ring_collective_bytes("Allreduce", n, 4) == 1800
+    assert (
+        comm.ring_collective_bytes("Reduce_scatter", n, 4) + comm.ring_collective_bytes("Allgatherv", n // 4, 4) == 1800
+    )
+    assert comm.ring_collective_bytes("Iallreduce", n, 2) == comm.ring_collective_bytes("allreduce", n, 2) == n
+    assert comm.ring_collective_bytes("Bcast", n, 4) == n
+    assert comm.ring_collective_bytes("Allreduce", n, 1) == 0
+
+
+@pytest.mark.slow
+def test_counting_comm_ring_bytes_and_in_place_collectives():
+    """Per collective, the bytes a rank gave it, MPI.IN_PLACE read from the receive buffer; ring_bytes adds them
+    up as rings, with the point-to-point messages."""
+
+    def collectives():
+        import numpy as np
+        from mpi4py import MPI
+
+        from course.comm import CountingComm
+
+        counted = CountingComm(MPI.COMM_WORLD)
+        x = np.ones(100)
+        counted.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
+        part = np.empty(50)
+        counted.Reduce_scatter(np.ones(100), part, recvcounts=[50, 50], op=MPI.SUM)
+        counted.Allgatherv(part, [np.empty(100), [50, 50]])
+        counted.Allgather(MPI.IN_PLACE, np.ones(100))
+        return counted.given, counted.ring_bytes()
+
+    for given, wire in comm.on_ranks(collectives, 2):
+        assert given == [("Allreduce", 800), ("Reduce_scatter", 800), ("Allgatherv", 400), ("Allgather", 400)]
+        assert wire == 800 + 400 + 400 + 400
