@@ -4,7 +4,8 @@ A map, by role (each module's docstring says more):
 - What notebooks teach with: cluster/ (engine clusters: local, MPI, Slurm), tasks/ (PyCOMPSs-style task graphs),
   training, averaging (and sync_types, its strategies' names), parallelism, comm, nn, models, data, perf,
   plots, results; for one device (notebook 06): input_pipeline (tf.data, the wait for data), tfprofiler (the
-  TensorFlow profiler's trace), precision (mixed-precision policies, Keras's loss scaling).
+  TensorFlow profiler's trace), precision (mixed-precision policies, Keras's loss scaling); for models larger than
+  one device (notebook 09): sharding (ZeRO's shards, a flat-vector network, Adam by elements).
 - What notebooks check a learner's answer with: checks/ (quiz, a Horovod script, a MirroredStrategy loop, a
   batch script, a profiler trace's waits), shortcuts (answers that call the course's own code), answers (instructor-only references).
 - What runs as a job (`python -m course.programs.NAME`, under horovodrun, mpiexec or srun): programs/.
