@@ -79,6 +79,9 @@ def test_only_the_solution_region_is_mutated():
     }
 
 
+_DEFAULT = "drops a keyword of @task whose value is the runtime's default (returns=1, IN)"
+
+
 @pytest.mark.parametrize(
     "code, what, reason",
     [
@@ -88,12 +91,20 @@ def test_only_the_solution_region_is_mutated():
         ('print("done", x)', "`print('done', x)` removed", "removes a print"),
         ("y = not not x", "not removed", "the same code as another mutant (line 1: not removed)"),
         ("y = 1e400", "inf -> inf", "the same code as the solution, once normalised"),  # twice infinity
+        ("@task(returns=1, v=IN)\ndef g(v):\n    return v", "keyword `returns=` dropped", _DEFAULT),
+        ("@task(returns=1, v=IN)\ndef g(v):\n    return v", "keyword `v=` dropped", _DEFAULT),
     ],
 )
 def test_equivalent_mutants_are_set_aside_with_the_reason(code, what, reason):
     found = operators.cell_mutants("ex", cell(code))[0]
     reasons = [m.equivalent for m in found if m.what.partition(": ")[2] == what]
     assert reason in reasons, [(m.what, m.equivalent) for m in found]
+
+
+def test_a_keyword_of_task_that_is_not_the_default_is_kept():
+    found = mutants("@task(returns=2, v=INOUT)\ndef g(v):\n    return v, v")
+    assert found[("keyword", "keyword `returns=` dropped")].equivalent == ""
+    assert found[("keyword", "keyword `v=` dropped")].equivalent == ""
 
 
 def test_a_region_that_is_not_python_is_skipped():

@@ -355,8 +355,21 @@ OPERATOR_FUNCTIONS = {
 }
 
 
-def _why_equivalent(node: ast.AST, parents: dict, operator: str) -> str:
+def _default_keyword(node: ast.AST, what: str) -> bool:
+    """Whether WHAT drops a keyword of `@task(...)` that says what the task runtime assumes anyway: `returns=1`
+    (a task returns one value unless told otherwise, `course.tasks.definition`) or a parameter `IN` (the default
+    direction)."""
+    name = re.match(r"keyword `(\w+)=` dropped", what)
+    if not (name and isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "task"):
+        return False
+    value = next(ast.unparse(k.value) for k in node.keywords if k.arg == name.group(1))
+    return value == "IN" if name.group(1) != "returns" else value == "1"
+
+
+def _why_equivalent(node: ast.AST, parents: dict, operator: str, what: str = "") -> str:
     """The static reason a change at NODE cannot change what a learner is marked on ('' if none)."""
+    if operator == "keyword" and _default_keyword(node, what):
+        return "drops a keyword of @task whose value is the runtime's default (returns=1, IN)"
     if operator == "constant" and _is_docstring(node, parents):
         return "in a docstring"
     if _in_print(node, parents):
@@ -388,7 +401,7 @@ def region_mutants(exercise: str, source: str, number: int) -> list[Mutant]:
                 mutant = Mutant(exercise, operator, f"line {line}: {what}", number, _site(node, parents, nodes))
                 mutant.source = with_region(source, region, mutated)
                 mutant.diff = short_diff(original, mutated)
-                mutant.equivalent = _why_equivalent(node, parents, operator)
+                mutant.equivalent = _why_equivalent(node, parents, operator, what)
                 if mutated == original:
                     mutant.equivalent = "the same code as the solution, once normalised"
                 elif not mutant.equivalent and mutated in seen:
