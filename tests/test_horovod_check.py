@@ -111,3 +111,16 @@ def test_usage():
         [sys.executable, "-m", "course.checks.horovod_script"], capture_output=True, text=True, cwd=ROOT
     )
     assert done.returncode == 2 and "usage: python -m course.checks.horovod_script SCRIPT FOLDER" in done.stderr
+
+
+def test_a_generator_given_to_fit_is_read_as_fit_draws_from_it():
+    """A Python generator can be read once: the tap passes each batch on unchanged and notes its input rows, so the
+    sharding check compares the ranks' images for a generator as for an array or a dataset."""
+    import numpy as np
+
+    x = np.arange(24, dtype=np.float32).reshape(6, 2, 2)
+    batches = [(x[k : k + 2], np.arange(2)) for k in range(0, 6, 2)]
+    drawn: set[str] = set()
+    passed = list(horovod_script.tap((b for b in batches), drawn))
+    assert all(p[0] is b[0] for p, b in zip(passed, batches)) and len(passed) == 3
+    assert drawn == {horovod_script._digest(row) for row in x} and len(drawn) == 6

@@ -18,11 +18,13 @@ training image the process could draw from what it gave `fit` (to tell a rank's 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,7 +188,7 @@ def _shards(ranks: list[Record]) -> list[str]:
     """Data parallelism: each rank draws from its own part of the data, so two ranks share (almost) no image."""
     first, *others = ranks
     if not first.samples or any(not r.samples for r in others):
-        return []  # what fit was given could not be read again (a Python generator): nothing to compare
+        return []  # what fit was given could not be read again (a keras Sequence, a file): nothing to compare
     mine = set(first.samples)
     shared = max(len(mine & set(r.samples)) / min(len(mine), len(set(r.samples))) for r in others)
     if shared <= 0.5:
@@ -236,6 +238,7 @@ def _recorders():
             self.losses: list[float] = []
             self.fitted = None
             self.given = None
+            self.drawn: set[str] | None = None  # digests of what a Python generator gave fit, as it gave it
             self.epochs = 1
 
         def on_train_begin(self, logs=None):
@@ -251,17 +254,35 @@ def _recorders():
 
     def fit(self, *args, callbacks=None, **kwargs):
         recorder.given = args[0] if args else kwargs.get("x")
+        if inspect.isgenerator(recorder.given):  # read once only: noted as fit draws from it
+            recorder.drawn = set()
+            tapped = tap(recorder.given, recorder.drawn)
+            args, kwargs = ((tapped, *args[1:]), kwargs) if args else (args, {**kwargs, "x": tapped})
         return original(self, *args, callbacks=[*(callbacks or []), rates, recorder], **kwargs)
 
     tf.keras.Model.fit = fit
     return recorder, rates
 
 
+def _digest(row) -> str:
+    import hashlib
+
+    return hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:16]
+
+
+def tap(batches: Iterator, drawn: set[str]) -> Iterator:
+    """BATCHES (a Python generator given to fit) passed on unchanged; the digest of each input row it yields is
+    added to DRAWN: a generator cannot be read again after fit."""
+    for batch in batches:
+        inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+        inputs = next(iter(inputs.values())) if isinstance(inputs, dict) else inputs
+        drawn.update(_digest(row) for row in np.asarray(inputs))
+        yield batch
+
+
 def _samples(given, batches: int) -> list[str]:
     """A short digest of each training input a process could draw from what it gave `fit`: the rows of an array,
     or the inputs of a dataset's first `batches` batches (as many as fit took); [] for what cannot be read again."""
-    import hashlib
-
     import tensorflow as tf
 
     if isinstance(given, tf.data.Dataset):
@@ -274,7 +295,7 @@ def _samples(given, batches: int) -> list[str]:
         rows = list(np.asarray(given))
     else:
         return []
-    return sorted({hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:16] for row in rows})
+    return sorted({_digest(row) for row in rows})
 
 
 def _horovod_state(optimizer) -> tuple[int | None, bool]:
@@ -317,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rates": rates.rates,
         "losses": recorder.losses,
         "files": files,
-        "samples": _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
+        "samples": sorted(recorder.drawn)
+        if recorder.drawn is not None
+        else _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
     }
     np.savez(folder / f"record-{rank}.npz", *recorder.fitted.get_weights())
     (folder / f"record-{rank}.json").write_text(json.dumps(meta))
