@@ -355,21 +355,33 @@ OPERATOR_FUNCTIONS = {
 }
 
 
-def _default_keyword(node: ast.AST, what: str) -> bool:
-    """Whether WHAT drops a keyword of `@task(...)` that says what the task runtime assumes anyway: `returns=1`
-    (a task returns one value unless told otherwise, `course.tasks.definition`) or a parameter `IN` (the default
-    direction)."""
+# Keywords whose value is what the function assumes without them (function -> keyword -> value; "*": any other
+# keyword): `@task`'s returns=1 and a parameter IN (`course.tasks.definition`), `np.array`'s copy=True, mpi4py's
+# op=MPI.SUM.
+DEFAULTS = {
+    "task": {"returns": "1", "*": "IN"},
+    "array": {"copy": "True"},
+    "Allreduce": {"op": "MPI.SUM"},
+    "allreduce": {"op": "MPI.SUM"},
+    "Reduce": {"op": "MPI.SUM"},
+}
+
+
+def _default_keyword(node: ast.AST, what: str) -> str:
+    """The function and keyword WHAT drops, where its value is the function's default ('' otherwise)."""
     name = re.match(r"keyword `(\w+)=` dropped", what)
-    if not (name and isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "task"):
-        return False
+    function = ast.unparse(node.func).split(".")[-1] if isinstance(node, ast.Call) else ""
+    if not (name and function in DEFAULTS):
+        return ""
     value = next(ast.unparse(k.value) for k in node.keywords if k.arg == name.group(1))
-    return value == "IN" if name.group(1) != "returns" else value == "1"
+    default = DEFAULTS[function].get(name.group(1), DEFAULTS[function].get("*"))
+    return f"{function}({name.group(1)}={value})" if value == default else ""
 
 
 def _why_equivalent(node: ast.AST, parents: dict, operator: str, what: str = "") -> str:
     """The static reason a change at NODE cannot change what a learner is marked on ('' if none)."""
-    if operator == "keyword" and _default_keyword(node, what):
-        return "drops a keyword of @task whose value is the runtime's default (returns=1, IN)"
+    if operator == "keyword" and (dropped := _default_keyword(node, what)):
+        return f"drops a keyword whose value is the default: {dropped}"
     if operator == "constant" and _is_docstring(node, parents):
         return "in a docstring"
     if _in_print(node, parents):
