@@ -43,12 +43,13 @@ class Record:
     rank: int
     horovod_size: int | None  # None: Horovod was not initialised
     distributed_optimizer: bool
-    steps_per_epoch: list[int]
+    steps_per_epoch: list[float]  # as fit was given them (whole numbers for a right script)
     learning_rates: list[float]  # mean over each epoch's steps
     losses: list[float]  # as logged at the end of each epoch (after any metric averaging)
     weights: list[np.ndarray]
     files: list[str]  # files the process wrote in its folder, relative to it
     samples: list[str] = field(default_factory=list)  # digests of the training inputs it drew from ([]: unknown)
+    broadcast_roots: list[int] = field(default_factory=list)  # root_rank of each broadcast callback given to fit
 
 
 @dataclass
@@ -144,14 +145,14 @@ def problems(run: Run, single: Run) -> list[str]:
             f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
             f"start from rank 0's weights and apply the same averaged update"
         )
-    found += _shards(ranks) + _files(ranks, base)
-    steps = ranks[0].steps_per_epoch[0]
-    want = base.steps_per_epoch[0] / n
-    if abs(steps - want) >= 1:
+    roots = sorted({root for r in ranks for root in r.broadcast_roots} - {0})
+    if roots:
         found.append(
-            f"each rank took {steps} steps per epoch; the single process took {base.steps_per_epoch[0]}: "
-            f"with {n} ranks one pass over the same data takes about {want:g}"
+            f"the broadcast callback sends rank {roots[0]}'s weights: every rank should start from rank 0's "
+            f"(BroadcastGlobalVariablesCallback(0))"
         )
+    found += _shards(ranks) + _files(ranks, base)
+    found += _steps(ranks[0].steps_per_epoch[0], base.steps_per_epoch[0], n)
     scaled = base.learning_rates[-1] * n
     rates = ranks[0].learning_rates
     if abs(rates[-1] - scaled) > 1e-4 * scaled:
@@ -167,6 +168,19 @@ def problems(run: Run, single: Run) -> list[str]:
             "prints and saves holds for the whole model"
         )
     return found
+
+
+def _steps(steps: float, single: int, n: int) -> list[str]:
+    """Steps per epoch: a whole number, the single script's divided by the ranks (to within one)."""
+    if steps != int(steps):
+        return [f"fit was given {steps:g} steps per epoch: a number of steps is a whole number (round down)"]
+    want = single / n
+    if abs(steps - want) >= 1:
+        return [
+            f"each rank took {steps} steps per epoch; the single process took {single}: "
+            f"with {n} ranks one pass over the same data takes about {want:g}"
+        ]
+    return []
 
 
 def _files(ranks: list[Record], base: Record) -> list[str]:
@@ -239,10 +253,12 @@ def _recorders():
             self.fitted = None
             self.given = None
             self.drawn: set[str] | None = None  # digests of what a Python generator gave fit, as it gave it
+            self.roots: list[int] = []
             self.epochs = 1
 
         def on_train_begin(self, logs=None):
-            self.steps.append(int(self.params.get("steps") or 0))
+            steps = float(self.params.get("steps") or 0)  # as fit was given it: 9.375 stays 9.375
+            self.steps.append(int(steps) if steps.is_integer() else steps)
             self.epochs = int(self.params.get("epochs") or 1)
             self.fitted = self.model
 
@@ -254,6 +270,7 @@ def _recorders():
 
     def fit(self, *args, callbacks=None, **kwargs):
         recorder.given = args[0] if args else kwargs.get("x")
+        recorder.roots = [int(c.root_rank) for c in callbacks or [] if hasattr(c, "root_rank")]
         if inspect.isgenerator(recorder.given):  # read once only: noted as fit draws from it
             recorder.drawn = set()
             tapped = tap(recorder.given, recorder.drawn)
@@ -338,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rates": rates.rates,
         "losses": recorder.losses,
         "files": files,
+        "broadcast_roots": recorder.roots,
         "samples": sorted(recorder.drawn)
         if recorder.drawn is not None
         else _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
