@@ -382,7 +382,8 @@ def _why_equivalent(node: ast.AST, parents: dict, operator: str, what: str = "")
     """The static reason a change at NODE cannot change what a learner is marked on ('' if none)."""
     if operator == "keyword" and (dropped := _default_keyword(node, what)):
         return f"drops a keyword whose value is the default: {dropped}"
-    if operator == "keyword" and what == "keyword `verbose=` dropped":
+    verbose = isinstance(parents.get(node), ast.keyword) and parents[node].arg == "verbose"
+    if (operator == "keyword" and what == "keyword `verbose=` dropped") or (operator == "constant" and verbose):
         return "changes only what is printed (verbose=)"
     if operator == "constant" and _is_docstring(node, parents):
         return "in a docstring"
