@@ -378,12 +378,20 @@ def _default_keyword(node: ast.AST, what: str) -> str:
     return f"{function}({name.group(1)}={value})" if value == default else ""
 
 
+def _in_verbose(node: ast.AST, parents: dict) -> bool:
+    """Whether NODE is part of the value of a `verbose=` keyword (how much a call prints)."""
+    while node in parents and not isinstance(node, ast.stmt):
+        node = parents[node]
+        if isinstance(node, ast.keyword):
+            return node.arg == "verbose"
+    return False
+
+
 def _why_equivalent(node: ast.AST, parents: dict, operator: str, what: str = "") -> str:
     """The static reason a change at NODE cannot change what a learner is marked on ('' if none)."""
     if operator == "keyword" and (dropped := _default_keyword(node, what)):
         return f"drops a keyword whose value is the default: {dropped}"
-    verbose = isinstance(parents.get(node), ast.keyword) and parents[node].arg == "verbose"
-    if (operator == "keyword" and what == "keyword `verbose=` dropped") or (operator == "constant" and verbose):
+    if (operator == "keyword" and what == "keyword `verbose=` dropped") or _in_verbose(node, parents):
         return "changes only what is printed (verbose=)"
     if operator == "constant" and _is_docstring(node, parents):
         return "in a docstring"
