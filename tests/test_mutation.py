@@ -97,6 +97,11 @@ _DEFAULT = "drops a keyword whose value is the default: "
         ("comm.Allreduce(a, b, op=MPI.SUM)", "keyword `op=` dropped", _DEFAULT + "Allreduce(op=MPI.SUM)"),
         ("model.evaluate(x, y, verbose=0)", "keyword `verbose=` dropped", "changes only what is printed (verbose=)"),
         ("model.evaluate(x, y, verbose=0)", "0 -> 1", "changes only what is printed (verbose=)"),
+        (
+            "if x < 1:\n    raise ValueError(f'{x} too small')",
+            "' too small' -> ' too small?'",
+            "changes only an error's message",
+        ),
         ("model.fit(x, verbose=2 if rank == 0 else 0)", "== -> !=", "changes only what is printed (verbose=)"),
     ],
 )

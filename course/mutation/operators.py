@@ -378,6 +378,16 @@ def _default_keyword(node: ast.AST, what: str) -> str:
     return f"{function}({name.group(1)}={value})" if value == default else ""
 
 
+def _in_raise_message(node: ast.AST, parents: dict) -> bool:
+    """Whether NODE is in the arguments of the exception a `raise` makes (its message), not the exception's type."""
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.Call) and isinstance(parents.get(parent), ast.Raise):
+            return node is not parent.func
+        node = parent
+    return False
+
+
 def _in_verbose(node: ast.AST, parents: dict) -> bool:
     """Whether NODE is part of the value of a `verbose=` keyword (how much a call prints)."""
     while node in parents and not isinstance(node, ast.stmt):
@@ -391,6 +401,8 @@ def _why_equivalent(node: ast.AST, parents: dict, operator: str, what: str = "")
     """The static reason a change at NODE cannot change what a learner is marked on ('' if none)."""
     if operator == "keyword" and (dropped := _default_keyword(node, what)):
         return f"drops a keyword whose value is the default: {dropped}"
+    if operator == "constant" and _in_raise_message(node, parents):
+        return "changes only an error's message"
     if (operator == "keyword" and what == "keyword `verbose=` dropped") or _in_verbose(node, parents):
         return "changes only what is printed (verbose=)"
     if operator == "constant" and _is_docstring(node, parents):
