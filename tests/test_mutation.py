@@ -98,6 +98,11 @@ _DEFAULT = "drops a keyword whose value is the default: "
         ("model.evaluate(x, y, verbose=0)", "keyword `verbose=` dropped", "changes only what is printed (verbose=)"),
         ("model.evaluate(x, y, verbose=0)", "0 -> 1", "changes only what is printed (verbose=)"),
         (
+            "def g(v):\n    if v:\n        return 1\n    return None",
+            "`return None` removed",
+            "removes a function's last statement, `return None`: it returns None without it",
+        ),
+        (
             "if x < 1:\n    raise ValueError(f'{x} too small')",
             "' too small' -> ' too small?'",
             "changes only an error's message",

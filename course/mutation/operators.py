@@ -378,6 +378,13 @@ def _default_keyword(node: ast.AST, what: str) -> str:
     return f"{function}({name.group(1)}={value})" if value == default else ""
 
 
+def _trailing_return_none(node: ast.AST, parents: dict) -> bool:
+    """Whether NODE is `return` or `return None` as the last statement of a function's body."""
+    function = parents.get(node)
+    none = isinstance(node, ast.Return) and (node.value is None or ast.unparse(node.value) == "None")
+    return none and isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and function.body[-1] is node
+
+
 def _in_raise_message(node: ast.AST, parents: dict) -> bool:
     """Whether NODE is in the arguments of the exception a `raise` makes (its message), not the exception's type."""
     while node in parents:
@@ -401,6 +408,8 @@ def _why_equivalent(node: ast.AST, parents: dict, operator: str, what: str = "")
     """The static reason a change at NODE cannot change what a learner is marked on ('' if none)."""
     if operator == "keyword" and (dropped := _default_keyword(node, what)):
         return f"drops a keyword whose value is the default: {dropped}"
+    if operator == "statement" and _trailing_return_none(node, parents):
+        return "removes a function's last statement, `return None`: it returns None without it"
     if operator == "constant" and _in_raise_message(node, parents):
         return "changes only an error's message"
     if (operator == "keyword" and what == "keyword `verbose=` dropped") or _in_verbose(node, parents):
