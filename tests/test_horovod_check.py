@@ -31,7 +31,8 @@ def notebook_scripts() -> tuple[str, str]:
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("horovod-check")
     single_text, solution = notebook_scripts()
-    faults = {  # the plain optimizer, checkpoints on every rank, steps of the whole set, no warm-up
+    faults = {  # the plain optimizer, checkpoints on every rank, steps of the whole set, no warm-up, rank 1's weights
+        "callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0),": "callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(1),",
         "optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=LR))": "optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=LR)",
         "             hvd.callbacks.LearningRateWarmupCallback(initial_lr=LR, warmup_epochs=WARMUP)]": "             tf.keras.callbacks.ModelCheckpoint('checkpoints/checkpoint-{epoch:03d}.h5')]",
         "steps = len(x_train) // BATCH": "steps = 600 // BATCH",
@@ -60,6 +61,7 @@ def test_the_solution_passes(runs, capsys):
     assert single.returncode == 0 and solution.returncode == 0, solution.output[-3000:]
     assert single.records[0].steps_per_epoch == [18] and solution.records[0].steps_per_epoch == [9]
     assert horovod_script.problems(solution, single) == []
+    assert solution.records[0].broadcast_roots == solution.records[1].broadcast_roots == [0]
     horovod_script.check(solution, single)
     assert capsys.readouterr().out.startswith("Correct: 2 ranks, identical weights, 9 steps per epoch each")
     assert solution.records[1].files == [] and "model.h5" in solution.records[0].files
@@ -77,6 +79,7 @@ def test_each_fault_is_named(runs):
     )
     assert "each rank took 18 steps per epoch; the single process took 18" in text
     assert "no warm-up: the first epoch already ran at 0.1" in text
+    assert "the broadcast callback sends rank 1's weights: every rank should start from rank 0's" in text
     with pytest.raises(AssertionError, match=r"problem\(s\) with faulty.py"):
         horovod_script.check(runs["faulty"], runs["single"])
 
@@ -111,3 +114,16 @@ def test_usage():
         [sys.executable, "-m", "course.checks.horovod_script"], capture_output=True, text=True, cwd=ROOT
     )
     assert done.returncode == 2 and "usage: python -m course.checks.horovod_script SCRIPT FOLDER" in done.stderr
+
+
+def test_a_generator_given_to_fit_is_read_as_fit_draws_from_it():
+    """A Python generator can be read once: the tap passes each batch on unchanged and notes its input rows, so the
+    sharding check compares the ranks' images for a generator as for an array or a dataset."""
+    import numpy as np
+
+    x = np.arange(24, dtype=np.float32).reshape(6, 2, 2)
+    batches = [(x[k : k + 2], np.arange(2)) for k in range(0, 6, 2)]
+    drawn: set[str] = set()
+    passed = list(horovod_script.tap((b for b in batches), drawn))
+    assert all(p[0] is b[0] for p, b in zip(passed, batches)) and len(passed) == 3
+    assert drawn == {horovod_script._digest(row) for row in x} and len(drawn) == 6

@@ -79,6 +79,9 @@ def test_only_the_solution_region_is_mutated():
     }
 
 
+_DEFAULT = "drops a keyword whose value is the default: "
+
+
 @pytest.mark.parametrize(
     "code, what, reason",
     [
@@ -88,12 +91,36 @@ def test_only_the_solution_region_is_mutated():
         ('print("done", x)', "`print('done', x)` removed", "removes a print"),
         ("y = not not x", "not removed", "the same code as another mutant (line 1: not removed)"),
         ("y = 1e400", "inf -> inf", "the same code as the solution, once normalised"),  # twice infinity
+        ("@task(returns=1, v=IN)\ndef g(v):\n    return v", "keyword `returns=` dropped", _DEFAULT + "task(returns=1)"),
+        ("@task(returns=1, v=IN)\ndef g(v):\n    return v", "keyword `v=` dropped", _DEFAULT + "task(v=IN)"),
+        ("y = np.array(x, copy=True)", "keyword `copy=` dropped", _DEFAULT + "array(copy=True)"),
+        ("comm.Allreduce(a, b, op=MPI.SUM)", "keyword `op=` dropped", _DEFAULT + "Allreduce(op=MPI.SUM)"),
+        ("model.evaluate(x, y, verbose=0)", "keyword `verbose=` dropped", "changes only what is printed (verbose=)"),
+        ("model.evaluate(x, y, verbose=0)", "0 -> 1", "changes only what is printed (verbose=)"),
+        (
+            "def g(v):\n    if v:\n        return 1\n    return None",
+            "`return None` removed",
+            "removes a function's last statement, `return None`: it returns None without it",
+        ),
+        (
+            "if x < 1:\n    raise ValueError(f'{x} too small')",
+            "' too small' -> ' too small?'",
+            "changes only an error's message",
+        ),
+        ("model.fit(x, verbose=2 if rank == 0 else 0)", "== -> !=", "changes only what is printed (verbose=)"),
     ],
 )
 def test_equivalent_mutants_are_set_aside_with_the_reason(code, what, reason):
     found = operators.cell_mutants("ex", cell(code))[0]
     reasons = [m.equivalent for m in found if m.what.partition(": ")[2] == what]
     assert reason in reasons, [(m.what, m.equivalent) for m in found]
+
+
+def test_a_keyword_that_is_not_the_default_is_kept():
+    found = mutants("@task(returns=2, v=INOUT)\ndef g(v):\n    return v, v\ny = np.array(x, copy=False)")
+    assert found[("keyword", "keyword `returns=` dropped")].equivalent == ""
+    assert found[("keyword", "keyword `v=` dropped")].equivalent == ""
+    assert found[("keyword", "keyword `copy=` dropped")].equivalent == ""
 
 
 def test_a_region_that_is_not_python_is_skipped():

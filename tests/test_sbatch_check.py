@@ -81,6 +81,11 @@ SAME_REQUEST = {
     "-G": ("--gres=gpu:8", "-G 16"),
     "--gres and --gpus-per-task together": ("--gres=gpu:8", "--gres=gpu:8\n#SBATCH --gpus-per-task=1"),
     "--ntasks-per-gpu=1 with the GPUs per node": ("--ntasks-per-node=8", "--ntasks-per-gpu=1"),
+    "--tres-per-task=gres/gpu=1 (Slurm 23.02+)": ("--gres=gpu:8", "--tres-per-task=gres/gpu=1"),
+    "--tres-per-task=gres/gpu:1": ("--gres=gpu:8", "--tres-per-task=gres/gpu:1"),
+    "--tres-per-task, a type": ("--gres=gpu:8", "--tres-per-task=gres/gpu:a100=1"),
+    "--tres-per-task, CPUs and a GPU": ("--cpus-per-task=6\n#SBATCH --gres=gpu:8", "--tres-per-task=cpu=6,gres/gpu=1"),
+    "--cpus-per-gpu (one GPU per rank)": ("--cpus-per-task=6", "--cpus-per-gpu=6"),
     "--ntasks with one GPU per task": (
         "--ntasks-per-node=8\n#SBATCH --cpus-per-task=6\n#SBATCH --gres=gpu:8",
         "--ntasks=16\n#SBATCH --cpus-per-task=6\n#SBATCH --gpus-per-task=1",
@@ -243,6 +248,18 @@ MISTAKES = [
     ),
     ("#SBATCH --gres=gpu:8\n", "", ["no GPUs asked for"]),
     (
+        "--gres=gpu:8",
+        "--gres=gpu:a100:8\n#SBATCH --gpus-per-task=1",
+        ["--gres=gpu:a100:8 names a GPU type and --gpus-per-task=1 does not: sbatch refuses such a job"],
+    ),
+    (
+        "--cpus-per-task=6",
+        "--cpus-per-task=6\n#SBATCH --cpus-per-gpu=6",
+        ["--cpus-per-task and --cpus-per-gpu together: sbatch refuses the job"],
+    ),
+    ("--cpus-per-task=6", "--cpus-per-gpu=3", ["--cpus-per-gpu is 3, but a node's 48 cores shared evenly"]),
+    ("--gres=gpu:8", "--tres-per-task=gres/gpu=2", ["--tres-per-task=gres/gpu=2 with 8 task(s) per node asks for 16"]),
+    (
         "--cpus-per-task=6",
         "--cpus-per-task=48",
         [
@@ -402,6 +419,23 @@ def test_adapt_leaves_every_gpu_option_out_where_the_partition_has_no_gpus(optio
 
     adapted, changes = sbatch_script.adapt(RIGHT.replace("--gres=gpu:8", option), Partition("debug", 1, 2))
     assert "gpu" not in adapted.lower() and any("no GPUs here" in c for c in changes), adapted
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        ("--tres-per-task=cpu=6,gres/gpu=1", "#SBATCH --cpus-per-task=6"),
+        ("--cpus-per-gpu=6\n#SBATCH --gpus-per-task=1", "#SBATCH --cpus-per-task=6"),
+    ],
+)
+def test_adapt_says_newer_cpu_and_gpu_options_the_way_any_slurm_knows(option, said):
+    """--tres-per-task (Slurm 23.02+) and --cpus-per-gpu (refused without a GPU) become --cpus-per-task on a CPU
+    partition."""
+    from course.slurm import Partition
+
+    text = RIGHT.replace("#SBATCH --cpus-per-task=6\n", "").replace("--gres=gpu:8", option)
+    adapted, changes = sbatch_script.adapt(text, Partition("debug", 1, 48))
+    assert said in adapted and "gpu" not in adapted.lower() and "tres" not in adapted, adapted
 
 
 @pytest.mark.parametrize(

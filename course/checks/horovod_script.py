@@ -18,11 +18,13 @@ training image the process could draw from what it gave `fit` (to tell a rank's 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,12 +43,13 @@ class Record:
     rank: int
     horovod_size: int | None  # None: Horovod was not initialised
     distributed_optimizer: bool
-    steps_per_epoch: list[int]
+    steps_per_epoch: list[float]  # as fit was given them (whole numbers for a right script)
     learning_rates: list[float]  # mean over each epoch's steps
     losses: list[float]  # as logged at the end of each epoch (after any metric averaging)
     weights: list[np.ndarray]
     files: list[str]  # files the process wrote in its folder, relative to it
     samples: list[str] = field(default_factory=list)  # digests of the training inputs it drew from ([]: unknown)
+    broadcast_roots: list[int] = field(default_factory=list)  # root_rank of each broadcast callback given to fit
 
 
 @dataclass
@@ -142,14 +145,14 @@ def problems(run: Run, single: Run) -> list[str]:
             f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
             f"start from rank 0's weights and apply the same averaged update"
         )
-    found += _shards(ranks) + _files(ranks, base)
-    steps = ranks[0].steps_per_epoch[0]
-    want = base.steps_per_epoch[0] / n
-    if abs(steps - want) >= 1:
+    roots = sorted({root for r in ranks for root in r.broadcast_roots} - {0})
+    if roots:
         found.append(
-            f"each rank took {steps} steps per epoch; the single process took {base.steps_per_epoch[0]}: "
-            f"with {n} ranks one pass over the same data takes about {want:g}"
+            f"the broadcast callback sends rank {roots[0]}'s weights: every rank should start from rank 0's "
+            f"(BroadcastGlobalVariablesCallback(0))"
         )
+    found += _shards(ranks) + _files(ranks, base)
+    found += _steps(ranks[0].steps_per_epoch[0], base.steps_per_epoch[0], n)
     scaled = base.learning_rates[-1] * n
     rates = ranks[0].learning_rates
     if abs(rates[-1] - scaled) > 1e-4 * scaled:
@@ -165,6 +168,19 @@ def problems(run: Run, single: Run) -> list[str]:
             "prints and saves holds for the whole model"
         )
     return found
+
+
+def _steps(steps: float, single: int, n: int) -> list[str]:
+    """Steps per epoch: a whole number, the single script's divided by the ranks (to within one)."""
+    if steps != int(steps):
+        return [f"fit was given {steps:g} steps per epoch: a number of steps is a whole number (round down)"]
+    want = single / n
+    if abs(steps - want) >= 1:
+        return [
+            f"each rank took {steps} steps per epoch; the single process took {single}: "
+            f"with {n} ranks one pass over the same data takes about {want:g}"
+        ]
+    return []
 
 
 def _files(ranks: list[Record], base: Record) -> list[str]:
@@ -186,7 +202,7 @@ def _shards(ranks: list[Record]) -> list[str]:
     """Data parallelism: each rank draws from its own part of the data, so two ranks share (almost) no image."""
     first, *others = ranks
     if not first.samples or any(not r.samples for r in others):
-        return []  # what fit was given could not be read again (a Python generator): nothing to compare
+        return []  # what fit was given could not be read again (a keras Sequence, a file): nothing to compare
     mine = set(first.samples)
     shared = max(len(mine & set(r.samples)) / min(len(mine), len(set(r.samples))) for r in others)
     if shared <= 0.5:
@@ -236,10 +252,13 @@ def _recorders():
             self.losses: list[float] = []
             self.fitted = None
             self.given = None
+            self.drawn: set[str] | None = None  # digests of what a Python generator gave fit, as it gave it
+            self.roots: list[int] = []
             self.epochs = 1
 
         def on_train_begin(self, logs=None):
-            self.steps.append(int(self.params.get("steps") or 0))
+            steps = float(self.params.get("steps") or 0)  # as fit was given it: 9.375 stays 9.375
+            self.steps.append(int(steps) if steps.is_integer() else steps)
             self.epochs = int(self.params.get("epochs") or 1)
             self.fitted = self.model
 
@@ -251,17 +270,36 @@ def _recorders():
 
     def fit(self, *args, callbacks=None, **kwargs):
         recorder.given = args[0] if args else kwargs.get("x")
+        recorder.roots = [int(c.root_rank) for c in callbacks or [] if hasattr(c, "root_rank")]
+        if inspect.isgenerator(recorder.given):  # read once only: noted as fit draws from it
+            recorder.drawn = set()
+            tapped = tap(recorder.given, recorder.drawn)
+            args, kwargs = ((tapped, *args[1:]), kwargs) if args else (args, {**kwargs, "x": tapped})
         return original(self, *args, callbacks=[*(callbacks or []), rates, recorder], **kwargs)
 
     tf.keras.Model.fit = fit
     return recorder, rates
 
 
+def _digest(row) -> str:
+    import hashlib
+
+    return hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:16]
+
+
+def tap(batches: Iterator, drawn: set[str]) -> Iterator:
+    """BATCHES (a Python generator given to fit) passed on unchanged; the digest of each input row it yields is
+    added to DRAWN: a generator cannot be read again after fit."""
+    for batch in batches:
+        inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+        inputs = next(iter(inputs.values())) if isinstance(inputs, dict) else inputs
+        drawn.update(_digest(row) for row in np.asarray(inputs))
+        yield batch
+
+
 def _samples(given, batches: int) -> list[str]:
     """A short digest of each training input a process could draw from what it gave `fit`: the rows of an array,
     or the inputs of a dataset's first `batches` batches (as many as fit took); [] for what cannot be read again."""
-    import hashlib
-
     import tensorflow as tf
 
     if isinstance(given, tf.data.Dataset):
@@ -274,7 +312,7 @@ def _samples(given, batches: int) -> list[str]:
         rows = list(np.asarray(given))
     else:
         return []
-    return sorted({hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:16] for row in rows})
+    return sorted({_digest(row) for row in rows})
 
 
 def _horovod_state(optimizer) -> tuple[int | None, bool]:
@@ -317,7 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rates": rates.rates,
         "losses": recorder.losses,
         "files": files,
-        "samples": _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
+        "broadcast_roots": recorder.roots,
+        "samples": sorted(recorder.drawn)
+        if recorder.drawn is not None
+        else _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
     }
     np.savez(folder / f"record-{rank}.npz", *recorder.fitted.get_weights())
     (folder / f"record-{rank}.json").write_text(json.dumps(meta))

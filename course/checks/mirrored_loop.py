@@ -53,6 +53,27 @@ def check_build(build: Callable, replicas: int = 2) -> dict[str, Any]:
     return found
 
 
+def check_training_mode(replica_step: Callable) -> None:
+    """The step runs the model in training mode: on a small model with a BatchNormalization layer (as ResNet50V2
+    has), one call moves the layer's moving statistics; in inference mode they stay."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential(
+        [tf.keras.Input((28, 28, 1)), tf.keras.layers.Flatten(), tf.keras.layers.Dense(8),
+         tf.keras.layers.BatchNormalization(), tf.keras.layers.Dense(10, activation="softmax")]
+    )  # fmt: skip
+    norm = model.layers[2]
+    before = norm.moving_mean.numpy().copy()
+    rng = np.random.default_rng(0)
+    images, labels = rng.random((8, 28, 28, 1), dtype=np.float32), rng.integers(0, 10, 8)
+    replica_step(model, tf.keras.optimizers.SGD(0.1), tf.constant(images), tf.constant(labels), 16)
+    assert not np.allclose(norm.moving_mean.numpy(), before), (
+        "your step ran the model in inference mode: a BatchNormalization layer (ResNet50V2 has many) kept its "
+        "moving statistics, so it would never learn them; a training step runs the model in training mode"
+    )
+
+
 def check_step(replica_step: Callable, learning_rate: float = 0.1, seed: int = 0) -> dict[str, float]:
     """One call of the learner's step on 8 images of a global batch of 16, outside any strategy: the loss must be
     the sum of the 8 per-image losses / 16, and the update exactly one SGD step on that loss."""

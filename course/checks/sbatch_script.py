@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course import slurm
+from course.checks.sbatch_gpus import gpu_count, gpu_types, gpus_per_task, older_tres, tres_per_task
 from course.checks.sbatch_header import SHORT, WITH_VALUE, Header, long_name, read, read_options
 
 LAUNCHERS = ("mpiexec", "mpirun", "srun", "horovodrun")
@@ -75,20 +76,14 @@ def _count(h: Header, name: str) -> tuple[int | None, str | None]:
     return int(value), None
 
 
-def _gpu_count(value: str) -> int | None:
-    """GPUs in a value of --gpus, --gpus-per-node or --gpus-per-task: [type:]N, or a comma list of them (summed)."""
-    counts = [part.strip().split(":")[-1] for part in value.split(",")]
-    return sum(int(c) for c in counts) if all(c.isdigit() for c in counts) else None
-
-
 def tasks_per_node(h: Header, want: Exercise) -> int | None:
     """The tasks Slurm starts on each node: --ntasks-per-node, or --ntasks where one GPU per task (--gpus-per-task)
     leaves no other way to place them on the exercise's nodes (each node holds at most its GPUs / GPUs per task)."""
-    per_node, ntasks, per_task = h.get("ntasks-per-node"), h.get("ntasks"), _gpu_count(h.get("gpus-per-task") or "")
+    per_node, ntasks, per_task = h.get("ntasks-per-node"), h.get("ntasks"), gpus_per_task(h)[1]
     if per_node is not None:
         return int(per_node) if per_node.strip().isdigit() else None
     per_gpu = h.get("ntasks-per-gpu")  # tasks per GPU of a node: with the node's GPUs asked per node, tasks per node
-    node_gpus = slurm.gres_gpus(h.get("gres") or "") or _gpu_count(h.get("gpus-per-node") or "")
+    node_gpus = slurm.gres_gpus(h.get("gres") or "") or gpu_count(h.get("gpus-per-node") or "")
     if per_gpu is not None and per_gpu.strip().isdigit() and node_gpus and ntasks is None:
         return int(per_gpu) * node_gpus
     if ntasks is None or not ntasks.strip().isdigit() or not per_task:
@@ -105,12 +100,13 @@ def gpus_per_node(h: Header, want: Exercise) -> dict[str, int | None]:
     if (gres := h.get("gres")) is not None:
         asked["--gres"] = slurm.gres_gpus(gres) or None
     if (per_node := h.get("gpus-per-node")) is not None:
-        asked["--gpus-per-node"] = _gpu_count(per_node)
-    if (per_task := h.get("gpus-per-task")) is not None:
-        count, tasks = _gpu_count(per_task), tasks_per_node(h, want)
-        asked["--gpus-per-task"] = count * tasks if count is not None and tasks else None
+        asked["--gpus-per-node"] = gpu_count(per_node)
+    where, count = gpus_per_task(h)
+    if where is not None:
+        tasks = tasks_per_node(h, want)
+        asked[where] = count * tasks if count is not None and tasks else None
     if (total := h.get("gpus")) is not None:
-        count = _gpu_count(total)
+        count = gpu_count(total)
         asked["--gpus"] = want.gpus_per_node if count == want.ranks and h.get("nodes") == str(want.nodes) else None
     return asked
 
@@ -170,11 +166,31 @@ def _layout(h: Header, want: Exercise) -> list[str]:
     return found
 
 
+def _cpus_asked(h: Header) -> tuple[str, int | None, list[str]]:
+    """The option that gives each rank its CPUs (--cpus-per-task, --tres-per-task=cpu=N, or --cpus-per-gpu: one
+    GPU per rank, so CPUs per GPU are CPUs per rank), its value, and what is wrong with it."""
+    given = [n for n in ("cpus-per-task", "cpus-per-gpu") if h.get(n) is not None]
+    given += ["tres-per-task"] if "cpu" in tres_per_task(h) else []
+    if len(given) > 1:
+        both = " and ".join(f"--{n}" for n in given)
+        return given[0], None, [f"{both} together: sbatch refuses the job (they are mutually exclusive): keep one"]
+    if given == ["tres-per-task"]:
+        value = tres_per_task(h)["cpu"]
+        ok = value.isdigit() and int(value) >= 1
+        return (
+            "tres-per-task=cpu",
+            int(value) if ok else None,
+            [] if ok else [f"--tres-per-task cpu={value!r} is not a whole number of at least 1"],
+        )
+    name = given[0] if given else "cpus-per-task"
+    cpus, bad = _count(h, name)
+    return name, cpus, [bad] if bad else []
+
+
 def _cpus(h: Header, want: Exercise, per_node: int | None) -> list[str]:
-    found = []
     gpus = want.gpus_per_node
-    cpus, bad = _count(h, "cpus-per-task")
-    found += [bad] if bad else []
+    name, cpus, found = _cpus_asked(h)
+    bad = bool(found)
     share = (
         f"a node's {want.cores_per_node} cores shared evenly by its {gpus} ranks"
         if want.cores_per_node
@@ -189,8 +205,7 @@ def _cpus(h: Header, want: Exercise, per_node: int | None) -> list[str]:
             else ""
         )
         found.append(
-            f"--cpus-per-task is {cpus}{whole}, but {share} give each "
-            f"{'fewer' if cpus > want.cpus_per_task else 'more'}"
+            f"--{name} is {cpus}{whole}, but {share} give each {'fewer' if cpus > want.cpus_per_task else 'more'}"
         )
     if want.cores_per_node and per_node and cpus and per_node * cpus > want.cores_per_node:
         found.append(
@@ -208,6 +223,14 @@ def _gpus(h: Header, want: Exercise) -> list[str]:
             "would train on the CPUs"
         ]
     found = []
+    typed = gpu_types(h)
+    if len(set(typed.values())) > 1:
+        with_type = ", ".join(f"{k}={h.get(k[2:])}" for k, t in typed.items() if t)
+        without = ", ".join(f"{k}={h.get(k[2:])}" for k, t in typed.items() if not t)
+        found.append(
+            f'{with_type} names a GPU type and {without} does not: sbatch refuses such a job ("Invalid GRES '
+            f'specification (with and without type identification)"): give the type in every GPU option or in none'
+        )
     for where, count in asked.items():
         value = h.get(where[2:])
         if count == want.gpus_per_node:
@@ -219,14 +242,14 @@ def _gpus(h: Header, want: Exercise) -> list[str]:
                 f"--gpus={value} counts the GPUs of the whole job, and Slurm may place them unevenly over the nodes "
                 f"unless they are all the GPUs of the nodes you ask for: ask per node, per task, or for all of them"
             )
-        elif where == "--gpus-per-task":
+        elif where in ("--gpus-per-task", "--tres-per-task"):
             tasks = tasks_per_node(h, want)
             found.append(
-                f"--gpus-per-task {value!r} is not a number of GPUs"
-                if _gpu_count(value) is None
-                else f"--gpus-per-task={value} needs a known number of tasks per node (--ntasks-per-node)"
+                f"{where} {value!r} is not a number of GPUs"
+                if gpus_per_task(h)[1] is None
+                else f"{where}={value} needs a known number of tasks per node (--ntasks-per-node)"
                 if not tasks
-                else f"--gpus-per-task={value} with {tasks} task(s) per node asks for {count} GPU(s) per node, but "
+                else f"{where}={value} with {tasks} task(s) per node asks for {count} GPU(s) per node, but "
                 f"the exercise's nodes have {want.gpus_per_node}: one GPU per rank"
             )
         elif count is None:
@@ -509,9 +532,11 @@ def adapt(text: str, part: slurm.Partition) -> tuple[str, list[str]]:
     h = read(text)
     changes: list[str] = []
     values: dict[str, str | None] = {}
+    tres = tres_per_task(h)
     for name in ("nodes", "ntasks-per-node", "cpus-per-task", "ntasks"):
         value = h.get(name)
         values[name] = value
+    values["cpus-per-task"] = values["cpus-per-task"] or tres.get("cpu") or h.get("cpus-per-gpu")
     nodes = int(values["nodes"]) if (values["nodes"] or "").isdigit() else 1
     tasks = int(values["ntasks-per-node"]) if (values["ntasks-per-node"] or "").isdigit() else 1
     cpus = int(values["cpus-per-task"]) if (values["cpus-per-task"] or "").isdigit() else 1
@@ -530,6 +555,13 @@ def adapt(text: str, part: slurm.Partition) -> tuple[str, list[str]]:
             if int(value) != new[name]:
                 changes.append(f"--{name} {value} -> {new[name]}")
             value = str(new[name])
+        elif name == "tres-per-task":  # Slurm 23.02's: said the older way, which every Slurm here knows
+            out += older_tres(tres, new["cpus-per-task"], part, changes)
+            continue
+        elif name == "cpus-per-gpu" and part.gpus_per_node == 0:
+            changes.append(f"--cpus-per-gpu={value} -> --cpus-per-task={new['cpus-per-task']} (no GPUs here)")
+            out.append(f"#SBATCH --cpus-per-task={new['cpus-per-task']}")
+            continue
         elif name in ("gres", "gpus-per-node", "gpus", "gpus-per-task", "ntasks-per-gpu") and part.gpus_per_node == 0:
             changes.append(f"--{name} left out (no GPUs here)")
             continue

@@ -355,8 +355,65 @@ OPERATOR_FUNCTIONS = {
 }
 
 
-def _why_equivalent(node: ast.AST, parents: dict, operator: str) -> str:
+# Keywords whose value is what the function assumes without them (function -> keyword -> value; "*": any other
+# keyword): `@task`'s returns=1 and a parameter IN (`course.tasks.definition`), `np.array`'s copy=True, mpi4py's
+# op=MPI.SUM.
+DEFAULTS = {
+    "task": {"returns": "1", "*": "IN"},
+    "array": {"copy": "True"},
+    "Allreduce": {"op": "MPI.SUM"},
+    "allreduce": {"op": "MPI.SUM"},
+    "Reduce": {"op": "MPI.SUM"},
+}
+
+
+def _default_keyword(node: ast.AST, what: str) -> str:
+    """The function and keyword WHAT drops, where its value is the function's default ('' otherwise)."""
+    name = re.match(r"keyword `(\w+)=` dropped", what)
+    function = ast.unparse(node.func).split(".")[-1] if isinstance(node, ast.Call) else ""
+    if not (name and function in DEFAULTS):
+        return ""
+    value = next(ast.unparse(k.value) for k in node.keywords if k.arg == name.group(1))
+    default = DEFAULTS[function].get(name.group(1), DEFAULTS[function].get("*"))
+    return f"{function}({name.group(1)}={value})" if value == default else ""
+
+
+def _trailing_return_none(node: ast.AST, parents: dict) -> bool:
+    """Whether NODE is `return` or `return None` as the last statement of a function's body."""
+    function = parents.get(node)
+    none = isinstance(node, ast.Return) and (node.value is None or ast.unparse(node.value) == "None")
+    return none and isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and function.body[-1] is node
+
+
+def _in_raise_message(node: ast.AST, parents: dict) -> bool:
+    """Whether NODE is in the arguments of the exception a `raise` makes (its message), not the exception's type."""
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.Call) and isinstance(parents.get(parent), ast.Raise):
+            return node is not parent.func
+        node = parent
+    return False
+
+
+def _in_verbose(node: ast.AST, parents: dict) -> bool:
+    """Whether NODE is part of the value of a `verbose=` keyword (how much a call prints)."""
+    while node in parents and not isinstance(node, ast.stmt):
+        node = parents[node]
+        if isinstance(node, ast.keyword):
+            return node.arg == "verbose"
+    return False
+
+
+def _why_equivalent(node: ast.AST, parents: dict, operator: str, what: str = "") -> str:
     """The static reason a change at NODE cannot change what a learner is marked on ('' if none)."""
+    if operator == "keyword" and (dropped := _default_keyword(node, what)):
+        return f"drops a keyword whose value is the default: {dropped}"
+    if operator == "statement" and _trailing_return_none(node, parents):
+        return "removes a function's last statement, `return None`: it returns None without it"
+    if operator == "constant" and _in_raise_message(node, parents):
+        return "changes only an error's message"
+    if (operator == "keyword" and what == "keyword `verbose=` dropped") or _in_verbose(node, parents):
+        return "changes only what is printed (verbose=)"
     if operator == "constant" and _is_docstring(node, parents):
         return "in a docstring"
     if _in_print(node, parents):
@@ -388,7 +445,7 @@ def region_mutants(exercise: str, source: str, number: int) -> list[Mutant]:
                 mutant = Mutant(exercise, operator, f"line {line}: {what}", number, _site(node, parents, nodes))
                 mutant.source = with_region(source, region, mutated)
                 mutant.diff = short_diff(original, mutated)
-                mutant.equivalent = _why_equivalent(node, parents, operator)
+                mutant.equivalent = _why_equivalent(node, parents, operator, what)
                 if mutated == original:
                     mutant.equivalent = "the same code as the solution, once normalised"
                 elif not mutant.equivalent and mutated in seen:

@@ -296,9 +296,14 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
 
 def _try(run: NotebookRun, mutant, span, segments, limits, result: Exercise) -> bool:
     """Run MUTANT, then the solution's cells again; whether the notebook had to start again from the top (a hang,
-    or a mutant that left a state the solution fails in: messages left in flight, engines in error)."""
+    a mutant that left a state the solution fails in: messages left in flight, engines in error; or a mutant the
+    visible check let through, tried again in a fresh run: one run's state must not answer for it)."""
     first, last = span
     mutant.outcome = run.mutant(mutant, first, last, segments, limits)
+    fresh = not (mutant.outcome["visible"] or mutant.outcome["hung"])
+    if fresh:  # it may pass only on what the solution's run left (a cluster it stopped): again, from a fresh start
+        run.restart(first)
+        mutant.outcome = run.mutant(mutant, first, last, segments, limits)
     if mutant.outcome["hung"]:
         run.restart(first)  # engines stuck in a deadlock: the notebook again, from the top
         return True
@@ -309,7 +314,7 @@ def _try(run: NotebookRun, mutant, span, segments, limits, result: Exercise) -> 
         )
         run.restart(first)
         return True
-    return False
+    return fresh
 
 
 def _verdict(outcome: dict) -> str:

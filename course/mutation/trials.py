@@ -173,7 +173,10 @@ def forget(client, cells: list, trial: dict[str, str], first: int) -> None:
 
 def execute(client, cell, index: int):
     """Execute CELL as the notebook's cell INDEX. It goes into the notebook first: nbclient updates a display
-    (a progress bar) in the notebook's own cell, and puts the executed cell there afterwards anyway."""
+    (a progress bar) in the notebook's own cell, and puts the executed cell there afterwards anyway. The displays
+    an earlier run of that cell registered are forgotten: an update to one (an engine's late output) would index
+    the outputs of a cell that is no longer there (nbclient's IndexError, seen on 07 ex3)."""
+    client.clear_display_id_mapping(index)
     client.nb.cells[index] = cell
     client.execute_cell(cell, index)
     return cell
