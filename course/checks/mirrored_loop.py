@@ -53,6 +53,19 @@ def check_build(build: Callable, replicas: int = 2) -> dict[str, Any]:
     return found
 
 
+def check_whole_batches(build: Callable, train: Callable) -> None:
+    """Every step sees a whole global batch: 2 whole batches and 5 images more train as the 2 batches alone (the
+    partial last batch dropped, as the loop's averages over steps x global batch assume)."""
+    whole = compare_replicas(build, train, replicas=(1,), steps=2)
+    more = compare_replicas(build, train, replicas=(1,), steps=2, extra=5)
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(whole.weights[1], more.weights[1]))
+    assert moved < TOLERANCE, (
+        f"with 5 images more than 2 whole global batches the weights moved {moved:.2g} further than on the 2 "
+        f"batches alone: the loop took a step on a partial last batch; every step should see a whole global "
+        f"batch (the loop's loss and accuracy divide by steps x global batch)"
+    )
+
+
 def check_training_mode(replica_step: Callable) -> None:
     """The step runs the model in training mode: on a small model with a BatchNormalization layer (as ResNet50V2
     has), one call moves the layer's moving statistics; in inference mode they stay."""
@@ -160,8 +173,10 @@ def compare_replicas(
     steps: int = 4,
     learning_rate: float = 0.05,
     seed: int = 0,
+    extra: int = 0,
 ) -> Comparison:
-    """Train from the same initial weights on the same `steps` global batches with each replica count."""
+    """Train from the same initial weights on the same `steps` global batches with each replica count (and `extra`
+    images after them: a partial last batch)."""
     import tensorflow as tf
 
     from course import models, training
@@ -169,6 +184,8 @@ def compare_replicas(
     rng = np.random.default_rng(seed)
     images = rng.random((steps * global_batch, 28, 28, 1), dtype=np.float32)
     labels = rng.integers(0, 10, steps * global_batch)
+    images = np.concatenate([images, rng.random((extra, 28, 28, 1), dtype=np.float32)])
+    labels = np.concatenate([labels, rng.integers(0, 10, extra)])
     tf.keras.utils.set_random_seed(seed)
     initial = models.mnist_cnn().get_weights()
     weights, history, distributed, ran = {}, {}, set(), set()
