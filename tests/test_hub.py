@@ -1073,13 +1073,20 @@ def _ondemand_terminal(page, command: str, answer: Path) -> str:
     raise AssertionError(f"the terminal did not finish: {command}")
 
 
-def test_an_ondemand_session_runs_the_course_on_a_node_and_ends_with_its_job(
-    ondemand_app, graded, browser, virtual_cluster
-):
-    """A learner's session as OnDemand starts it: the job writes connection.yml, the rendered Connect button opens
-    JupyterLab on the node with the session's password, notebook 00's engines run there inside the job, the exchange
-    works from a terminal, and cancelling the job ends every process of the session and leaves the learner's files.
-    The start copies only what the learner lacks and makes their home private."""
+@dataclass
+class Session:
+    staged: Path  # the session's folder (connection.yml, output.log)
+    job: str
+    host: str
+    port: int
+    page: object  # JupyterLab in the browser, opened through the session card's Connect button
+    edited: str  # notebook 00 as the learner left it before the start
+
+
+@pytest.fixture(scope="module")
+def ondemand_session(ondemand_app, graded, browser, virtual_cluster):
+    """OOD_LEARNER's session as OnDemand starts it (after editing notebook 00, deleting 01 and opening their home):
+    the job until connection.yml, then the rendered Connect button opened in the browser. Cancelled at the end."""
     from playwright.sync_api import expect
 
     from tests import ondemand
@@ -1092,28 +1099,50 @@ def test_an_ondemand_session_runs_the_course_on_a_node_and_ends_with_its_job(
     staged, submitted = ondemand_launch(ondemand_app, answers, virtual_cluster)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
-    found = _wait_for_connection(staged, job, virtual_cluster)
-    (jobs,) = _jobs_of(user, virtual_cluster)
-    assert jobs[0] == job and jobs[2] == "RUNNING" and found["host"] == jobs[3], (jobs, found)
-    host, port = found["host"], found["port"]
-    assert stat.S_IMODE((staged / "connection.yml").stat().st_mode) == 0o600
-    assert mine.read_text() == edited and gone.exists(), "the start replaced the learner's work or missed a file"
-    assert stat.S_IMODE(home(user).stat().st_mode) == 0o700, "the learner's home is still open to others"
-    view = run_as(user, ondemand.view_command(ondemand_app, staged / "connection.yml"), home(user)).stdout
-    assert found["password"] in view
-
-    # The session card's page, at an address of the node (OnDemand serves it from the portal, in front of the node).
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    card = context.new_page()
-    card_url = f"http://{host}:{port}/pun/sys/dashboard/batch_connect/sessions"
-    card.route(card_url, lambda route: route.fulfill(body=view, content_type="text/html"))
-    card.goto(card_url)
-    with context.expect_page() as opened:
-        card.click("#ddl-hpc-connect")
-    page = opened.value
-    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
-    base = f"http://{host}:{port}/node/{host}/{port}"
-    page.goto(f"{base}/lab/tree/{NOTEBOOK_00}")
+    try:
+        found = _wait_for_connection(staged, job, virtual_cluster)
+        host, port = found["host"], found["port"]
+        view = run_as(user, ondemand.view_command(ondemand_app, staged / "connection.yml"), home(user)).stdout
+        assert found["password"] in view, view
+        # The session card, at an address of the node: OnDemand serves it from the portal, whose proxy forwards
+        # /node/HOST/PORT/ to the node; here the browser reaches the node at the same paths directly.
+        card = context.new_page()
+        card_url = f"http://{host}:{port}/pun/sys/dashboard/batch_connect/sessions"
+        card.route(card_url, lambda route: route.fulfill(body=view, content_type="text/html"))
+        card.goto(card_url)
+        with context.expect_page() as opened:
+            card.click("#ddl-hpc-connect")
+        page = opened.value
+        expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
+        yield Session(staged, job, host, port, page, edited)
+    finally:
+        context.close()
+        subprocess.run(["scancel", "-u", user], env=virtual_cluster, capture_output=True, timeout=60)
+
+
+def test_an_ondemand_session_starts_on_a_node_with_the_student_copy_in_a_private_home(
+    ondemand_session, virtual_cluster
+):
+    """The job runs on a node of the cluster and wrote connection.yml for the learner alone; the start copied only
+    what the learner lacked (an edited notebook stays, a deleted one is back) and closed their home."""
+    session, user = ondemand_session, OOD_LEARNER
+    (row,) = _jobs_of(user, virtual_cluster)
+    assert row[0] == session.job and row[2] == "RUNNING" and row[3] == session.host, (row, session)
+    assert stat.S_IMODE((session.staged / "connection.yml").stat().st_mode) == 0o600
+    assert (home(user) / NOTEBOOK_00).read_text() == session.edited, "the start replaced the learner's notebook"
+    assert (home(user) / NOTEBOOK_01).exists(), "the start did not copy a notebook the learner lacked"
+    assert stat.S_IMODE(home(user).stat().st_mode) == 0o700, "the learner's home is still open to others"
+
+
+def test_an_ondemand_session_runs_notebook_00_on_the_jobs_node(ondemand_session):
+    """Notebook 00's first cluster cells in the course's kernel: the engines answer from the node, inside the job,
+    and the kernel is the shared environment's (the student package, no checkout)."""
+    from playwright.sync_api import expect
+
+    session, user = ondemand_session, OOD_LEARNER
+    page, host = session.page, session.host
+    page.goto(f"http://{host}:{session.port}/node/{host}/{session.port}/lab/tree/{NOTEBOOK_00}")
     expect(page.locator(".jp-KernelName").first).to_have_text("Python (DDL on HPC)", timeout=120_000)
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=120_000)
     for text in ("PROFILE = profile.name()", "cluster = course.cluster.start("):
@@ -1122,14 +1151,21 @@ def test_an_ondemand_session_runs_the_course_on_a_node_and_ends_with_its_job(
     expect(hello.filter(has_text=f"on {host}")).to_have_count(2, timeout=300_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ondemand-notebook-00.png"))
-    session = _processes_on(user, host)
-    engines = [p for p in session if p.pid in _engines_of(user)]
-    assert len(engines) >= 2 and all(p.environ().get("SLURM_JOB_ID") == job for p in engines), engines
-    kernels = [p for p in session if "ipykernel" in " ".join(p.cmdline())]
+    processes = _processes_on(user, host)
+    engines = [p for p in processes if p.pid in _engines_of(user)]
+    assert len(engines) >= 2 and all(p.environ().get("SLURM_JOB_ID") == session.job for p in engines), engines
+    kernels = [p for p in processes if "ipykernel" in " ".join(p.cmdline())]
     assert kernels and all(p.cmdline()[0].startswith(str(PREFIX)) for p in kernels), [p.cmdline() for p in kernels]
 
-    # nbgrader's exchange from a terminal of the session: fetch the released assignment again, and submit it.
-    inbound = Path(ondemand.context(ondemand_app / "form.yml", {})["exchange"]) / "ddl-hpc" / "inbound"
+
+def test_the_exchange_works_from_a_terminal_of_an_ondemand_session(ondemand_app, ondemand_session):
+    """nbgrader from a terminal of the session: fetch the released assignment again (into a folder of its own), and
+    submit it: one more submission of the learner's in the exchange."""
+    from tests import ondemand
+
+    user = OOD_LEARNER
+    exchange = Path(ondemand.context(ondemand_app / "form.yml", {})["exchange"])
+    inbound = exchange / "ddl-hpc" / "inbound"
     before = {p.name for p in inbound.iterdir() if p.name.startswith(f"{user}+{ASSIGNMENT}+")}
     answer = home(user) / "ondemand-exchange.txt"
     fetched = home(user) / "ondemand-fetch" / ASSIGNMENT / f"{NB}.ipynb"
@@ -1137,19 +1173,24 @@ def test_an_ondemand_session_runs_the_course_on_a_node_and_ends_with_its_job(
         f"mkdir -p ~/ondemand-fetch && cd ~/ondemand-fetch && nbgrader fetch_assignment {ASSIGNMENT} "
         f"&& nbgrader submit {ASSIGNMENT} > ~/ondemand-submit.log 2>&1; echo exit $? > {answer}"
     )
-    assert _ondemand_terminal(page, command, answer) == "exit 0\n", (home(user) / "ondemand-submit.log").read_text()
+    said = _ondemand_terminal(ondemand_session.page, command, answer)
+    assert said == "exit 0\n", (home(user) / "ondemand-submit.log").read_text()
     after = {p.name for p in inbound.iterdir() if p.name.startswith(f"{user}+{ASSIGNMENT}+")}
     assert fetched.exists() and len(after - before) == 1, (before, after)
 
-    # The session's end: Delete on the card cancels the job, as the learner.
-    session = _processes_on(user, host)
-    run_as(user, ["scancel", job], home(user), {"SLURM_CONF": virtual_cluster["SLURM_CONF"]})
-    context.close()
+
+def test_ending_an_ondemand_session_ends_every_process_of_it_and_keeps_the_files(ondemand_session, virtual_cluster):
+    """Delete on the session card cancels the job as the learner (so do the hours running out): the job leaves the
+    queue, JupyterLab, its kernels and terminals and the engines end with it, the learner's files stay."""
+    session, user = ondemand_session, OOD_LEARNER
+    processes = _processes_on(user, session.host)
+    assert any("jupyter-lab" in " ".join(p.cmdline()) for p in processes), [p.cmdline() for p in processes]
+    run_as(user, ["scancel", session.job], home(user), {"SLURM_CONF": virtual_cluster["SLURM_CONF"]})
     for _ in range(60):
         if not _jobs_of(user, virtual_cluster):
             break
         time.sleep(1)
     assert not _jobs_of(user, virtual_cluster), "the cancelled session's job is still in the queue"
-    _, left = psutil.wait_procs(session, timeout=60)
+    _, left = psutil.wait_procs(processes, timeout=60)
     assert not left, f"processes of the session outlived its job: {[p.cmdline() for p in left]}"
-    assert mine.read_text() == edited and fetched.exists() and (staged / "output.log").exists()
+    assert (home(user) / NOTEBOOK_00).read_text() == session.edited and (session.staged / "output.log").exists()
