@@ -1020,12 +1020,9 @@ def ondemand_launch(app: Path, answers: dict[str, str], cluster: dict) -> tuple[
 
 
 def test_ondemand_shows_slurms_reason_when_it_refuses_a_session(ondemand_app, virtual_cluster):
-    """What the dashboard shows when sbatch refuses the job is sbatch's own message: an unknown partition, and more
-    cores than a node has (the app asks for one node)."""
+    """What the dashboard shows when sbatch refuses the job is sbatch's own message (here: an unknown partition)."""
     _, refused = ondemand_launch(ondemand_app, {"bc_queue": "nosuch"}, virtual_cluster)
     assert refused.returncode != 0 and "Invalid partition name specified" in refused.stderr, refused.stderr
-    _, refused = ondemand_launch(ondemand_app, {"num_cores": str(4 * SLURM_NODE_CPUS)}, virtual_cluster)
-    assert refused.returncode != 0 and "Requested node configuration is not available" in refused.stderr, refused
     assert not _jobs_of(OOD_LEARNER, virtual_cluster)
 
 
