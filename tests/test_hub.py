@@ -1093,6 +1093,7 @@ def ondemand_session(ondemand_app, graded, browser, virtual_cluster):
     run_as(user, ["sh", "-c", f"printf ' ' >> {mine} && rm {gone} && chmod 755 ~"], home(user))
     edited = mine.read_text()
     answers = {"profile": "quick", "bc_num_hours": "1", "num_cores": str(SLURM_NODE_CPUS)}
+    started = time.perf_counter()
     staged, submitted = ondemand_launch(ondemand_app, answers, virtual_cluster)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
@@ -1112,6 +1113,7 @@ def ondemand_session(ondemand_app, graded, browser, virtual_cluster):
             card.click("#ddl-hpc-connect")
         page = opened.value
         expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
+        print(f"OnDemand session: launch to JupyterLab in the browser in {time.perf_counter() - started:.0f} s")
         yield Session(staged, job, host, port, page, edited)
     finally:
         context.close()
