@@ -2,7 +2,8 @@
 # Set-up is idempotent: a second run checks what is installed and takes seconds.
 PY := .venv/bin/python
 # System packages the test suite needs beyond `make lab`'s (installed when root, named otherwise).
-TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs python3.11-venv
+# (ruby: tests/test_hub.py renders the Open OnDemand app's ERB files with it, as OnDemand does.)
+TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs python3.11-venv ruby
 PYTEST_ARGS ?=
 
 .PHONY: setup lab test clean student format

@@ -961,3 +961,235 @@ def test_a_learner_sees_slurms_reason_when_it_refuses_or_holds_the_job(slurm_hub
     finally:
         _slurm(["scontrol", "update", "PartitionName=vc", "MaxTime=INFINITE"], virtual_cluster)
     assert not _jobs_of(user, virtual_cluster), "the job Slurm would never start was left in the queue"
+
+
+# --- Open OnDemand: deploy/ondemand/ddl-hpc rendered and submitted as OnDemand does, on the two-node virtual cluster ---
+
+OOD_SECTION = "## Open OnDemand"
+OOD_LEARNER = LEARNERS[2]
+NOTEBOOK_01 = "ddl-hpc/notebooks/01_task_graphs.ipynb"
+
+
+def ondemand_guide_lines(names: dict[str, str]) -> list[str]:
+    """The command lines of the guide's Open OnDemand block, with the test's names and NAMES, without comments."""
+    text = GUIDE.read_text()
+    block = text[text.index(f"\n{OOD_SECTION}\n") :].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [as_here(line) for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for given, here in names.items():
+        lines = [line.replace(given, here) for line in lines]
+    return lines
+
+
+@pytest.fixture(scope="module")
+def ondemand_app(hub) -> Path:
+    """The app installed as the guide says, into a temporary apps folder instead of /var/www/ood/apps/sys, for the
+    virtual cluster ("vc"), with the site's settings of this test: the hub's shared environment and exchange."""
+    apps = hub.base / "ood-apps-sys"
+    apps.mkdir()
+    lines = ondemand_guide_lines({"/var/www/ood/apps/sys": str(apps), "CLUSTER": "vc"})
+    assert lines[0] == "make setup HUB=1", lines  # the hub fixture ran it already (the guide's first block)
+    for line in lines[1:]:
+        done = subprocess.run(["bash", "-c", line], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+    app = apps / "ddl-hpc"
+    form = app / "form.yml"
+    assert 'cluster: "vc"' in form.read_text(), "the guide's sed did not set the cluster"
+    settings = {'"/opt/ddl-hpc"': f'"{PREFIX}"', '"/srv/nbgrader/exchange"': f'"{hub.exchange}"'}
+    text = form.read_text()
+    for given, here in settings.items():
+        assert given in text, given
+        text = text.replace(given, here)
+    form.write_text(text)
+    return app
+
+
+def ondemand_launch(app: Path, answers: dict[str, str], cluster: dict) -> tuple[Path, subprocess.CompletedProcess]:
+    """Launch as the dashboard does for OOD_LEARNER with the form's ANSWERS: the session's folder staged (templates
+    rendered by Ruby), then sbatch. Returns the folder and sbatch's result."""
+    from tests import ondemand
+
+    user = OOD_LEARNER
+    values = ondemand.context(app / "form.yml", answers)
+    staged = ondemand.staged_root(home(user))
+    run_as(user, ["sh", "-c", f"mkdir -p {staged.parent} && mkdir -m 700 {staged}"], home(user))
+    run_as(user, ["sh", "-c", f"cat > {staged / 'user_defined_context.json'}"], home(user), input=json.dumps(values))
+    rendered = run_as(user, ondemand.stage_command(app, staged, staged / "user_defined_context.json"), home(user))
+    args, script = ondemand.sbatch(values, json.loads(rendered.stdout), staged)
+    submitted = run_as(user, args, staged, {"SLURM_CONF": cluster["SLURM_CONF"]}, check=False, input=script)
+    return staged, submitted
+
+
+def test_ondemand_shows_slurms_reason_when_it_refuses_a_session(ondemand_app, virtual_cluster):
+    """What the dashboard shows when sbatch refuses the job is sbatch's own message (here: an unknown partition)."""
+    _, refused = ondemand_launch(ondemand_app, {"bc_queue": "nosuch"}, virtual_cluster)
+    assert refused.returncode != 0 and "Invalid partition name specified" in refused.stderr, refused.stderr
+    assert not _jobs_of(OOD_LEARNER, virtual_cluster)
+
+
+def _wait_for_connection(staged: Path, job: str, cluster: dict) -> dict:
+    """connection.yml once the job wrote it; fails with the session's output.log if the job ended first."""
+    from tests import ondemand
+
+    for _ in range(300):
+        found = ondemand.connection(staged)
+        if found:
+            return found
+        state = _slurm(["squeue", "-h", "-j", job, "-o", "%T"], cluster).strip()
+        if state not in ("PENDING", "CONFIGURING", "RUNNING"):
+            break
+        time.sleep(1)
+    log = staged / "output.log"
+    raise AssertionError(f"no connection.yml (job {job}: {state}):\n{log.read_text()[-3000:] if log.exists() else ''}")
+
+
+def _processes_on(user: str, node: str) -> list[psutil.Process]:
+    """The USER's processes in NODE's network namespace (all of a session's: JupyterLab, kernels, engines)."""
+    found = []
+    for process in psutil.process_iter(["username"]):
+        if process.info["username"] == user:
+            where = subprocess.run(["ip", "netns", "identify", str(process.pid)], capture_output=True, text=True)
+            if where.stdout.strip() == node:
+                found.append(process)
+    return found
+
+
+def _ondemand_terminal(page, command: str, answer: Path) -> str:
+    """COMMAND typed in a new terminal of the session; what it wrote to ANSWER (written last) once there."""
+    from playwright.sync_api import expect
+
+    page.locator(".lm-MenuBar-item").filter(has_text="File").first.click()
+    page.locator(".lm-Menu-item").filter(has_text="New").first.hover()
+    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^Terminal$")).first.click()
+    expect(page.locator(".jp-Terminal").first).to_be_visible(timeout=60_000)
+    page.locator(".jp-Terminal").first.click()
+    page.keyboard.type(command + "\n")
+    for _ in range(180):
+        if answer.exists() and answer.read_text().endswith("\n"):
+            return answer.read_text()
+        time.sleep(1)
+    raise AssertionError(f"the terminal did not finish: {command}")
+
+
+@dataclass
+class Session:
+    staged: Path  # the session's folder (connection.yml, output.log)
+    job: str
+    host: str
+    port: int
+    page: object  # JupyterLab in the browser, opened through the session card's Connect button
+    edited: str  # notebook 00 as the learner left it before the start
+
+
+@pytest.fixture(scope="module")
+def ondemand_session(ondemand_app, graded, browser, virtual_cluster):
+    """OOD_LEARNER's session as OnDemand starts it (after editing notebook 00, deleting 01 and opening their home):
+    the job until connection.yml, then the rendered Connect button opened in the browser. Cancelled at the end."""
+    from playwright.sync_api import expect
+
+    from tests import ondemand
+
+    user = OOD_LEARNER
+    mine, gone = home(user) / NOTEBOOK_00, home(user) / NOTEBOOK_01
+    run_as(user, ["sh", "-c", f"printf ' ' >> {mine} && rm {gone} && chmod 755 ~"], home(user))
+    edited = mine.read_text()
+    answers = {"profile": "quick", "bc_num_hours": "1", "num_cores": str(SLURM_NODE_CPUS)}
+    started = time.perf_counter()
+    staged, submitted = ondemand_launch(ondemand_app, answers, virtual_cluster)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        found = _wait_for_connection(staged, job, virtual_cluster)
+        host, port = found["host"], found["port"]
+        view = run_as(user, ondemand.view_command(ondemand_app, staged / "connection.yml"), home(user)).stdout
+        assert found["password"] in view, view
+        # The session card, at an address of the node: OnDemand serves it from the portal, whose proxy forwards
+        # /node/HOST/PORT/ to the node; here the browser reaches the node at the same paths directly.
+        card = context.new_page()
+        card_url = f"http://{host}:{port}/pun/sys/dashboard/batch_connect/sessions"
+        card.route(card_url, lambda route: route.fulfill(body=view, content_type="text/html"))
+        card.goto(card_url)
+        with context.expect_page() as opened:
+            card.click("#ddl-hpc-connect")
+        page = opened.value
+        expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
+        print(f"OnDemand session: launch to JupyterLab in the browser in {time.perf_counter() - started:.0f} s")
+        yield Session(staged, job, host, port, page, edited)
+    finally:
+        context.close()
+        subprocess.run(["scancel", "-u", user], env=virtual_cluster, capture_output=True, timeout=60)
+
+
+def test_an_ondemand_session_starts_on_a_node_with_the_student_copy_in_a_private_home(
+    ondemand_session, virtual_cluster
+):
+    """The job runs on a node of the cluster and wrote connection.yml for the learner alone; the start copied only
+    what the learner lacked (an edited notebook stays, a deleted one is back) and closed their home."""
+    session, user = ondemand_session, OOD_LEARNER
+    (row,) = _jobs_of(user, virtual_cluster)
+    assert row[0] == session.job and row[2] == "RUNNING" and row[3] == session.host, (row, session)
+    assert stat.S_IMODE((session.staged / "connection.yml").stat().st_mode) == 0o600
+    assert (home(user) / NOTEBOOK_00).read_text() == session.edited, "the start replaced the learner's notebook"
+    assert (home(user) / NOTEBOOK_01).exists(), "the start did not copy a notebook the learner lacked"
+    assert stat.S_IMODE(home(user).stat().st_mode) == 0o700, "the learner's home is still open to others"
+
+
+def test_an_ondemand_session_runs_notebook_00_on_the_jobs_node(ondemand_session):
+    """Notebook 00's first cluster cells in the course's kernel: the engines answer from the node, inside the job,
+    and the kernel is the shared environment's (the student package, no checkout)."""
+    from playwright.sync_api import expect
+
+    session, user = ondemand_session, OOD_LEARNER
+    page, host = session.page, session.host
+    page.goto(f"http://{host}:{session.port}/node/{host}/{session.port}/lab/tree/{NOTEBOOK_00}")
+    expect(page.locator(".jp-KernelName").first).to_have_text("Python (DDL on HPC)", timeout=120_000)
+    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=120_000)
+    for text in ("PROFILE = profile.name()", "cluster = course.cluster.start("):
+        _run_cell(page, text)
+    hello = _run_cell(page, 'print(f"hello from process').locator(".jp-OutputArea-output")
+    expect(hello.filter(has_text=f"on {host}")).to_have_count(2, timeout=300_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ondemand-notebook-00.png"))
+    processes = _processes_on(user, host)
+    engines = [p for p in processes if p.pid in _engines_of(user)]
+    assert len(engines) >= 2 and all(p.environ().get("SLURM_JOB_ID") == session.job for p in engines), engines
+    kernels = [p for p in processes if "ipykernel" in " ".join(p.cmdline())]
+    assert kernels and all(p.cmdline()[0].startswith(str(PREFIX)) for p in kernels), [p.cmdline() for p in kernels]
+
+
+def test_the_exchange_works_from_a_terminal_of_an_ondemand_session(ondemand_app, ondemand_session):
+    """nbgrader from a terminal of the session: fetch the released assignment again (into a folder of its own), and
+    submit it: one more submission of the learner's in the exchange."""
+    from tests import ondemand
+
+    user = OOD_LEARNER
+    exchange = Path(ondemand.context(ondemand_app / "form.yml", {})["exchange"])
+    inbound = exchange / "ddl-hpc" / "inbound"
+    before = {p.name for p in inbound.iterdir() if p.name.startswith(f"{user}+{ASSIGNMENT}+")}
+    answer = home(user) / "ondemand-exchange.txt"
+    fetched = home(user) / "ondemand-fetch" / ASSIGNMENT / f"{NB}.ipynb"
+    command = (
+        f"mkdir -p ~/ondemand-fetch && cd ~/ondemand-fetch && nbgrader fetch_assignment {ASSIGNMENT} "
+        f"&& nbgrader submit {ASSIGNMENT} > ~/ondemand-submit.log 2>&1; echo exit $? > {answer}"
+    )
+    said = _ondemand_terminal(ondemand_session.page, command, answer)
+    assert said == "exit 0\n", (home(user) / "ondemand-submit.log").read_text()
+    after = {p.name for p in inbound.iterdir() if p.name.startswith(f"{user}+{ASSIGNMENT}+")}
+    assert fetched.exists() and len(after - before) == 1, (before, after)
+
+
+def test_ending_an_ondemand_session_ends_every_process_of_it_and_keeps_the_files(ondemand_session, virtual_cluster):
+    """Delete on the session card cancels the job as the learner (so do the hours running out): the job leaves the
+    queue, JupyterLab, its kernels and terminals and the engines end with it, the learner's files stay."""
+    session, user = ondemand_session, OOD_LEARNER
+    processes = _processes_on(user, session.host)
+    assert any("jupyter-lab" in " ".join(p.cmdline()) for p in processes), [p.cmdline() for p in processes]
+    run_as(user, ["scancel", session.job], home(user), {"SLURM_CONF": virtual_cluster["SLURM_CONF"]})
+    for _ in range(60):
+        if not _jobs_of(user, virtual_cluster):
+            break
+        time.sleep(1)
+    assert not _jobs_of(user, virtual_cluster), "the cancelled session's job is still in the queue"
+    _, left = psutil.wait_procs(processes, timeout=60)
+    assert not left, f"processes of the session outlived its job: {[p.cmdline() for p in left]}"
+    assert (home(user) / NOTEBOOK_00).read_text() == session.edited and (session.staged / "output.log").exists()
