@@ -416,3 +416,26 @@ def test_slurm_grading_mistakes_are_one_line(virtual_cluster, args, words):
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
     assert not out.exists(), "a refused grading writes nothing"
+
+
+def test_autograde_names_a_student_from_their_account(tmp_path):
+    """nbgrader adds a collected student without a name (Formgrader: "None, None"): autograde's first step gives
+    them their account's (root's full name is "root"), and keeps a name the instructor gave."""
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    from course.grading.autograde import _alembic_in_process
+    from course.grading.names import NameStudent, account_name
+
+    _alembic_in_process()  # nbgrader would run the `alembic` command to make the gradebook
+    db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(db_url) as gradebook:
+        gradebook.update_or_create_student("root")
+        gradebook.update_or_create_student("named", first_name="Grace", last_name="Hopper")
+    for student in ("root", "named"):
+        NameStudent().preprocess(nbformat.v4.new_notebook(), {"nbgrader": {"student": student, "db_url": db_url}})
+    with Gradebook(db_url) as gradebook:
+        names = {s.id: (s.first_name, s.last_name) for s in gradebook.students}
+    assert names == {"root": account_name("root"), "named": ("Grace", "Hopper")}, names
+    assert account_name("root")[1] and account_name("no-such-account") == ("", "no-such-account")
+
