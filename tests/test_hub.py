@@ -574,7 +574,7 @@ def graded(hub, pages):
     _answer(LEARNERS[2], solutions)
     # Too much in the assignment's folder (a sparse file counts at its full size): refused in one line.
     big = home(first) / ASSIGNMENT / "checkpoint.bin"
-    run_as(first, ["truncate", "-s", "101M", str(big)], home(first))
+    run_as(first, ["truncate", "-s", "101000000", str(big)], home(first))
     fetched.get_by_role("button", name="Submit").first.click()
     expect(fetched).to_contain_text("is not submitted", timeout=120_000)
     refusal = fetched.inner_text()
