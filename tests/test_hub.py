@@ -406,7 +406,11 @@ def test_a_hub_restart_leaves_learners_servers_running(hub, pages):
     _launch(hub)
     after = {p.pid for p in _servers_of(user)} | {p.pid for s in _servers_of(user) for p in s.children(True)}
     assert before <= after, f"the restart ended {user}'s processes {before - after}"
-    answer = page.request.get(f"{hub.url}/user/{user}/api/kernels/{kernel.json()['id']}")
+    for _ in range(60):  # the restarted hub gives the new proxy the server's route once it has found the server
+        answer = page.request.get(f"{hub.url}/user/{user}/api/kernels/{kernel.json()['id']}")
+        if answer.ok:
+            break
+        time.sleep(1)
     assert answer.ok and answer.json()["name"] == "ddl-hpc", answer.status
 
 
