@@ -4,7 +4,7 @@ Goal: all notebooks in under 6 minutes (360 s) of notebook time. An absolute tim
 the machine is measured beside it, before and after the notebooks: one process's fixed single-thread work
 (benchmarks/machine.py's python loop; a slower figure means a slower or busier host) and the speed-up two
 processes get over one (the ceiling every 2-worker figure in the notebooks lives under). Also printed: whether
-a Slurm answered (notebook 09 submits real jobs only then, and waits about a minute for one to reach its time
+a Slurm answered (notebook 11 submits real jobs only then, and waits about a minute for one to reach its time
 limit), each notebook's time and peak memory, and its slowest cells (from nbclient's timing metadata), which
 is where to look when the total grows.
 

@@ -380,7 +380,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def add_run(commands) -> None:
     run = commands.add_parser("run", help="dry-run solution notebooks headless; writes executed copies and index.html")
-    run.add_argument("notebooks", nargs="*", help="names or numbers, e.g. 00 06_horovod (default: all)")
+    run.add_argument("notebooks", nargs="*", help="names or numbers, e.g. 00 07_horovod (default: all)")
     run.add_argument("--profile", choices=["quick", "full"], default="quick", help="run sizes (default quick)")
     run.add_argument("--out", default="run-output", metavar="DIR", help="where results go (default run-output)")
     run.set_defaults(func=cmd_run)

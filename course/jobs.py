@@ -356,6 +356,7 @@ def _passing_the_warning_on(launch: str, announces_ready: bool) -> list[str]:
         "    fi",
         "    sleep 1",
         "done",
+        "trap '' USR1  # the program has ended: a warning from now on would queue a job nothing cancels",
         "status=0",
         'wait "$child" || status=$?',
         'rm -f "$COURSE_READY_FILE"',

@@ -242,7 +242,7 @@ def timeline_breakdown(source: str | Path | list[dict]) -> TimelineBreakdown:
     return TimelineBreakdown(span, negotiation, allreduce, compute, ranks, len(tensors), phases)
 
 
-# ----------------------------------------------------------------------- scaling studies (notebook 08)
+# ----------------------------------------------------------------------- scaling studies (notebook 10)
 
 
 @dataclass

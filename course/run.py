@@ -53,9 +53,10 @@ class Result:
     peak_memory: int = 0  # bytes: kernel, engines and their children together, at the highest sample
 
 
-def find(names: list[str]) -> list[Path]:
-    """Solution notebooks by name, stem or number ('06', '06_horovod'), or any .ipynb path; all when `names` is empty."""
-    available = sorted(SOLUTIONS.glob("*.ipynb"))
+def find(names: list[str], available: list[Path] | None = None) -> list[Path]:
+    """Notebooks by name, stem or number ('07', '07_horovod') among `available` (the solutions by default), or any
+    .ipynb path; all of them when `names` is empty."""
+    available = sorted(SOLUTIONS.glob("*.ipynb")) if available is None else available
     if not names:
         return available
     chosen = []

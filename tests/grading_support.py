@@ -50,7 +50,7 @@ def course_notebooks() -> list[Path]:
 
 
 def reads_grading_mode(path: Path) -> bool:
-    """Whether a solution notebook acts on NBGRADER_EXECUTION (09 submits its Slurm jobs only outside grading): such
+    """Whether a solution notebook acts on NBGRADER_EXECUTION (11 submits its Slurm jobs only outside grading): such
     a notebook runs top to bottom on its own too, as a learner runs it, besides the strength test's graded run."""
     return "NBGRADER_EXECUTION" in path.read_text()
 

@@ -59,13 +59,13 @@ def _text(name: str) -> str:
     return " ".join(" ".join(c.source.split()) for c in nb.cells)
 
 
-def test_gradient_tensor_counts_in_03_and_06_are_the_models():
-    """03 counts the MNIST CNN's and ResNet50V2's gradient tensors, 07 ResNet50V2's: counted from the models here."""
+def test_gradient_tensor_counts_in_03_and_08_are_the_models():
+    """03 counts the MNIST CNN's and ResNet50V2's gradient tensors, 08 ResNet50V2's: counted from the models here."""
     import tensorflow as tf
 
     from course import models
 
-    three, six = _text("03_parallelism_and_collectives.ipynb"), _text("07_mirrored_strategy.ipynb")
+    three, six = _text("03_parallelism_and_collectives.ipynb"), _text("08_mirrored_strategy.ipynb")
     cnn = len(models.mnist_cnn((28, 28, 1), 10).trainable_weights)
     resnet = len(tf.keras.applications.ResNet50V2(weights=None, input_shape=(32, 32, 3), classes=10).trainable_weights)
     said = re.search(r"\((\d+) for the course's MNIST CNN", three)
@@ -73,4 +73,4 @@ def test_gradient_tensor_counts_in_03_and_06_are_the_models():
         f"03 says {said and said.group(1)} tensors for the MNIST CNN; it has {cnn}"
     )
     assert f"{resnet} for ResNet50V2" in three, f"03 should count ResNet50V2's {resnet} trainable tensors"
-    assert f"against {resnet})" in six, f"07 should count ResNet50V2's {resnet} trainable tensors"
+    assert f"against {resnet})" in six, f"08 should count ResNet50V2's {resnet} trainable tensors"

@@ -1,5 +1,5 @@
-"""course.checks.mirrored_loop, notebook 07's checks of a MirroredStrategy loop the learner writes, on 2 real logical CPU
-devices: a right build and step pass (the right loop passes in notebook 07's execution test: 2 replicas = 1 device to
+"""course.checks.mirrored_loop, notebook 08's checks of a MirroredStrategy loop the learner writes, on 2 real logical CPU
+devices: a right build and step pass (the right loop passes in notebook 08's execution test: 2 replicas = 1 device to
 1e-5), and each plausible wrong one fails with a message that names its mistake (per-replica mean, no
 strategy.reduce, variables outside the scope or in another strategy's, the forward pass outside the tape, an
 undistributed dataset, the replicas' parts gathered and the step run once outside strategy.run).

@@ -7,7 +7,7 @@ no cell before it failing, and that exercise, left unanswered, says so.
 The notebooks are slow, and each runs once for all of its checks: the strength test's run (tests/answer_trials.py,
 which also tries every answer and released stub in place) is held to the above in tests/test_checks_strength.py.
 A student notebook's cells before its first exercise are the solution's (checked here, without a kernel), so the
-solution's run covers them. Here run only the notebooks that act on NBGRADER_EXECUTION (09 submits its Slurm jobs
+solution's run covers them. Here run only the notebooks that act on NBGRADER_EXECUTION (11 submits its Slurm jobs
 only outside grading), solution and student version, as a learner runs them.
 The instructor's dry run (`python -m course run`) is tested on small notebooks in tests/test_run.py.
 """
@@ -27,7 +27,7 @@ from tests.grading_support import errors, first_answer, reads_grading_mode
 NOTEBOOKS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb")) if reads_grading_mode(p)]
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
 RELEASED_READING_GRADING_MODE = [ROOT / "notebooks" / p.name for p in NOTEBOOKS]  # their graded run is not a learner's
-WITHOUT_FIGURES = {"09_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
+WITHOUT_FIGURES = {"11_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
 
 
 class RecordingValidator(Validator):

@@ -26,7 +26,7 @@ SOLUTIONS = course_notebooks(ROOT / "solutions")
 # the notebook owners; anything else found in the copy fails): Horovod's standard GPU pinning in course.training,
 # and the relaxed-sync fold in course.averaging that notebook 05 then runs at scale.
 LIBRARY = {
-    ("06_horovod ex1-answer", "course/training.py"),
+    ("07_horovod ex1-answer", "course/training.py"),
     ("05_parameter_averaging ex3-answer", "course/averaging.py"),
 }
 

@@ -1,4 +1,4 @@
-"""Notebook 07's checks and measurements for a MirroredStrategy training loop the learner writes.
+"""Notebook 08's checks and measurements for a MirroredStrategy training loop the learner writes.
 
 The learner writes `build(strategy, make_model, learning_rate)` (model and optimizer in the strategy's scope),
 `replica_step(model, optimizer, images, labels, global_batch)` (one replica's loss, scaled by the global batch) and

@@ -167,7 +167,7 @@ def add_grading(commands) -> None:
         "mutation-report",
         help="instructors: how many mutants of each exercise's solution its visible check and hidden tests catch",
     )
-    mutation.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 03 06_horovod (default: all)")
+    mutation.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 03 07_horovod (default: all)")
     mutation.add_argument("--exercise", default=None, metavar="GRADE_ID", help="only this answer cell, e.g. ex2-answer")
     mutation.add_argument("--limit", type=int, default=12, metavar="N", help="mutants per exercise (default 12)")
     mutation.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")

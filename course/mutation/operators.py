@@ -426,21 +426,32 @@ def select(mutants: list[Mutant], limit: int) -> list[Mutant]:
     return chosen
 
 
-def probed(source: str, exercise: str, path: str) -> str:
-    """SOURCE with a probe before each statement of its solution regions: it appends `exercise:region:site` to the
-    file PATH when it runs (in the kernel, on an engine or in a script), so the report knows what the solution's
-    own run reaches. Docstrings and `from __future__` imports get none (they must come first)."""
-    for number, region in reversed(list(enumerate(regions(source)))):
+def _parsed_regions(source: str):
+    """(number, region, tree, nodes in walk order) of each solution region of SOURCE that parses as Python."""
+    for number, region in enumerate(regions(source)):
         try:
             tree = ast.parse(region_code(source, region))
         except SyntaxError:
             continue
-        nodes = list(ast.walk(tree))
-        for holder in nodes:
-            for name in ("body", "orelse", "finalbody"):
-                body = getattr(holder, name, None)
-                if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-                    setattr(holder, name, _with_probes(body, nodes, f"{exercise}:{number}", path))
+        yield number, region, tree, list(ast.walk(tree))
+
+
+def _statement_lists(nodes: list):
+    """(holder, attribute, statements) for every non-empty list of statements among NODES."""
+    for holder in nodes:
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(holder, name, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                yield holder, name, body
+
+
+def probed(source: str, exercise: str, path: str) -> str:
+    """SOURCE with a probe before each statement of its solution regions: it appends `exercise:region:site` to the
+    file PATH when it runs (in the kernel, on an engine or in a script), so the report knows what the solution's
+    own run reaches. Docstrings and `from __future__` imports get none (they must come first)."""
+    for number, region, tree, nodes in reversed(list(_parsed_regions(source))):
+        for holder, name, body in _statement_lists(nodes):
+            setattr(holder, name, _with_probes(body, nodes, f"{exercise}:{number}", path))
         source = with_region(source, region, ast.unparse(ast.fix_missing_locations(tree)))
     return source
 
@@ -460,17 +471,9 @@ def _with_probes(body: list, nodes: list, label: str, path: str) -> list:
 
 def unprobed_sites(source: str, exercise: str) -> set[str]:
     """The `exercise:region:site` labels `probed` gives no probe (always counted as reached)."""
-    labels = set()
-    for number, region in enumerate(regions(source)):
-        try:
-            tree = ast.parse(region_code(source, region))
-        except SyntaxError:
-            continue
-        nodes = list(ast.walk(tree))
-        for holder in nodes:
-            for name in ("body", "orelse", "finalbody"):
-                body = getattr(holder, name, None)
-                if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-                    if isinstance(body[0].value, ast.Constant):
-                        labels.add(f"{exercise}:{number}:{nodes.index(body[0])}")
-    return labels
+    return {
+        f"{exercise}:{number}:{nodes.index(body[0])}"
+        for number, _, _, nodes in _parsed_regions(source)
+        for _, _, body in _statement_lists(nodes)
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    }

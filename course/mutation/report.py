@@ -50,24 +50,11 @@ class Exercise:
 
 
 def find(names: list[str], solutions: Path) -> list[Path]:
-    """Solution notebooks by name, stem or number ('06', '06_horovod'), or .ipynb paths; all when NAMES is empty."""
+    """Solution notebooks by name, stem or number ('07', '07_horovod'), or .ipynb paths; all when NAMES is empty."""
     from course.grading.release import course_notebooks
+    from course.run import find as find_notebooks
 
-    available = course_notebooks(solutions)
-    if not names:
-        return available
-    chosen = []
-    for name in names:
-        given = Path(name).expanduser()
-        matches = (
-            [given.resolve()]
-            if given.suffix == ".ipynb" and given.is_file()
-            else [p for p in available if name in (p.name, p.stem, p.stem.split("_")[0])]
-        )
-        if not matches:
-            raise UserError(f"no solution notebook {name!r}; available: {', '.join(p.stem for p in available)}")
-        chosen += [m for m in matches if m not in chosen]
-    return chosen
+    return find_notebooks(names, course_notebooks(solutions))
 
 
 def _answers(nb) -> dict[str, int]:

@@ -1,5 +1,5 @@
 """Run in a fresh process (2 logical CPU devices): course.checks.mirrored_loop's checks on a right build and step and on
-plausible wrong ones (the right loop passes in notebook 07's own execution test); prints one line `RESULT {json}` mapping each case to "pass" or the check's message."""
+plausible wrong ones (the right loop passes in notebook 08's own execution test); prints one line `RESULT {json}` mapping each case to "pass" or the check's message."""
 
 import json
 import os
