@@ -106,8 +106,11 @@ if [ ! -f "$STAMP" ]; then
   for ext in formgrader course_list; do
     jupyter server extension disable --sys-prefix "nbgrader.server_extensions.$ext" >/dev/null 2>&1
   done
-  # The Assignment List says in one line why a submission was refused (course/grading/exchange.py).
-  jupyter server extension enable --sys-prefix course.grading.exchange >/dev/null
+  # The Assignment List says in one line why a submission was refused (course/grading/exchange.py). Written as the
+  # file `jupyter server extension enable --sys-prefix` would write: that command refuses (and exits 0) an extension
+  # no configuration lists yet.
+  echo '{"ServerApp": {"jpserver_extensions": {"course.grading.exchange": true}}}' \
+    >"$PREFIX/etc/jupyter/jupyter_server_config.d/course-exchange.json"
   # Instructors: nbgrader's per-user enabling, written into one folder the hub adds to instructors' JUPYTER_CONFIG_PATH
   # (their own ~/.jupyter stays theirs), with the course's nbgrader settings. `jupyter server extension enable --user`
   # refuses an extension its own folder does not list yet, so the server's half is written as the file it would write.
