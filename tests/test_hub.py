@@ -417,8 +417,13 @@ def test_a_hub_restart_leaves_learners_servers_running(hub, pages):
 
 def _server_and_kernel(user: str, kernel_id: str) -> set[int]:
     """The pids of USER's server and of its kernel KERNEL_ID (named in the kernel's connection file)."""
-    servers = _servers_of(user)
-    kernels = [p for s in servers for p in s.children(True) if any(kernel_id in a for a in p.cmdline())]
+    servers, kernels = _servers_of(user), []
+    for process in (p for s in servers for p in s.children(True)):
+        try:
+            if any(kernel_id in part for part in process.cmdline()):
+                kernels.append(process)
+        except psutil.Error:  # a helper that ended meanwhile
+            pass
     return {p.pid for p in servers + kernels}
 
 
