@@ -1,7 +1,8 @@
 """Open MPI start-up settings, in one place: every `mpiexec` the course runs takes them from here.
 
 As root, Open MPI refuses to start unless told it may; in containers its shared-memory
-single-copy mechanism may be refused; and a class often asks for more ranks than the node has cores.
+single-copy mechanism may be refused; a class often asks for more ranks than the node has cores; and on a shared
+login node, ranks on one machine should not listen on the network.
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ SETTINGS = {
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
     YIELD: "1",
 }
+# Ranks on one machine talk through shared memory, but Open MPI's TCP transport would still listen in each rank on
+# every interface (0.0.0.0 and [::], random ports), where other users' processes on a shared login node can reach
+# it; left to choose, Open MPI may also pick a transport that listens on the machine's address (UCX's). On one node
+# the ranks use shared memory (vader) and themselves (self), nothing else. In an allocation of several nodes Open
+# MPI chooses as usual: there OMPI_MCA_btl_tcp_if_include /
+# OMPI_MCA_oob_tcp_if_include choose the cluster's internal network (docs/instructor-guide.md, section 6).
+# mpiexec's own out-of-band listener is bound to every interface by Open MPI 4.1 whatever is set (its address lists
+# choose only what it tells other nodes), so it stays on 0.0.0.0 and [::].
+ONE_NODE = {"OMPI_MCA_btl": "self,vader"}
+SITE_TRANSPORT = {"OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_btl_tcp_if_exclude"}
 # Placement: ranks share the node's cores freely (as the University of Queensland workshop's job script does).
 BIND_FLAGS = ("--bind-to", "none")
 # In a batch job, fill each node's slots in order (the UQ workshop: -bind-to none -map-by slot).
@@ -54,6 +65,8 @@ def env(base: dict[str, str] | None = None) -> dict[str, str]:
             result.setdefault(key, value)
     for key, value in {**SETTINGS, **(SINGLE_COPY if in_container(result) else {})}.items():
         result.setdefault(key, value)
+    if result.get("SLURM_JOB_NUM_NODES", "1") == "1" and not SITE_TRANSPORT & set(result):
+        result.update(ONE_NODE)  # a site's own choice of transport or network is kept as it is
     return result
 
 

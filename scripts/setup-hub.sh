@@ -29,7 +29,7 @@ private_part() {
 }
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "[setup-hub] needs root (it writes $PREFIX and $EXCHANGE for every user): run it with sudo" >&2
+  echo "[setup-hub] needs root (it writes $PREFIX and $EXCHANGE for every user): run it as root" >&2
   exit 1
 fi
 if [ ! -x "$HUB_PYTHON" ]; then
@@ -66,7 +66,7 @@ SETUP_VENV="$PREFIX" bash scripts/setup-python.sh --stack-only
 SHARE="$PREFIX/share/ddl-hpc"
 STUDENT="$SHARE/student"
 mkdir -p "$SHARE"
-.venv/bin/python -m course student-copy "$STUDENT" >/dev/null
+.venv/bin/python -m course student-copy "$STUDENT" --hub >/dev/null  # each notebook: "practice copy"
 BUILD=cpu
 if "$PREFIX/bin/python" -c 'import tensorflow as tf, sys; sys.exit(0 if tf.sysconfig.get_build_info().get("is_cuda_build") else 1)' 2>/dev/null; then
   BUILD=gpu
@@ -106,6 +106,11 @@ if [ ! -f "$STAMP" ]; then
   for ext in formgrader course_list; do
     jupyter server extension disable --sys-prefix "nbgrader.server_extensions.$ext" >/dev/null 2>&1
   done
+  # The Assignment List says in one line why a submission was refused (course/grading/exchange.py). Written as the
+  # file `jupyter server extension enable --sys-prefix` would write: that command refuses (and exits 0) an extension
+  # no configuration lists yet.
+  echo '{"ServerApp": {"jpserver_extensions": {"course.grading.exchange": true}}}' \
+    >"$PREFIX/etc/jupyter/jupyter_server_config.d/course-exchange.json"
   # Instructors: nbgrader's per-user enabling, written into one folder the hub adds to instructors' JUPYTER_CONFIG_PATH
   # (their own ~/.jupyter stays theirs), with the course's nbgrader settings. `jupyter server extension enable --user`
   # refuses an extension its own folder does not list yet, so the server's half is written as the file it would write.
@@ -125,9 +130,18 @@ if [ ! -f "$STAMP" ]; then
   }
 JSON
   cp deploy/jupyterhub/nbgrader_config_instructors.py "$INSTRUCTORS/nbgrader_config.py"
+  cp deploy/jupyterhub/assignment_header.ipynb "$INSTRUCTORS/assignment_header.ipynb"
   # Everyone's nbgrader: the course id and the exchange; everyone's terminals: the environment's tools on PATH.
   cp deploy/jupyterhub/nbgrader_config_everyone.py "$PREFIX/etc/jupyter/nbgrader_config.py"
   cp deploy/jupyterhub/jupyter_server_config.py "$PREFIX/etc/jupyter/jupyter_server_config.py"
+fi
+
+# This checkout holds every answer (solutions/, the tests, course/answers.py): recorded for `course doctor --hub`,
+# which checks that it stays closed to other users, wherever it is.
+echo "$PWD" >"$SHARE/checkout"
+chmod 644 "$SHARE/checkout"
+if [ -z "$(private_part "$PWD")" ]; then
+  echo "[setup-hub] warning: other users can read this checkout, which holds every answer: chmod 700 $PWD" >&2
 fi
 
 # nbgrader's exchange: everyone may create their course's folders in it; the sticky bit keeps anyone but their

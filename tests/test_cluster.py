@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,19 @@ def processes_of(c: cluster.Cluster) -> list[psutil.Process]:
     for p in list(procs):
         procs += p.children(recursive=True)
     return procs
+
+
+def off_loopback(pids: set[int]) -> list[tuple[int, str]]:
+    """The TCP sockets the processes PIDS listen on at an address other than the loopback (`ss -ltnp`)."""
+    lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    found = []
+    for line in lines:
+        local = line.split()[3]
+        address = local.rsplit(":", 1)[0].strip("[]")
+        if address in ("127.0.0.1", "::1") or address.startswith("127."):
+            continue
+        found += [(int(pid), local) for pid in re.findall(r"pid=(\d+),", line) if int(pid) in pids]
+    return found
 
 
 def gone(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -241,6 +255,10 @@ def test_two_engines_start_work_report_and_stop_without_strays(kind, request):
             if kind == "mpi":
                 assert all(engine_id == rank for engine_id, (rank, _) in ranks.items()), ranks
         procs = processes_of(c)
+        if kind != "slurm":  # on this machine: nothing but mpiexec's out-of-band channel listens off the loopback
+            launcher = {c._engine_set().pid} if kind == "mpi" else set()
+            exposed = off_loopback({p.pid for p in procs})
+            assert not {pid for pid, _ in exposed} - launcher, f"listening beyond 127.0.0.1: {exposed}"
         job = c._engine_set().job_id if kind == "slurm" else ""
     finally:
         c.stop()

@@ -8,9 +8,11 @@ the class is graded normally.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import run_course
+from tests.conftest import ROOT, run_course
 from tests.grading_support import FIXTURE_COURSE, HOSTILE, by_cell, copy_tree, grade, rows, tagged_env, tree_digest
 
 NB = "99_fixture"
@@ -416,3 +418,54 @@ def test_slurm_grading_mistakes_are_one_line(virtual_cluster, args, words):
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
     assert not out.exists(), "a refused grading writes nothing"
+
+
+def test_autograde_names_a_student_from_their_account(tmp_path):
+    """nbgrader adds a collected student without a name (Formgrader: "None, None"): autograde's first step gives
+    them their account's (root's full name is "root"), and keeps a name the instructor gave."""
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    from course.grading.autograde import _alembic_in_process
+    from course.grading.names import NameStudent, account_name
+
+    _alembic_in_process()  # nbgrader would run the `alembic` command to make the gradebook
+    db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(db_url) as gradebook:
+        gradebook.update_or_create_student("root")
+        gradebook.update_or_create_student("named", first_name="Grace", last_name="Hopper")
+    for student in ("root", "named"):
+        NameStudent().preprocess(nbformat.v4.new_notebook(), {"nbgrader": {"student": student, "db_url": db_url}})
+    with Gradebook(db_url) as gradebook:
+        names = {s.id: (s.first_name, s.last_name) for s in gradebook.students}
+    assert names == {"root": account_name("root"), "named": ("Grace", "Hopper")}, names
+    assert account_name("root")[1] and account_name("no-such-account") == ("", "no-such-account")
+
+
+def test_a_submission_too_large_for_the_exchange_is_refused_in_one_line(tmp_path):
+    """`nbgrader submit` with the course's settings, of a folder over nbgrader's 100 MB: one line saying what to do
+    (nbgrader alone raises a RuntimeError, whose traceback the Assignment List shows), and nothing submitted. The
+    Assignment List's own line: tests/test_hub.py."""
+    import nbformat
+
+    from course.grading.exchange import one_line
+
+    exchange, home = tmp_path / "exchange", tmp_path / "home"
+    released = exchange / "ddl-hpc" / "outbound" / "02-sgd"
+    released.mkdir(parents=True)
+    (exchange / "ddl-hpc" / "inbound").mkdir(mode=0o733)
+    nbformat.write(nbformat.v4.new_notebook(), str(released / "02_sgd.ipynb"))
+    work = home / "02-sgd"
+    shutil.copytree(released, work)
+    with open(work / "checkpoint.bin", "wb") as handle:
+        handle.truncate(101_000_000)  # sparse: counted at its full size, written in no time
+    env = {**os.environ, "HOME": str(home), "COURSE_NBGRADER_EXCHANGE": str(exchange)}
+    shutil.copy(ROOT / "deploy" / "jupyterhub" / "nbgrader_config_everyone.py", home / "nbgrader_config.py")
+    command = [str(Path(sys.executable).parent / "nbgrader"), "submit", "02-sgd"]  # as a learner's terminal on the hub
+    done = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in output, output
+    assert re.search(r"02-sgd is not submitted: its folder .* holds 101 MB, more than the 100 MB", output), output
+    assert not list((exchange / "ddl-hpc" / "inbound").iterdir())
+    refusal = "Traceback (most recent call last):\n  ...\nnbgrader.exchange.abc.exchange.ExchangeError: too large"
+    assert one_line(refusal) == "too large" and one_line("Traceback\nKeyError: 'x'") == "Traceback\nKeyError: 'x'"

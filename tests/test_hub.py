@@ -38,6 +38,7 @@ from tests.grading_support import WRONG, course_answers, graded_cells
 pytestmark = pytest.mark.slow
 PREFIX = Path(os.environ.get("HUB_PREFIX", "/opt/ddl-hpc"))
 LEARNERS = ("ddlhub-ada", "ddlhub-ben", "ddlhub-cy")
+FULL_NAMES = {"ddlhub-ada": "Ada Lovelace"}  # the others have none: Formgrader shows their account names
 INSTRUCTOR = "ddlhub-teach"
 GROUPS = {"learners": "ddlhub-learners", "instructors": "ddlhub-instructors"}
 PASSWORD = "Course-hub-test-1"
@@ -110,6 +111,8 @@ class Hub:
     state: Path
     process: subprocess.Popen
     log: Path
+    command: list[str] = field(default_factory=list)  # how it was started: a restart starts it the same way
+    env: dict = field(default_factory=dict)
     checkout: Path = field(init=False)  # the instructor's checkout, in their home
     grading: Path = field(init=False)  # the instructor's nbgrader course directory
 
@@ -155,7 +158,8 @@ def run_as(user: str, argv: list[str], cwd: Path, env: dict | None = None, check
 def _accounts(created: list[tuple[str, str]]) -> None:
     """The class's Unix accounts with a password (the guide's block then puts them in the two groups)."""
     for user in (*LEARNERS, INSTRUCTOR):
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, capture_output=True)
+        name = ["-c", FULL_NAMES[user]] if user in FULL_NAMES else []
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", *name, user], check=True, capture_output=True)
         created.append(("user", user))
     subprocess.run(
         ["chpasswd"],
@@ -222,16 +226,21 @@ def _start_hub(base: Path, exchange: Path, command: list[str], extra: dict | Non
         "COURSE_OFFLINE": "1",
         **(extra or {}),
     }
-    log = base / "hub.log"
+    hub = Hub(f"http://127.0.0.1:{port}", base, exchange, state, None, base / "hub.log", command, env)
+    return _launch(hub)
+
+
+def _launch(hub: Hub) -> Hub:
+    """Start HUB's command (again: its log goes on), once its pages answer."""
     process = subprocess.Popen(
-        command,
+        hub.command,
         cwd=ROOT,
-        env=env,
-        stdout=log.open("w"),
+        env=hub.env,
+        stdout=hub.log.open("a"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    hub = Hub(f"http://127.0.0.1:{port}", base, exchange, state, process, log)
+    hub.process = process
     for _ in range(120):
         try:
             with urllib.request.urlopen(f"{hub.url}/hub/health", timeout=5) as answer:
@@ -242,11 +251,12 @@ def _start_hub(base: Path, exchange: Path, command: list[str], extra: dict | Non
         if process.poll() is not None:
             break
         time.sleep(1)
-    raise AssertionError(f"the hub did not answer:\n{log.read_text()[-3000:]}")
+    raise AssertionError(f"the hub did not answer:\n{hub.log.read_text()[-3000:]}")
 
 
-def _stop_hub(hub: Hub) -> None:
-    """SIGTERM: JupyterHub stops every user's server and its proxy, then exits."""
+def _stop_hub(hub: Hub, keep_servers: bool = False) -> None:
+    """SIGTERM: JupyterHub stops its proxy and exits, leaving users' servers running (cleanup_servers = False);
+    unless KEEP_SERVERS, the test then ends what the hub started (each process by its id)."""
     descendants = psutil.Process(hub.process.pid).children(recursive=True)
     hub.process.send_signal(signal.SIGTERM)
     try:
@@ -254,9 +264,13 @@ def _stop_hub(hub: Hub) -> None:
     except subprocess.TimeoutExpired:
         hub.process.kill()
         hub.process.wait()
-    _, alive = psutil.wait_procs(descendants, timeout=30)
-    for process in alive:
-        process.kill()
+    if not keep_servers:
+        for process in descendants:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(descendants, timeout=30)
 
 
 @pytest.fixture(scope="session")
@@ -270,6 +284,7 @@ def hub():
     exchange = base / "exchange"
     created: list[tuple[str, str]] = []
     running = None
+    checkout_mode = stat.S_IMODE(ROOT.stat().st_mode)  # the guide's first line closes the site's checkout (ROOT)
     try:
         _accounts(created)
         command = _set_up_as_the_guide_says(exchange, created)
@@ -282,6 +297,7 @@ def hub():
             shutil.copy(running.log, ARTIFACTS / "jupyterhub.log")
         _remove(created)
         shutil.rmtree(base, ignore_errors=True)
+        ROOT.chmod(checkout_mode)
 
 
 @pytest.fixture(scope="session")
@@ -337,6 +353,8 @@ def test_each_login_spawns_a_server_with_the_student_copy(hub, pages):
         shipped = sorted(p.relative_to(student) for p in student.rglob("*.ipynb"))
         assert shipped and sorted(p.relative_to(folder) for p in folder.rglob("*.ipynb")) == shipped
         assert not (folder / "solutions").exists() and not (folder / "tests").exists()
+        first = nbformat.read(str(folder / "notebooks" / f"{NB}.ipynb"), as_version=4).cells[0].source
+        assert first.startswith("**Practice copy.**") and "Assignment List" in first, first
         owner = {pwd.getpwuid(p.stat().st_uid).pw_name for p in folder.rglob("*")}
         assert owner == {user}, f"{user}'s copy belongs to {owner}"
         assert stat.S_IMODE(home(user).stat().st_mode) == 0o700, f"{user}'s home is readable by others"
@@ -365,6 +383,57 @@ def test_a_second_start_never_overwrites_a_learners_work(hub, pages):
     assert gone.exists(), "a notebook the learner lacked was not copied again"
 
 
+def _servers_of(user: str) -> list[psutil.Process]:
+    """The JupyterLab server processes the Unix USER runs."""
+    return [
+        p
+        for p in psutil.process_iter(["username", "cmdline"])
+        if p.info["username"] == user and "jupyterhub-singleuser" in " ".join(p.info["cmdline"] or [])
+    ]
+
+
+def test_a_hub_restart_leaves_learners_servers_running(hub, pages):
+    """The hub stopped and started again, as after a configuration change: a learner's server (and the kernel it
+    runs) is the same process before and after, and answers through the restarted hub."""
+    user, page = LEARNERS[2], pages[LEARNERS[2]]
+    kernel = page.request.post(
+        f"{hub.url}/user/{user}/api/kernels", headers=_xsrf(page, user), data={"name": "ddl-hpc"}
+    )
+    assert kernel.ok, kernel.status
+    kernel_id = kernel.json()["id"]
+    before = _server_and_kernel(user, kernel_id)  # not every child: a server runs short-lived helpers too
+    assert len(before) == 2, f"{user}'s server and kernel {kernel_id}: {before}"
+    _stop_hub(hub, keep_servers=True)
+    _launch(hub)
+    after = _server_and_kernel(user, kernel_id)
+    assert before == after, f"the restart ended {user}'s server or kernel: {before} -> {after}"
+    for _ in range(60):  # the restarted hub gives the new proxy the server's route once it has found the server
+        answer = page.request.get(f"{hub.url}/user/{user}/api/kernels/{kernel_id}")
+        if answer.ok:
+            break
+        time.sleep(1)
+    assert answer.ok and answer.json()["name"] == "ddl-hpc", answer.status
+
+
+def _server_and_kernel(user: str, kernel_id: str) -> set[int]:
+    """The pids of USER's server and of its kernel KERNEL_ID (named in the kernel's connection file)."""
+    servers, kernels = _servers_of(user), []
+    for process in (p for s in servers for p in s.children(True)):
+        try:
+            if any(kernel_id in part for part in process.cmdline()):
+                kernels.append(process)
+        except psutil.Error:  # a helper that ended meanwhile
+            pass
+    return {p.pid for p in servers + kernels}
+
+
+def _xsrf(page, user: str) -> dict:
+    """The header a JupyterLab page sends with a request that changes something (Jupyter Server's XSRF check)."""
+    cookies = [c for c in page.context.cookies() if c["name"] == "_xsrf"]
+    own = [c for c in cookies if c["path"].startswith(f"/user/{user}")] or cookies
+    return {"X-XSRFToken": own[0]["value"] if own else ""}
+
+
 def test_learners_get_assignments_and_only_instructors_formgrader(hub, pages):
     for user in LEARNERS:
         items = nbgrader_menu(pages[user])
@@ -383,6 +452,9 @@ def test_jupyterlab_asks_no_news_question(hub, pages):
     found = answer.json()  # the defaults (with the site's overrides) and what the learner changed
     composite = {k: v.get("default") for k, v in found["schema"]["properties"].items()} | found["settings"]
     assert composite["fetchNews"] == "false" and composite["checkForUpdates"] is False, composite
+    # one kernel to choose, and it is the default of a new notebook
+    kernels = page.request.get(f"{hub.url}/user/{LEARNERS[0]}/api/kernelspecs").json()
+    assert kernels["default"] == "ddl-hpc" and set(kernels["kernelspecs"]) == {"ddl-hpc"}, kernels
 
 
 def test_a_terminal_finds_the_course_and_nbgrader(hub, pages):
@@ -489,7 +561,11 @@ def graded(hub, pages):
 
     teacher = INSTRUCTOR
     learn = {"COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}  # what the spawner gives every server and terminal
-    teach = {**learn, "COURSE_NBGRADER_ROOT": str(hub.grading)}  # and instructors
+    teach = {  # and instructors
+        **learn,
+        "COURSE_NBGRADER_ROOT": str(hub.grading),
+        "JUPYTER_CONFIG_PATH": str(PREFIX / "etc" / "ddl-hpc-instructors"),
+    }
     # The instructor's checkout (what grading needs of it), theirs alone, as the guide asks.
     hub.checkout.mkdir()
     shutil.copytree(ROOT / "solutions", hub.checkout / "solutions")
@@ -502,14 +578,9 @@ def graded(hub, pages):
 
     # One learner through the Assignments tab: fetch, then (after answering) submit.
     first, page = LEARNERS[0], pages[LEARNERS[0]]
-    page.goto(f"{hub.url}/user/{first}/lab")
-    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=120_000)
-    page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.click()
-    page.locator(".lm-Menu-itemLabel").filter(has_text="Assignment List").first.click()
-    released = page.locator("#released_assignments_list")
+    released, fetched = _assignment_list(page, hub, first)
     expect(released.get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
     released.get_by_role("button", name="Fetch").click()
-    fetched = page.locator("#fetched_assignments_list")
     expect(fetched.get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
     for user in LEARNERS[1:]:
         run_as(user, ["nbgrader", "fetch_assignment", ASSIGNMENT], home(user), learn)
@@ -518,6 +589,17 @@ def graded(hub, pages):
     _answer(LEARNERS[0], solutions)
     _answer(LEARNERS[1], {**solutions, "ex2-answer": wrong["ex2-answer"]})
     _answer(LEARNERS[2], solutions)
+    # Too much in the assignment's folder (a sparse file counts at its full size): refused in one line.
+    big = home(first) / ASSIGNMENT / "checkpoint.bin"
+    run_as(first, ["truncate", "-s", "101000000", str(big)], home(first))
+    fetched.get_by_role("button", name="Submit").first.click()
+    message = page.locator("#submission-message")  # the Assignment List's "Invalid Submission" dialog
+    expect(message).to_contain_text("is not submitted", timeout=120_000)
+    refusal = message.inner_text()
+    page.keyboard.press("Escape")
+    expect(message).to_be_hidden(timeout=60_000)
+    big.unlink()
+    released, fetched = _assignment_list(page, hub, first)
     fetched.get_by_role("button", name="Submit").first.click()
     expect(page.locator("#submitted_assignments_list").get_by_text(ASSIGNMENT)).to_be_visible(timeout=120_000)
     for user in LEARNERS[1:]:
@@ -540,7 +622,34 @@ def graded(hub, pages):
         check=False,
     )
     after = sorted(p.relative_to(hub.checkout) for p in hub.checkout.rglob("*"))
-    return {"peeking": peeking, "feedback": feedback, "checkout": (before, after), "doctor": doctor.stdout}
+    header = nbformat.read(str(home(LEARNERS[1]) / ASSIGNMENT / f"{NB}.ipynb"), as_version=4).cells[0].source
+    return {
+        "peeking": peeking,
+        "feedback": feedback,
+        "checkout": (before, after),
+        "doctor": doctor.stdout,
+        "refusal": refusal,
+        "header": header,
+    }
+
+
+def _assignment_list(page, hub: Hub, user: str):
+    """JupyterLab's Nbgrader > Assignment List, opened afresh on USER's page: its released and fetched lists."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{hub.url}/user/{user}/lab")
+    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=120_000)
+    page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.click()
+    page.locator(".lm-Menu-itemLabel").filter(has_text="Assignment List").first.click()
+    return page.locator("#released_assignments_list"), page.locator("#fetched_assignments_list")
+
+
+def test_learners_are_told_which_copy_is_graded_and_why_a_submit_was_refused(hub, graded):
+    """The fetched notebook opens with the header saying it is the copy to submit; a submission too large for the
+    exchange showed one line in the Assignment List, not nbgrader's traceback."""
+    assert graded["header"].startswith("**Your assignment copy.**") and "Submit" in graded["header"], graded["header"]
+    refusal = graded["refusal"]
+    assert "Traceback" not in refusal and re.search(r"holds 101 MB, more than the 100 MB", refusal), refusal
 
 
 def _instructor_steps() -> tuple[str, str]:
@@ -615,9 +724,10 @@ def test_formgrader_shows_the_class(hub, pages, graded):
     expect(rows.filter(has_text=f"/ {top:g}")).to_have_count(3, timeout=120_000)
     page.get_by_text("Show All Names").click()  # Formgrader hides learners' names at first
     page.screenshot(path=str(ARTIFACTS / "hub-formgrader.png"), full_page=True)
+    shown = {user: "Lovelace, Ada" if user in FULL_NAMES else user for user in LEARNERS}  # from their accounts
     scores = {}
     for user in LEARNERS:
-        row = rows.filter(has_text=user)
+        row = rows.filter(has_text=shown[user])
         expect(row).to_have_count(1, timeout=120_000)
         found = re.search(r"(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)", row.first.inner_text())
         assert found, f"no score in Formgrader's row for {user}: {row.first.inner_text()!r}"
@@ -625,6 +735,12 @@ def test_formgrader_shows_the_class(hub, pages, graded):
     # ben's ex2 fails a hidden test; the others answered as the solution does
     expected = {LEARNERS[0]: (top, top), LEARNERS[1]: (top - points["ex2-check"], top), LEARNERS[2]: (top, top)}
     assert scores == expected, scores
+    # Manage Submissions lists each learner as "last, first": from their account, never "None, None"
+    page.goto(f"{hub.url}/user/{INSTRUCTOR}/formgrader/manage_submissions/{ASSIGNMENT}")
+    table = page.locator("table tbody")
+    expect(table.locator("tr")).to_have_count(3, timeout=120_000)
+    expect(table).to_contain_text("Lovelace, Ada", timeout=60_000)
+    assert "None" not in table.inner_text(), table.inner_text()
 
 
 # --- what a learner can read ------------------------------------------------------------------------------------
@@ -708,12 +824,12 @@ def answer_lines() -> list[str]:
 
 def test_no_file_a_learner_can_read_holds_an_answer(hub, graded):
     """As a learner, read every file under the site's paths (the shared environment, the exchange, every home of
-    the class, the hub's state) but their own: no course notebook with answer blocks, no hidden-test line, no line
-    of the course's own answers. The instructor's checkout and course directory hold plenty, and the learner can
-    read neither."""
+    the class, the hub's state, the site's checkout) but their own: no course notebook with answer blocks, no
+    hidden-test line, no line of the course's own answers. The instructor's checkout and course directory hold
+    plenty, and the learner can read neither; nor the site's checkout, closed as the guide says."""
     patterns = hidden_lines() + answer_lines()
     assert len(patterns) > 10 and answer_lines(), patterns
-    roots = [PREFIX, hub.exchange, hub.state, *(home(u) for u in (*LEARNERS, INSTRUCTOR))]
+    roots = [PREFIX, hub.exchange, hub.state, ROOT, *(home(u) for u in (*LEARNERS, INSTRUCTOR))]
     done = run_as(
         LEARNERS[1],
         [str(PREFIX / "bin" / "python"), "-c", SCAN, *map(str, roots)],
@@ -741,7 +857,7 @@ def test_doctor_checks_the_hub(hub, graded):
         "COURSE_NBGRADER_EXCHANGE": str(hub.exchange),
         "COURSE_NBGRADER_ROOT": str(hub.grading),
     }
-    for name in ("hub-env", "hub-kernel", "exchange", "answers"):  # as the guide's instructor ran it
+    for name in ("hub-env", "hub-kernel", "exchange", "checkout", "answers"):  # as the guide's instructor ran it
         assert re.search(rf"ok\s+{name}\s", graded["doctor"]), graded["doctor"]
     command = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
@@ -754,6 +870,15 @@ def test_doctor_checks_the_hub(hub, graded):
     finally:
         leak.unlink()
     assert done.returncode == 1 and re.search(r"FAIL\s+answers\s.*leaked\.ipynb", done.stdout), done.stdout
+    # the site's checkout opened to others: named from outside it (make setup HUB=1 recorded it), with the fix
+    mode = stat.S_IMODE(ROOT.stat().st_mode)
+    ROOT.chmod(0o755)
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
+    finally:
+        ROOT.chmod(mode)
+    assert done.returncode == 1 and re.search(rf"FAIL\s+checkout\s.*{ROOT}", done.stdout), done.stdout
+    assert f"checkout: chmod 700 {ROOT}" in done.stdout, done.stdout
 
 
 def test_setup_refuses_a_python_other_users_cannot_run(tmp_path):

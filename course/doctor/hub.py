@@ -1,8 +1,9 @@
 """`python -m course doctor --hub`: whether a JupyterHub serves the course safely (deploy/jupyterhub/).
 
-Four lines: the shared environment the servers run from, the kernel every user gets, nbgrader's exchange, and
-whether any file a learner account can read holds an answer block or a hidden test. A learner "can read" a file
-when others may read it and enter every folder above it (learners are neither owner nor group of these).
+Five lines: the shared environment the servers run from, the kernel every user gets, nbgrader's exchange, whether
+every checkout of the course (the site's, wherever `make setup HUB=1` ran, and the instructor's) is closed to other
+users, and whether any file a learner account can read holds an answer block or a hidden test. A learner "can read"
+a file when others may read it and enter every folder above it (learners are neither owner nor group of these).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ KERNEL = "ddl-hpc"
 MARKERS = (b"### BEGIN SOLUTION", b"### BEGIN HIDDEN TESTS")
 KERNEL_LINE = b'"name": "ddl-hpc"'
 BIGGEST = 20 * 1024 * 1024  # larger files are data, not notebooks
+# Where scripts/setup-hub.sh records the checkout it ran from (the site's), inside the environment it made.
+CHECKOUT_RECORD = Path("share") / "ddl-hpc" / "checkout"
 
 
 def closed_to_others(path: Path, need: int = stat.S_IROTH) -> Path | None:
@@ -104,6 +107,50 @@ def check_exchange(exchange: Path) -> Check:
     return Check("exchange", True, f"{exchange}: every user submits, none lists another's work")
 
 
+def is_checkout(folder: Path) -> bool:
+    """Whether FOLDER is a checkout of the course: the instructor's notebooks or the course's own answers."""
+    try:
+        return (folder / "solutions").is_dir() or (folder / "course" / "answers.py").is_file()
+    except OSError:
+        return False
+
+
+def check_checkouts(checkouts: list[Path]) -> Check:
+    """Every checkout of the course is closed to other users as a whole: solutions/, the tests' wrong answers and
+    course/answers.py are all inside it, and so is its .git."""
+    open_ones, seen = [], []
+    for checkout in checkouts:
+        try:
+            closed = closed_to_others(checkout, stat.S_IXOTH)
+        except OSError:  # gone since it was recorded: nothing there to read
+            continue
+        (seen if closed is not None else open_ones).append(checkout)
+    if open_ones:
+        names = ", ".join(map(str, open_ones))
+        return Check(
+            "checkout",
+            False,
+            f"other users can read {names}: a course checkout holds every answer (solutions/, the tests, "
+            "course/answers.py)",
+            "; ".join(f"chmod 700 {c}" for c in open_ones),
+        )
+    if not seen:
+        return Check("checkout", True, "no course checkout on record (make setup HUB=1 records the site's)")
+    return Check("checkout", True, f"closed to other users: {', '.join(map(str, seen))}")
+
+
+def checkouts(prefix: Path) -> list[Path]:
+    """The checkouts to check: the site's (recorded by setup-hub.sh in PREFIX), this `course`'s, the current folder."""
+    from course.grading import ROOT
+
+    found = []
+    record = prefix / CHECKOUT_RECORD
+    if record.is_file():
+        found.append(Path(record.read_text().strip()))
+    found += [folder for folder in (ROOT, Path.cwd()) if is_checkout(folder)]
+    return list(dict.fromkeys(found))
+
+
 def readable_answers(roots: list[Path]) -> list[Path]:
     """Course notebooks under ROOTS that other users can read and that hold an answer block or hidden tests."""
     found = []
@@ -155,17 +202,18 @@ def check_answers(roots: list[Path]) -> Check:
 def run_checks(prefix: Path | None = None) -> list[Check]:
     """The hub's checks for the environment PREFIX (HUB_PREFIX, else the running one if it is a hub's, else
     /opt/ddl-hpc)."""
-    from course.grading import ROOT
-
     here = Path(sys.prefix)  # run from the hub's environment (a terminal of a hub session), it checks that one
     if not prefix and not os.environ.get("HUB_PREFIX") and (here / "bin" / "jupyterhub-singleuser").exists():
         prefix = here
     prefix = Path(prefix or os.environ.get("HUB_PREFIX") or DEFAULT_PREFIX)
     exchange = Path(settings.get("COURSE_NBGRADER_EXCHANGE"))
     roots = [prefix, exchange]
-    for checkout in dict.fromkeys([ROOT, Path.cwd()]):  # the checkout of this `course`, the folder it runs in
-        if (checkout / "solutions").is_dir():
-            roots.append(checkout)
     if settings.get("COURSE_NBGRADER_ROOT"):
         roots.append(Path(settings.get("COURSE_NBGRADER_ROOT")))
-    return [check_environment(prefix), check_kernel(prefix), check_exchange(exchange), check_answers(roots)]
+    return [
+        check_environment(prefix),
+        check_kernel(prefix),
+        check_exchange(exchange),
+        check_checkouts(checkouts(prefix)),
+        check_answers(roots),
+    ]

@@ -79,7 +79,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def cmd_student_copy(args: argparse.Namespace) -> int:
     from course.grading.student_copy import build
 
-    written = build(args.out, args.solutions)
+    written = build(args.out, args.solutions, hub=args.hub)
     print(
         f"wrote the student copy to {args.out}: {', '.join(written)} (no solutions/, hidden tests or instructor guide)"
     )
@@ -158,6 +158,9 @@ def add_grading(commands) -> None:
     )
     copy.add_argument("out", metavar="OUT", help="a new or empty folder, or an earlier student copy to refresh")
     copy.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
+    copy.add_argument(
+        "--hub", action="store_true", help="for a hub with nbgrader: each notebook says the fetched copy is graded"
+    )
     copy.set_defaults(func=cmd_student_copy)
 
     mutation = commands.add_parser(

@@ -47,7 +47,10 @@ def assignments(solutions: Path) -> dict[str, list[Path]]:
 
 def configure(c, checkout: Path) -> None:
     """Fill nbgrader's config object `c` for the course (what nbgrader_config.py calls; reads only)."""
-    from course.grading.stubs import PYTHON_STUB, generate_assignment_preprocessors  # nbgrader is loading this
+    from nbgrader.converters import Autograde  # nbgrader is loading this
+
+    from course.grading.names import NameStudent
+    from course.grading.stubs import PYTHON_STUB, generate_assignment_preprocessors
 
     root = course_root(checkout)
     c.CourseDirectory.course_id = ASSIGNMENT
@@ -57,6 +60,7 @@ def configure(c, checkout: Path) -> None:
     c.CsvExportPlugin.to = str(root / "grades.csv")
     if os.environ.get(ENV_EXCHANGE):
         c.Exchange.root = os.environ[ENV_EXCHANGE]
+    c.ExchangeFactory.submit = "course.grading.exchange.Submit"  # too large a folder: one line (exchange.py)
     # nbgrader's default of 30 s per cell is too short for the training cells; the course's own grader uses the same.
     c.Execute.timeout = CELL_TIMEOUT
     c.Execute.interrupt_on_timeout = True
@@ -66,6 +70,8 @@ def configure(c, checkout: Path) -> None:
     c.ClearSolutions.code_stub = {"python": PYTHON_STUB}
     # generate_assignment stubs a batch script's solution with a comment, as `course release` does (course/grading/stubs.py).
     c.GenerateAssignment.preprocessors = generate_assignment_preprocessors()
+    # Autograde names a student nbgrader added without a name, from their account (course/grading/names.py).
+    c.Autograde.sanitize_preprocessors = [NameStudent, *Autograde.class_traits()["sanitize_preprocessors"].default()]
     # Feedback shows a learner their graded notebook without the hidden tests (course/grading/feedback.py).
     c.GenerateFeedback.preprocessors = FEEDBACK
 

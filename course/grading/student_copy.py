@@ -63,9 +63,18 @@ them), the Keras cache, or a download. Without any of these they fall back, and 
 scikit-learn's small digits dataset, so every notebook runs offline.
 """
 
+# A hub's learners also fetch each notebook released as an assignment (nbgrader's Assignment List): the copy they
+# fetch is the one submitted, so the student copy a hub gives them (`--hub`) says so at the top of each notebook.
+PRACTICE_NOTE = (
+    "**Practice copy.** If your instructor releases this notebook as an assignment, fetch it in "
+    "**Nbgrader > Assignment List** and work in the copy that opens from there (in a folder named after the "
+    "assignment, such as `~/02-sgd/`): only that copy is submitted and graded. This one stays yours to try things out."
+)
 
-def build(out: Path, solutions: Path | None = None) -> list[str]:
-    """Write the student copy into OUT (new, empty, or an earlier student copy); returns what it wrote."""
+
+def build(out: Path, solutions: Path | None = None, hub: bool = False) -> list[str]:
+    """Write the student copy into OUT (new, empty, or an earlier student copy); returns what it wrote. HUB: each
+    notebook opens with the practice-copy note."""
     from course.grading.release import release
 
     out = Path(out).resolve()
@@ -78,9 +87,21 @@ def build(out: Path, solutions: Path | None = None) -> list[str]:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, out / name)
     release(solutions, out / "notebooks")
+    if hub:
+        _note_practice_copies(out / "notebooks")
     (out / "README.md").write_text(README, encoding="utf-8")
     (out / MARKER).write_text("written by python -m course student-copy; refreshed in place by the next run\n")
     return sorted(p.name for p in out.iterdir() if p.name != ".git")
+
+
+def _note_practice_copies(notebooks: Path) -> None:
+    """Put PRACTICE_NOTE first in every notebook of NOTEBOOKS."""
+    import nbformat
+
+    for path in sorted(notebooks.glob("*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(PRACTICE_NOTE))
+        nbformat.write(nb, str(path))
 
 
 def _prepare(out: Path) -> None:

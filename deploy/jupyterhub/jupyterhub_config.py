@@ -1,7 +1,7 @@
 """JupyterHub serving the course to a class (docs/instructor-guide.md, "Deploying on JupyterHub").
 
-    sudo make setup HUB=1                                            # the shared environment, /opt/ddl-hpc
-    sudo /opt/ddl-hpc/bin/jupyterhub -f deploy/jupyterhub/jupyterhub_config.py
+    make setup HUB=1                                                 # as root: the shared environment, /opt/ddl-hpc
+    /opt/ddl-hpc/bin/jupyterhub -f deploy/jupyterhub/jupyterhub_config.py     # as root, from the checkout
 
 Use it as is, or copy it and change what your site decides otherwise. Every choice below says why. The values a
 site usually changes are read from the hub's environment (COURSE_HUB_*), so the file itself can stay as it is:
@@ -43,6 +43,12 @@ if os.environ.get("COURSE_HUB_API_PORT"):
     c.JupyterHub.hub_port = int(os.environ["COURSE_HUB_API_PORT"])
 if os.environ.get("COURSE_HUB_PROXY_API_PORT"):
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ['COURSE_HUB_PROXY_API_PORT']}"
+
+# Restarting the hub (a changed configuration, an update) leaves every user's JupyterLab running: kernels, running
+# cells and open notebooks go on, and the restarted hub finds the servers again in its database. The proxy restarts
+# with the hub: for a few seconds pages do not load, then open notebooks reconnect. Servers end when their users stop
+# them (Hub Control Panel) or their processes are ended; the guide says how to stop them all.
+c.JupyterHub.cleanup_servers = False
 
 # The hub's state in one private folder (root's alone: it holds the cookie secret).
 STATE.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """JupyterHub serving the course with each user's JupyterLab as a Slurm job (docs/instructor-guide.md, "A
 Slurm-spawned JupyterLab"), the way batchspawner and Open OnDemand's Jupyter app run it at most centres.
 
-    sudo make setup HUB=1                                            # the shared environment, with batchspawner
-    sudo /opt/ddl-hpc/bin/jupyterhub -f deploy/jupyterhub/jupyterhub_config_slurm.py
+    make setup HUB=1                                   # as root: the shared environment, with batchspawner
+    /opt/ddl-hpc/bin/jupyterhub -f deploy/jupyterhub/jupyterhub_config_slurm.py   # as root, the first hub stopped
 
 Everything of jupyterhub_config.py holds (PAM login, the two groups, the shared environment, the student copy on
 first login, instructors' nbgrader settings): this file loads it, then changes only how a server is started.
