@@ -85,14 +85,20 @@ def staged_root(home: Path) -> Path:
     return home / "ondemand/data/sys/dashboard/batch_connect" / TOKEN / "output" / str(uuid.uuid4())
 
 
+def renderer(app: Path) -> Path:
+    """Where the app's test installs the renderer, beside the apps folder: the dashboard OnDemand installs for every
+    user, so a learner's Ruby can read it (the checkout is closed to learners, as the guide says)."""
+    return app.parent.parent / RENDER.name
+
+
 def stage_command(app: Path, staged: Path, context_file: Path) -> list[str]:
     """Ruby rendering the app's templates into STAGED; prints submit.yml.erb's settings as JSON."""
-    return [RUBY, str(RENDER), "stage", str(app), str(staged), str(context_file)]
+    return [RUBY, str(renderer(app)), "stage", str(app), str(staged), str(context_file)]
 
 
 def view_command(app: Path, connection: Path) -> list[str]:
     """Ruby rendering view.html.erb with connection.yml's values; prints the HTML."""
-    return [RUBY, str(RENDER), "view", str(app), str(connection)]
+    return [RUBY, str(renderer(app)), "view", str(app), str(connection)]
 
 
 def sbatch(values: dict[str, str], submit: dict, staged: Path) -> tuple[list[str], str]:

@@ -85,6 +85,12 @@ class LocalEngines:
             if not processes.running(launcher.process):
                 how = ended(exit_code(launcher))
                 return f"engine process {name} {how}; its last output: {engine_tail(launcher.get_output())}"
+        # an engine whose end ipyparallel has already noticed is no longer among the launchers: its status and
+        # output are kept on the engine set
+        for name, stopped in dict(engine_set.stop_data.get("engines", {})).items():
+            code = stopped.get("exit_code")
+            how = ended(None if code is None else int(code))
+            return f"engine process {name} {how}; its last output: {engine_tail(engine_set.outputs.get(name, ''))}"
         return ""
 
     def launchers(self, engine_set) -> list:
