@@ -413,6 +413,21 @@ def test_a_hub_restart_leaves_learners_servers_running(hub, pages):
             break
         time.sleep(1)
     assert answer.ok and answer.json()["name"] == "ddl-hpc", answer.status
+    for name, other in pages.items():  # every open JupyterLab lost its hub meanwhile: loaded again, as a learner would
+        _reload_lab(hub, name, other)
+
+
+def _reload_lab(hub: Hub, user: str, page) -> None:
+    """USER's JupyterLab loaded again once the restarted hub routes to their server, with its Nbgrader menu."""
+    from playwright.sync_api import expect
+
+    for _ in range(60):
+        if page.request.get(f"{hub.url}/user/{user}/api/status").ok:
+            break
+        time.sleep(1)
+    page.goto(f"{hub.url}/user/{user}/lab")
+    expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
+    expect(page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first).to_be_visible(timeout=120_000)
 
 
 def _server_and_kernel(user: str, kernel_id: str) -> set[int]:
