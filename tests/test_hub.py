@@ -953,6 +953,15 @@ def _jobs_of(user: str, env: dict) -> list[list[str]]:
     return [line.split() for line in _slurm(["squeue", "-h", "-u", user, "-o", "%i %j %T %N"], env).splitlines()]
 
 
+def _queue_empties(user: str, env: dict, seconds: int) -> bool:
+    """Whether the user's jobs leave the virtual cluster's queue within SECONDS (Slurm ends a job in a few)."""
+    for _ in range(seconds):
+        if not _jobs_of(user, env):
+            return True
+        time.sleep(1)
+    return not _jobs_of(user, env)
+
+
 @pytest.fixture(scope="module")
 def slurm_hub(hub, virtual_cluster):
     """A second hub, started as the guide's Slurm section says (the set-up, the cluster's variables, the hub with
@@ -1051,11 +1060,7 @@ def test_a_learners_jupyterlab_runs_as_a_slurm_job_on_a_node_and_stops_with_it(s
     page.goto(f"{slurm_hub.url}/hub/home")
     page.click("#stop")
     expect(page.locator("#stop")).to_be_hidden(timeout=120_000)
-    for _ in range(30):
-        if not _jobs_of(user, virtual_cluster):
-            break
-        time.sleep(1)
-    assert not _jobs_of(user, virtual_cluster), "stopping the server left its job in the queue"
+    assert _queue_empties(user, virtual_cluster, 30), "stopping the server left its job in the queue"
     _, left = psutil.wait_procs(on_node, timeout=30)
     assert not left, f"the server outlived its job: {left}"
 
@@ -1328,11 +1333,7 @@ def test_ending_an_ondemand_session_ends_every_process_of_it_and_keeps_the_files
     processes = _processes_on(user, session.host)
     assert any("jupyter-lab" in " ".join(p.cmdline()) for p in processes), [p.cmdline() for p in processes]
     run_as(user, ["scancel", session.job], home(user), {"SLURM_CONF": virtual_cluster["SLURM_CONF"]})
-    for _ in range(60):
-        if not _jobs_of(user, virtual_cluster):
-            break
-        time.sleep(1)
-    assert not _jobs_of(user, virtual_cluster), "the cancelled session's job is still in the queue"
+    assert _queue_empties(user, virtual_cluster, 60), "the cancelled session's job is still in the queue"
     _, left = psutil.wait_procs(processes, timeout=60)
     assert not left, f"processes of the session outlived its job: {[p.cmdline() for p in left]}"
     assert (home(user) / NOTEBOOK_00).read_text() == session.edited and (session.staged / "output.log").exists()
