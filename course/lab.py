@@ -62,7 +62,9 @@ def serve(ip: str = "127.0.0.1", port: int = 8888, root: str | os.PathLike = "."
     )
     print(f"Open this URL: http://{host}:{port}/lab/tree/{start}?token={token}", flush=True)
     print("Stop with Ctrl-C.", flush=True)
-    try:
-        return subprocess.call(command(root_path, ip, port, token), cwd=root_path)
-    except KeyboardInterrupt:
-        return 0
+    server = subprocess.Popen(command(root_path, ip, port, token), cwd=root_path)
+    while True:
+        try:
+            return server.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached JupyterLab too: wait while it shuts its kernels down (or asks)
+            continue

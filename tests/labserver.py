@@ -19,6 +19,13 @@ from course import lab
 from tests.conftest import ROOT
 
 TOKEN = "course-test-token"
+# Ctrl-C reaches the server as in a terminal. A test run started in the background (`make test &`, a CI runner)
+# ignores SIGINT, and its children inherit that: the server would sit out the 30 s below and be killed.
+# (SIG_DFL survives exec; the exec'd Python then turns SIGINT into KeyboardInterrupt as usual.)
+AS_IN_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
 
 @dataclass
@@ -41,7 +48,7 @@ def running_lab(env: dict[str, str], root: str | os.PathLike = ROOT, first_port:
     port = lab.free_port("127.0.0.1", first_port)
     env = dict(env, COURSE_LAB_TOKEN=TOKEN)
     server = subprocess.Popen(
-        [sys.executable, "-m", "course", "lab", "--port", str(port), "--root", str(root)],
+        [sys.executable, "-c", AS_IN_A_TERMINAL, "-m", "course", "lab", "--port", str(port), "--root", str(root)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -67,8 +74,11 @@ def running_lab(env: dict[str, str], root: str | os.PathLike = ROOT, first_port:
         os.killpg(server.pid, signal.SIGINT)
         try:
             server.wait(timeout=30)
+            stopped = True
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+            stopped = False
         _, alive = psutil.wait_procs(descendants, timeout=20)
         assert not alive, f"processes left behind: {alive}"
+        assert stopped, "course lab did not stop within 30 s of Ctrl-C (SIGINT): it was killed"
