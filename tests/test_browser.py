@@ -9,32 +9,12 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, run_cell
 from tests.labserver import running_lab
 
 pytestmark = pytest.mark.slow
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NOTEBOOK = "notebooks/00_environment_and_cluster.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
-# As the machine notes say: root needs --no-sandbox; the closed network needs background networking off.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def code_cell(page, text: str):
-    """The notebook's code cell whose source contains `text`."""
-    return page.locator(".jp-CodeCell").filter(has_text=text).first
-
-
-def run(page, cell) -> None:
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
 
 
 @pytest.mark.skipif(
@@ -69,20 +49,15 @@ def test_notebook_00_runs_in_jupyterlab(tmp_path):
                     1, timeout=120_000
                 )
 
-                run(page, code_cell(page, "PROFILE = profile.name()"))
-                run(page, code_cell(page, "cluster = course.cluster.start("))
-                hello = code_cell(page, 'print(f"hello from process')
-                run(page, hello)
+                run_cell(page, "PROFILE = profile.name()")
+                run_cell(page, "cluster = course.cluster.start(")
+                hello = run_cell(page, 'print(f"hello from process')
                 expect(hello.locator(".jp-OutputArea-output").filter(has_text="hello from process")).to_have_count(
                     2, timeout=240_000
                 )  # one line from each of the 2 engines
                 page.screenshot(path=str(ARTIFACTS / "jupyterlab-notebook-00.png"), full_page=False)
 
-                page.keyboard.press("Escape")
-                page.keyboard.press("b")  # a new cell below, as a learner would add one
-                page.keyboard.press("Enter")
-                page.keyboard.type("cluster.stop(); print('stopped')")
-                page.keyboard.press("Shift+Enter")
+                add_cell_and_run(page, "cluster.stop(); print('stopped')")  # a new cell, as a learner adds one
                 expect(page.locator(".jp-OutputArea-output").filter(has_text="stopped")).to_have_count(
                     1, timeout=120_000
                 )

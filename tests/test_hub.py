@@ -34,6 +34,7 @@ import pytest
 from course import lab
 from tests.conftest import ROOT
 from tests.grading_support import WRONG, course_answers, graded_cells
+from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, run_cell
 
 pytestmark = pytest.mark.slow
 PREFIX = Path(os.environ.get("HUB_PREFIX", "/opt/ddl-hpc"))
@@ -42,15 +43,6 @@ FULL_NAMES = {"ddlhub-ada": "Ada Lovelace"}  # the others have none: Formgrader 
 INSTRUCTOR = "ddlhub-teach"
 GROUPS = {"learners": "ddlhub-learners", "instructors": "ddlhub-instructors"}
 PASSWORD = "Course-hub-test-1"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ASSIGNMENT, NB = "02-sgd", "02_sgd"
 NOTEBOOK_00 = "ddl-hpc/notebooks/00_environment_and_cluster.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
@@ -328,12 +320,16 @@ def log_in(browser, hub: Hub, user: str):
 
 def nbgrader_menu(page) -> list[str]:
     """The items of JupyterLab's Nbgrader menu (empty without one)."""
-    menu = page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader")
-    if menu.count() == 0:
-        return []
-    menu.first.click()
-    items = page.locator(".lm-Menu-itemLabel").all_inner_texts()
-    page.keyboard.press("Escape")
+    from playwright.sync_api import expect
+
+    menu = page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first
+    expect(menu).to_be_visible(timeout=120_000)  # every account has one: the extension may still be loading
+    menu.click()
+    opened = page.locator(".lm-Menu")
+    expect(opened).to_be_visible()
+    items = opened.locator(".lm-Menu-itemLabel").all_inner_texts()
+    menu.click()  # closed as it was opened: a key would go to whatever holds the focus
+    expect(opened).to_have_count(0)
     return [item.strip() for item in items if item.strip()]
 
 
@@ -508,9 +504,9 @@ def test_two_learners_run_notebook_00_on_their_own_clusters(hub, pages):
         expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=120_000)
     for user in pair:  # both start their clusters before either waits
         for text in ("PROFILE = profile.name()", "cluster = course.cluster.start("):
-            _run_cell(pages[user], text)
+            run_cell(pages[user], text)
     for user in pair:
-        hello = _run_cell(pages[user], 'print(f"hello from process')
+        hello = run_cell(pages[user], 'print(f"hello from process')
         expect(hello.locator(".jp-OutputArea-output").filter(has_text="hello from process")).to_have_count(
             2, timeout=300_000
         )
@@ -520,19 +516,8 @@ def test_two_learners_run_notebook_00_on_their_own_clusters(hub, pages):
     pages[pair[0]].screenshot(path=str(ARTIFACTS / "hub-notebook-00.png"))
     for user in pair:
         page = pages[user]
-        page.keyboard.press("Escape")
-        page.keyboard.press("b")
-        page.keyboard.press("Enter")
-        page.keyboard.type("cluster.stop(); print('stopped')")
-        page.keyboard.press("Shift+Enter")
+        add_cell_and_run(page, "cluster.stop(); print('stopped')")
         expect(page.locator(".jp-OutputArea-output").filter(has_text="stopped")).to_have_count(1, timeout=120_000)
-
-
-def _run_cell(page, text: str):
-    cell = page.locator(".jp-CodeCell").filter(has_text=text).first
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
-    return cell
 
 
 def _engines_of(user: str) -> list[int]:
@@ -611,7 +596,8 @@ def graded(hub, pages):
     message = page.locator("#submission-message")  # the Assignment List's "Invalid Submission" dialog
     expect(message).to_contain_text("is not submitted", timeout=120_000)
     refusal = message.inner_text()
-    page.keyboard.press("Escape")
+    # closed with its own button: Escape reaches a JupyterLab dialog only while it holds the focus
+    page.locator(".jp-Dialog").filter(has=message).locator("button.jp-mod-accept").click()
     expect(message).to_be_hidden(timeout=60_000)
     big.unlink()
     released, fetched = _assignment_list(page, hub, first)
@@ -1049,7 +1035,7 @@ def test_a_learners_jupyterlab_runs_as_a_slurm_job_on_a_node_and_stops_with_it(s
     page.goto(f"{slurm_hub.url}/user/{user}/lab/tree/{notebook.name}?reset")
     expect(page.locator(".jp-KernelName").first).to_have_text("Python (DDL on HPC)", timeout=120_000)
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=120_000)
-    output = _run_cell(page, "socket.gethostname()").locator(".jp-OutputArea-output")
+    output = run_cell(page, "socket.gethostname()").locator(".jp-OutputArea-output")
     expect(output).to_contain_text("NODE", timeout=120_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "hub-slurm-node.png"))
@@ -1293,8 +1279,8 @@ def test_an_ondemand_session_runs_notebook_00_on_the_jobs_node(ondemand_session)
     expect(page.locator(".jp-KernelName").first).to_have_text("Python (DDL on HPC)", timeout=120_000)
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=120_000)
     for text in ("PROFILE = profile.name()", "cluster = course.cluster.start("):
-        _run_cell(page, text)
-    hello = _run_cell(page, 'print(f"hello from process').locator(".jp-OutputArea-output")
+        run_cell(page, text)
+    hello = run_cell(page, 'print(f"hello from process').locator(".jp-OutputArea-output")
     expect(hello.filter(has_text=f"on {host}")).to_have_count(2, timeout=300_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ondemand-notebook-00.png"))

@@ -1,0 +1,63 @@
+"""Driving JupyterLab in headless Chromium as a learner does, one step at a time: each step waits for the state it
+leads to (Playwright's auto-waiting locators and `expect`) before the next key goes in, so that a slow machine
+only makes a test slower, never sends a key to whatever happens to hold the focus."""
+
+from __future__ import annotations
+
+import shutil
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# As the machine notes say: root needs --no-sandbox; the closed network needs background networking off.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+NOTEBOOK = ".jp-NotebookPanel-notebook:visible"  # the notebook of the tab in front
+
+
+def code_cell(page, text: str):
+    """The notebook's code cell whose source contains TEXT."""
+    return page.locator(".jp-CodeCell").filter(has_text=text).first
+
+
+def run_cell(page, text: str):
+    """Run the code cell holding TEXT (its editor clicked, then Shift+Enter, as a learner runs it); the cell."""
+    from playwright.sync_api import expect
+
+    cell = code_cell(page, text)
+    cell.locator(".jp-InputArea-editor").click()
+    expect(cell).to_have_class(_has("jp-mod-active"))
+    expect(page.locator(NOTEBOOK)).to_have_class(_has("jp-mod-editMode"))
+    page.keyboard.press("Shift+Enter")
+    return cell
+
+
+def add_cell_and_run(page, source: str) -> None:
+    """A new code cell below the active one, SOURCE typed into it and run: command mode, B, Enter, type,
+    Shift+Enter, each step once the notebook shows the previous one done."""
+    from playwright.sync_api import expect
+
+    notebook = page.locator(NOTEBOOK)
+    cells = notebook.locator(".jp-Cell")
+    before = cells.count()
+    page.keyboard.press("Escape")
+    expect(notebook).to_have_class(_has("jp-mod-commandMode"))
+    page.keyboard.press("b")
+    expect(cells).to_have_count(before + 1)
+    page.keyboard.press("Enter")
+    expect(notebook).to_have_class(_has("jp-mod-editMode"))
+    page.keyboard.type(source)
+    expect(notebook.locator(".jp-Cell.jp-mod-active")).to_contain_text(source)
+    page.keyboard.press("Shift+Enter")
+
+
+def _has(name: str):
+    """A class attribute that holds NAME among others (for expect(...).to_have_class)."""
+    import re
+
+    return re.compile(rf"(^|\s){re.escape(name)}(\s|$)")
