@@ -5,12 +5,29 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+T = TypeVar("T")
+
+
+def wait_until(found: Callable[[], T], seconds: float, what: str, every: float = 0.5) -> T:
+    """Ask FOUND again every EVERY seconds until it gives something true, and return that; after SECONDS, fail
+    saying WHAT was waited for. SECONDS is a deadline for a state, generous: a passing run never waits it out."""
+    deadline = time.monotonic() + seconds
+    while True:
+        answer = found()
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds:.0f} s for {what}; last seen: {answer!r}")
+        time.sleep(every)
 
 
 def run_course(

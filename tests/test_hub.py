@@ -32,7 +32,7 @@ import psutil
 import pytest
 
 from course import lab
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_until
 from tests.grading_support import WRONG, course_answers, graded_cells
 from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, run_cell
 
@@ -403,12 +403,11 @@ def test_a_hub_restart_leaves_learners_servers_running(hub, pages):
     _launch(hub)
     after = _server_and_kernel(user, kernel_id)
     assert before == after, f"the restart ended {user}'s server or kernel: {before} -> {after}"
-    for _ in range(60):  # the restarted hub gives the new proxy the server's route once it has found the server
-        answer = page.request.get(f"{hub.url}/user/{user}/api/kernels/{kernel_id}")
-        if answer.ok:
-            break
-        time.sleep(1)
-    assert answer.ok and answer.json()["name"] == "ddl-hpc", answer.status
+    # the restarted hub gives the new proxy the server's route once it has found the server
+    answer = wait_until(
+        lambda: page.request.get(f"{hub.url}/user/{user}/api/kernels/{kernel_id}"), 300, f"{user}'s kernel's route"
+    )
+    assert answer.json()["name"] == "ddl-hpc", answer.json()
     for name, other in pages.items():  # every open JupyterLab lost its hub meanwhile: loaded again, as a learner would
         _reload_lab(hub, name, other)
 
@@ -417,10 +416,7 @@ def _reload_lab(hub: Hub, user: str, page) -> None:
     """USER's JupyterLab loaded again once the restarted hub routes to their server, with its Nbgrader menu."""
     from playwright.sync_api import expect
 
-    for _ in range(60):
-        if page.request.get(f"{hub.url}/user/{user}/api/status").ok:
-            break
-        time.sleep(1)
+    wait_until(lambda: page.request.get(f"{hub.url}/user/{user}/api/status").ok, 300, f"{user}'s server's route")
     page.goto(f"{hub.url}/user/{user}/lab")
     expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
     expect(page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first).to_be_visible(timeout=120_000)
@@ -483,11 +479,10 @@ def test_a_terminal_finds_the_course_and_nbgrader(hub, pages):
     expect(terminal.first).to_be_visible(timeout=60_000)
     terminal.first.click()
     page.keyboard.type(f"command -v course nbgrader horovodrun > {answer}\n")
-    for _ in range(60):
-        if answer.exists() and len(answer.read_text().splitlines()) == 3:
-            break
-        time.sleep(1)
-    found = answer.read_text().split() if answer.exists() else []
+    wait_until(
+        lambda: answer.exists() and len(answer.read_text().splitlines()) == 3, 300, f"{answer} from the terminal"
+    )
+    found = answer.read_text().split()
     assert found == [str(PREFIX / "bin" / n) for n in ("course", "nbgrader", "horovodrun")], found
 
 
