@@ -78,7 +78,8 @@ digest() { (cd "$1" && find . -type f ! -name '.course-student-copy' -print0 | s
 STAMP="$PREFIX/.course-hub-installed"
 WANT="$BUILD $(digest "$STUDENT")"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  echo "[setup-hub] installing the student package, $(extra hub) and their dependencies into $PREFIX"
+  echo "[setup-hub] installing the student package, $(sed -n 's/^hub = \[\(.*\)\]$/\1/p' pyproject.toml | tr -d '"')" \
+    "and their dependencies into $PREFIX"
   # A copy to build from: pip's build writes into the source folder (build/, *.egg-info), which the spawner copies.
   BUILD_DIR=$(mktemp -d)
   trap 'rm -rf "$BUILD_DIR"' EXIT

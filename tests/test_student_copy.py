@@ -162,6 +162,19 @@ def test_building_again_refreshes_a_copy_and_refuses_other_folders(copy, tmp_pat
     assert [p.name for p in other.iterdir()] == ["notes.txt"] and (other / "notes.txt").read_text() == "my notes"
 
 
+def test_a_hub_copy_built_twice_is_the_same_byte_for_byte(tmp_path):
+    """scripts/setup-hub.sh reinstalls the student package when the copy's digest changes: building it again from
+    the same checkout must give the same files, or every `make setup HUB=1` reinstalls."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for out in (first, second):
+        assert main(["student-copy", str(out), "--hub"]) == 0
+    files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(second) for p in second.rglob("*") if p.is_file())
+    differ = [str(f) for f in files if (first / f).read_bytes() != (second / f).read_bytes()]
+    assert differ == [], f"built twice, these differ: {differ}"
+    assert "**Practice copy.**" in (first / "notebooks" / SOLUTIONS[0].name).read_text()
+
+
 @pytest.mark.slow
 def test_notebook_00_from_the_copy_completed_with_the_solutions_gets_full_marks(copy, tmp_path):
     """Run on the copy's own package (PYTHONPATH), graded by the instructor's grader against solutions/."""

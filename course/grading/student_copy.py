@@ -100,7 +100,8 @@ def _note_practice_copies(notebooks: Path) -> None:
 
     for path in sorted(notebooks.glob("*.ipynb")):
         nb = nbformat.read(str(path), as_version=4)
-        nb.cells.insert(0, nbformat.v4.new_markdown_cell(PRACTICE_NOTE))
+        # a fixed cell id: the copy is byte for byte the same on every build (setup-hub.sh reinstalls on a change)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(PRACTICE_NOTE, id="practice-copy-note"))
         nbformat.write(nb, str(path))
 
 
