@@ -18,6 +18,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 NOTEBOOK = ".jp-NotebookPanel-notebook:visible"  # the notebook of the tab in front
+STEP = 60_000  # ms: a deadline for one key's effect, far above its time on a loaded machine (never waited out)
+
+
+def patient(page):
+    """PAGE with STEP as the deadline of every action and check that names none (Playwright's are 30 s and 5 s)."""
+    from playwright.sync_api import expect
+
+    page.set_default_timeout(STEP)
+    expect.set_options(timeout=STEP)
+    return page
 
 
 def code_cell(page, text: str):
@@ -31,8 +41,8 @@ def run_cell(page, text: str):
 
     cell = code_cell(page, text)
     cell.locator(".jp-InputArea-editor").click()
-    expect(cell).to_have_class(_has("jp-mod-active"))
-    expect(page.locator(NOTEBOOK)).to_have_class(_has("jp-mod-editMode"))
+    expect(cell).to_have_class(_has("jp-mod-active"), timeout=STEP)
+    expect(page.locator(NOTEBOOK)).to_have_class(_has("jp-mod-editMode"), timeout=STEP)
     page.keyboard.press("Shift+Enter")
     return cell
 
@@ -46,13 +56,13 @@ def add_cell_and_run(page, source: str) -> None:
     cells = notebook.locator(".jp-Cell")
     before = cells.count()
     page.keyboard.press("Escape")
-    expect(notebook).to_have_class(_has("jp-mod-commandMode"))
+    expect(notebook).to_have_class(_has("jp-mod-commandMode"), timeout=STEP)
     page.keyboard.press("b")
-    expect(cells).to_have_count(before + 1)
+    expect(cells).to_have_count(before + 1, timeout=STEP)
     page.keyboard.press("Enter")
-    expect(notebook).to_have_class(_has("jp-mod-editMode"))
+    expect(notebook).to_have_class(_has("jp-mod-editMode"), timeout=STEP)
     page.keyboard.type(source)
-    expect(notebook.locator(".jp-Cell.jp-mod-active")).to_contain_text(source)
+    expect(notebook.locator(".jp-Cell.jp-mod-active")).to_contain_text(source, timeout=STEP)
     page.keyboard.press("Shift+Enter")
 
 

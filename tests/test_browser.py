@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, run_cell
+from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, patient, run_cell
 from tests.labserver import running_lab
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def test_notebook_00_runs_in_jupyterlab(tmp_path):
         with running_lab(env, root=workspace) as server, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page = patient(browser.new_page(viewport={"width": 1400, "height": 1000}))
                 page.goto(f"{server.base}/lab/tree/{NOTEBOOK}?token={server.token}")
                 expect(page.locator(".jp-NotebookPanel .jp-Cell").first).to_be_visible(timeout=120_000)
                 # The notebook opens on the course kernel (the default `course lab` sets), which becomes idle.

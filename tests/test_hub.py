@@ -34,7 +34,7 @@ import pytest
 from course import lab
 from tests.conftest import ROOT, wait_until
 from tests.grading_support import WRONG, course_answers, graded_cells
-from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, run_cell
+from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, patient, run_cell
 
 pytestmark = pytest.mark.slow
 PREFIX = Path(os.environ.get("HUB_PREFIX", "/opt/ddl-hpc"))
@@ -308,7 +308,7 @@ def log_in(browser, hub: Hub, user: str):
     """A fresh browser session logged in as USER through the hub's login page, on their spawned JupyterLab."""
     from playwright.sync_api import expect
 
-    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page = patient(browser.new_context(viewport={"width": 1400, "height": 1000}).new_page())
     page.goto(f"{hub.url}/hub/login")
     page.fill("#username_input", user)
     page.fill("#password_input", PASSWORD)
@@ -326,10 +326,10 @@ def nbgrader_menu(page) -> list[str]:
     expect(menu).to_be_visible(timeout=120_000)  # every account has one: the extension may still be loading
     menu.click()
     opened = page.locator(".lm-Menu")
-    expect(opened).to_be_visible()
+    expect(opened).to_be_visible(timeout=60_000)
     items = opened.locator(".lm-Menu-itemLabel").all_inner_texts()
     menu.click()  # closed as it was opened: a key would go to whatever holds the focus
-    expect(opened).to_have_count(0)
+    expect(opened).to_have_count(0, timeout=60_000)
     return [item.strip() for item in items if item.strip()]
 
 
@@ -976,7 +976,7 @@ def spawn_page(browser, hub: Hub, user: str):
     """A fresh browser session logged in as USER on the hub's spawn page (the Slurm options form)."""
     from playwright.sync_api import expect
 
-    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page = patient(browser.new_context(viewport={"width": 1400, "height": 1000}).new_page())
     page.goto(f"{hub.url}/hub/login")
     page.fill("#username_input", user)
     page.fill("#password_input", PASSWORD)
@@ -1234,7 +1234,7 @@ def ondemand_session(ondemand_app, graded, browser, virtual_cluster):
         assert found["password"] in view, view
         # The session card, at an address of the node: OnDemand serves it from the portal, whose proxy forwards
         # /node/HOST/PORT/ to the node; here the browser reaches the node at the same paths directly.
-        card = context.new_page()
+        card = patient(context.new_page())
         card_url = f"http://{host}:{port}/pun/sys/dashboard/batch_connect/sessions"
         card.route(card_url, lambda route: route.fulfill(body=view, content_type="text/html"))
         card.goto(card_url)
