@@ -1,5 +1,7 @@
 # The two commands: `make lab` (set up, then JupyterLab on the course) and `make test`.
 # Set-up is idempotent: a second run checks what is installed and takes seconds.
+# `make lab PYTHON=/path/to/python3.11` (or `make setup PYTHON=...`) names the Python .venv is made from; without it
+# set-up looks for a Python 3.11 on PATH, then asks uv for one (scripts/python-choice.sh). HUB_PYTHON: the hub's.
 PY := .venv/bin/python
 # System packages the test suite needs beyond `make lab`'s (installed when root, named otherwise).
 # (ruby: tests/test_hub.py renders the Open OnDemand app's ERB files with it, as OnDemand does.)
@@ -11,7 +13,7 @@ PYTEST_ARGS ?=
 # `make setup HUB=1` (as root) also builds the environment a JupyterHub serves the course from (scripts/setup-hub.sh).
 setup:
 	@bash scripts/setup-system.sh
-	@bash scripts/setup-python.sh
+	@PYTHON="$(PYTHON)" bash scripts/setup-python.sh
 	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs python3.11-venv && \
 		bash scripts/setup-proxy.sh && bash scripts/setup-hub.sh; fi
 
@@ -36,7 +38,7 @@ student:
 # Removes what set-up and the tests build. Never nbgrader's course folder (build/nbgrader: its gradebook,
 # submissions and feedback) nor grades, submissions or class results: it says which of those it kept.
 clean:
-	rm -rf .venv .pytest_cache *.egg-info
+	rm -rf .venv .tools .pytest_cache *.egg-info
 	@if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name nbgrader -exec rm -rf {} +; fi
 	@kept="$$(ls -d build/nbgrader SUBMISSIONS submissions grades dry-run run-output class-results class.csv results.csv 2>/dev/null | tr '\n' ' ')"; \
 	if [ -n "$$kept" ]; then echo "kept (student data and grades; delete by hand when done): $$kept"; fi
