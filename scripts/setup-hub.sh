@@ -25,17 +25,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 # The Python the environment is made from: only needed (and looked for, or fetched) while there is none yet.
 check_env_python setup-hub "$PREFIX" || exit 1
-existing=$PREFIX
-while [ ! -e "$existing" ]; do existing=$(dirname "$existing"); done
-needed=("$existing")
 if [ -x "$PREFIX/bin/python" ]; then
-  needed+=("$PREFIX/bin/python")
+  needed=("$PREFIX/bin/python")
 else
   say=1; [ "${1:-}" != --print-python ] || say=2  # there, stdout is the Python's path alone
   find_python setup-hub "${HUB_PYTHON:-}" "$PREFIX-python" >&"$say" || exit 1
   HUB_PYTHON=$PYTHON_FOUND
-  needed+=("$HUB_PYTHON")
+  needed=("$HUB_PYTHON")
 fi
+existing=$PREFIX
+while [ ! -e "$existing" ]; do existing=$(dirname "$existing"); done
+needed+=("$existing")
 for needed in "${needed[@]}"; do
   blocked=$(private_part "$needed")
   if [ -n "$blocked" ]; then
