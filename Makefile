@@ -11,10 +11,13 @@ PYTEST_ARGS ?=
 .PHONY: setup lab test clean student format
 
 # `make setup HUB=1` (as root) also builds the environment a JupyterHub serves the course from (scripts/setup-hub.sh).
+# Debian's python3.11 needs python3.11-venv for it; a host without python3.11 (Ubuntu 24.04) has no such package, and
+# setup-hub.sh gets a Python 3.11 from uv there.
+HUB_APT := $(if $(wildcard /usr/bin/python3.11),python3.11-venv)
 setup:
 	@bash scripts/setup-system.sh
 	@PYTHON="$(PYTHON)" bash scripts/setup-python.sh
-	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs python3.11-venv && \
+	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs $(HUB_APT) && \
 		bash scripts/setup-proxy.sh && bash scripts/setup-hub.sh; fi
 
 lab: setup
