@@ -10,6 +10,10 @@
 
 # requires-python ">=3.A,<3.B" as the minor numbers A and B (B excluded).
 read -r PY_MIN PY_END <<<"$(sed -n 's/^requires-python = ">=3\.\([0-9]*\),<3\.\([0-9]*\)"$/\1 \2/p' pyproject.toml)"
+if [ -z "${PY_END:-}" ]; then
+  echo "[setup] pyproject.toml's requires-python is not of the form \">=3.A,<3.B\" that set-up reads" >&2
+  exit 1
+fi
 PY_WANT=3.$((PY_END - 1))  # what uv is asked for: the newest that fits
 if [ "$PY_MIN" = $((PY_END - 1)) ]; then PY_RANGE=3.$PY_MIN; else PY_RANGE=3.$PY_MIN-$PY_WANT; fi
 PY_WHY="TensorFlow 2.15.1 and Horovod 0.28.1 run on Python 3.9-3.11 only, and the course on $PY_RANGE (pyproject.toml)"
@@ -71,7 +75,7 @@ find_uv() {
 # $1 the tag of messages ("setup"), $2 a Python the user named (or ""), $3 for a Python every user must run (the
 # hub's): the folder uv installs its Python into, world-readable; Pythons on PATH under a private folder are skipped.
 find_python() {
-  local tag=$1 named=$2 shared=${3:-} name py about seen="" execs="" fetched uv_env=() hint="make setup PYTHON"
+  local tag=$1 named=$2 shared=${3:-} name py about blocked seen="" execs="" fetched uv_env=() hint="make setup PYTHON"
   [ -z "$shared" ] || hint=HUB_PYTHON
   PYTHON_FOUND=""
   if [ -n "$named" ]; then
@@ -89,13 +93,15 @@ find_python() {
   for name in python3.11 python3.10 python3.9 python3; do
     while read -r py; do  # every one of that name on PATH
       about=$(python_about "$py") || continue
-      if version_fits "${about%% *}" && { [ -z "$shared" ] || [ -z "$(private_part "${about#* }")" ]; }; then
+      case " $execs " in *" ${about#* } "*) continue ;; esac  # the same Python by another name
+      execs+=" ${about#* }"
+      blocked=""
+      [ -z "$shared" ] || ! version_fits "${about%% *}" || blocked=$(private_part "${about#* }")
+      if version_fits "${about%% *}" && [ -z "$blocked" ]; then
         PYTHON_FOUND=${about#* }
         return 0
       fi
-      case " $execs " in *" ${about#* } "*) continue ;; esac  # the same Python by another name
-      execs+=" ${about#* }"
-      seen+="${seen:+, }$py ${about%% *}"
+      seen+="${seen:+, }$py ${about%% *}${blocked:+ (under $blocked, closed to other users)}"
     done < <(type -ap "$name")
   done
   [ -n "$seen" ] || seen="no python3 on PATH"

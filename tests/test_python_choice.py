@@ -137,11 +137,13 @@ def test_the_hub_asks_uv_for_a_python_every_user_can_run(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="setup-hub.sh runs as root only (it writes the shared environment)")
 def test_the_hub_without_a_python_311_or_uv_says_so_in_one_line(tmp_path):
-    need(PY313)
-    env = host(tmp_path, python3=PY313)
+    """pyenv's 3.11 under /root fits, but learners could not run it: passed over, and said so."""
+    need(PY311, PY313)
+    env = host(tmp_path, python3=PY313, python3_11=PY311)
     env["HUB_PREFIX"] = str(tmp_path / "hub")
     line = one_line(run(checkout(tmp_path) / "scripts/setup-hub.sh", env))
     assert line.startswith("[setup-hub] no Python 3.11 found") and "HUB_PYTHON=" in line, line
+    assert f"{tmp_path}/bin/python3.11 3.11.7 (under /root, closed to other users)" in line, line
     assert not (tmp_path / "hub").exists()
 
 
