@@ -1,5 +1,7 @@
 # The two commands: `make lab` (set up, then JupyterLab on the course) and `make test`.
 # Set-up is idempotent: a second run checks what is installed and takes seconds.
+# `make lab PYTHON=/path/to/python3.11` (or `make setup PYTHON=...`) names the Python .venv is made from; without it
+# set-up looks for a Python 3.11 on PATH, then asks uv for one (scripts/python-choice.sh). HUB_PYTHON: the hub's.
 PY := .venv/bin/python
 # System packages the test suite needs beyond `make lab`'s (installed when root, named otherwise).
 # (ruby: tests/test_hub.py renders the Open OnDemand app's ERB files with it, as OnDemand does.)
@@ -9,10 +11,13 @@ PYTEST_ARGS ?=
 .PHONY: setup lab test clean student format
 
 # `make setup HUB=1` (as root) also builds the environment a JupyterHub serves the course from (scripts/setup-hub.sh).
+# Debian's python3.11 needs python3.11-venv for it; a host without python3.11 (Ubuntu 24.04) has no such package, and
+# setup-hub.sh gets a Python 3.11 from uv there.
+HUB_APT := $(if $(wildcard /usr/bin/python3.11),python3.11-venv)
 setup:
 	@bash scripts/setup-system.sh
-	@bash scripts/setup-python.sh
-	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs python3.11-venv && \
+	@PYTHON="$(PYTHON)" bash scripts/setup-python.sh
+	@if [ -n "$(HUB)" ] && [ "$(HUB)" != 0 ]; then bash scripts/setup-system.sh nodejs $(HUB_APT) && \
 		bash scripts/setup-proxy.sh && bash scripts/setup-hub.sh; fi
 
 lab: setup
@@ -36,7 +41,7 @@ student:
 # Removes what set-up and the tests build. Never nbgrader's course folder (build/nbgrader: its gradebook,
 # submissions and feedback) nor grades, submissions or class results: it says which of those it kept.
 clean:
-	rm -rf .venv .pytest_cache *.egg-info
+	rm -rf .venv .tools .pytest_cache *.egg-info
 	@if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name nbgrader -exec rm -rf {} +; fi
 	@kept="$$(ls -d build/nbgrader SUBMISSIONS submissions grades dry-run run-output class-results class.csv results.csv 2>/dev/null | tr '\n' ' ')"; \
 	if [ -n "$$kept" ]; then echo "kept (student data and grades; delete by hand when done): $$kept"; fi

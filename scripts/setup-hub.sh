@@ -1,45 +1,41 @@
 #!/usr/bin/env bash
 # The shared environment a JupyterHub serves the course from (docs/instructor-guide.md, "Deploying on JupyterHub").
 #   sudo make setup HUB=1            (or: sudo bash scripts/setup-hub.sh, after `make setup`)
-# It makes HUB_PREFIX (default /opt/ddl-hpc) from a Python every user can run (HUB_PYTHON, default
-# /usr/bin/python3.11), with TensorFlow and Horovod as `make setup` builds them, JupyterHub (and batchspawner, for
-# learners' servers as Slurm jobs: deploy/jupyterhub/jupyterhub_config_slurm.py), and the course as
-# learners get it: the student copy's package, installed (not editable), so no learner's kernel reads the
-# instructor's checkout. Also: the kernel "Python (DDL on HPC)" for every user, JupyterLab's news prompt off,
-# nbgrader's Formgrader and Create Assignment off for everyone (instructors get them back through the
-# instructors' config folder that deploy/jupyterhub/jupyterhub_config.py adds for them), the student copy every
-# learner gets on first login, and nbgrader's exchange. Idempotent; run it again after updating the course.
+# It makes HUB_PREFIX (default /opt/ddl-hpc) from a Python every user can run: HUB_PYTHON, else a Python 3.11 on
+# PATH outside private folders, else a CPython 3.11 that uv installs into HUB_PREFIX-python (/opt/ddl-hpc-python:
+# readable by all, unlike root's home; scripts/python-choice.sh chooses as for .venv). `--print-python` prints that
+# Python and stops. Into it go TensorFlow and Horovod as `make setup` builds them, JupyterHub (and batchspawner, for
+# learners' servers as Slurm jobs: deploy/jupyterhub/jupyterhub_config_slurm.py), and the course as learners get it:
+# the student copy's package, installed (not editable), so no learner's kernel reads the instructor's checkout.
+# Also: the kernel "Python (DDL on HPC)" for every user, JupyterLab's news prompt off, nbgrader's Formgrader and
+# Create Assignment off for everyone (instructors get them back through the instructors' config folder that
+# deploy/jupyterhub/jupyterhub_config.py adds for them), the student copy every learner gets on first login, and
+# nbgrader's exchange. Idempotent; run it again after updating the course.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${HUB_PREFIX:-/opt/ddl-hpc}
-HUB_PYTHON=${HUB_PYTHON:-/usr/bin/python3.11}
 EXCHANGE=${COURSE_NBGRADER_EXCHANGE:-/srv/nbgrader/exchange}
 pin() { sed -n "s/^ *\"\($1[=<>][^\"]*\)\",*$/\1/p" pyproject.toml | head -n 1; }
 extra() { sed -n "s/^$1 = \[\"\([^\"]*\)\"\]$/\1/p" pyproject.toml | head -n 1; }
-
-# The first folder on the way to PATH that other users cannot enter (or PATH itself if they cannot run it).
-private_part() {
-  local path part=""
-  path=$(readlink -f "$1")
-  IFS=/ read -ra parts <<<"${path#/}"
-  for name in "${parts[@]}"; do
-    part="$part/$name"
-    [ "$(( 0$(stat -c %a "$part") & 1 ))" -eq 1 ] || { echo "$part"; return; }
-  done
-}
+source scripts/python-choice.sh  # find_python, check_env_python, private_part
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "[setup-hub] needs root (it writes $PREFIX and $EXCHANGE for every user): run it as root" >&2
   exit 1
 fi
-if [ ! -x "$HUB_PYTHON" ]; then
-  echo "[setup-hub] no Python at $HUB_PYTHON: apt-get install python3.11 python3.11-venv, or set HUB_PYTHON=PATH" >&2
-  exit 1
+# The Python the environment is made from: only needed (and looked for, or fetched) while there is none yet.
+check_env_python setup-hub "$PREFIX" || exit 1
+if [ -x "$PREFIX/bin/python" ]; then
+  needed=("$PREFIX/bin/python")
+else
+  say=1; [ "${1:-}" != --print-python ] || say=2  # there, stdout is the Python's path alone
+  find_python setup-hub "${HUB_PYTHON:-}" "$PREFIX-python" >&"$say" || exit 1
+  HUB_PYTHON=$PYTHON_FOUND
+  needed=("$HUB_PYTHON")
 fi
 existing=$PREFIX
 while [ ! -e "$existing" ]; do existing=$(dirname "$existing"); done
-needed=("$HUB_PYTHON" "$existing")
-if [ -x "$PREFIX/bin/python" ]; then needed+=("$PREFIX/bin/python"); fi
+needed+=("$existing")
 for needed in "${needed[@]}"; do
   blocked=$(private_part "$needed")
   if [ -n "$blocked" ]; then
@@ -49,15 +45,14 @@ for needed in "${needed[@]}"; do
     exit 1
   fi
 done
+if [ "${1:-}" = "--print-python" ]; then echo "${HUB_PYTHON:-$(readlink -f "$PREFIX/bin/python")}"; exit; fi
 if [ ! -x .venv/bin/python ]; then
   echo "[setup-hub] run 'make setup' first: the student copy is built with the checkout's environment" >&2
   exit 1
 fi
 
 if [ ! -x "$PREFIX/bin/python" ]; then
-  echo "[setup-hub] creating $PREFIX with $HUB_PYTHON"
-  "$HUB_PYTHON" -m venv "$PREFIX"
-  "$PREFIX/bin/python" -m pip --disable-pip-version-check -q install --upgrade "pip>=24" wheel setuptools
+  PYTHON="$HUB_PYTHON" SETUP_VENV="$PREFIX" bash scripts/setup-python.sh --venv-only
 fi
 SETUP_VENV="$PREFIX" bash scripts/setup-python.sh --stack-only
 

@@ -9,8 +9,14 @@
 # `bash scripts/setup-python.sh --print-horovod-build` prints the Horovod build (environment and command), runs nothing.
 # `SETUP_VENV=DIR bash scripts/setup-python.sh --stack-only` installs only TensorFlow and Horovod into the
 # environment DIR (made beforehand): scripts/setup-hub.sh uses it for a hub's shared environment.
+#
+# The Python .venv is made from (scripts/python-choice.sh): `make setup PYTHON=/path/to/python3.11`, else a Python
+# 3.11 on PATH, else one uv fetches; an existing .venv of another Python is reported, never reused.
+# `bash scripts/setup-python.sh --print-python` prints that Python (fetching it if need be) and stops;
+# `--venv-only` makes the environment (SETUP_VENV, else .venv) and stops: scripts/setup-hub.sh makes its own with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/python-choice.sh
 VENV=${SETUP_VENV:-.venv}
 PY=$VENV/bin/python
 PIP="$PY -m pip --disable-pip-version-check -q"
@@ -104,11 +110,19 @@ fi
 
 if gpu_requested; then need_cuda >/dev/null || exit 1; fi  # before anything changes: says what is missing
 
+check_env_python setup "$VENV" || exit 1
+if [ "${1:-}" = "--print-python" ]; then
+  find_python setup "${PYTHON:-}" >&2 || exit 1
+  echo "$PYTHON_FOUND"
+  exit
+fi
 if [ ! -x "$PY" ]; then
-  echo "[setup] creating $VENV with $(command -v python3.11 || command -v python3)"
-  "$(command -v python3.11 || command -v python3)" -m venv "$VENV"
+  find_python setup "${PYTHON:-}" || exit 1
+  echo "[setup] creating $VENV with $PYTHON_FOUND"
+  "$PYTHON_FOUND" -m venv "$VENV"
   $PIP install --upgrade "pip>=24" wheel setuptools
 fi
+if [ "${1:-}" = "--venv-only" ]; then exit 0; fi
 
 # One TensorFlow: the CUDA build on request, or when it is already there (a later plain `make setup` keeps it).
 TF_CPU=$(extra cpu) TF_GPU=$(extra gpu)

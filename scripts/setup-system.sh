@@ -13,8 +13,18 @@ if [ ${#PACKAGES[@]} -eq 0 ]; then
   for tool in g++ make cmake; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
   done
-  PY=$(command -v python3.11 || command -v python3 || true)
-  if [ -z "$PY" ] || ! "$PY" -c "import venv, ensurepip" >/dev/null 2>&1; then missing+=(python3-venv python3-dev); fi
+  # Only a Python 3.11 counts (pyproject.toml's requires-python): with a python3 of another version,
+  # setup-python.sh fetches one with uv or says how to get one (scripts/python-choice.sh); that python3's venv
+  # package would not help.
+  PY=$(command -v python3.11 || true)
+  if [ -z "$PY" ] && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1; then
+    PY=$(command -v python3)
+  fi
+  if [ -n "$PY" ]; then
+    "$PY" -c "import venv, ensurepip" >/dev/null 2>&1 || missing+=(python3-venv python3-dev)
+  elif ! command -v python3 >/dev/null 2>&1; then
+    missing+=(python3-venv python3-dev)  # no Python at all
+  fi
 fi
 
 for pkg in "${PACKAGES[@]}"; do

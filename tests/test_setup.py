@@ -265,7 +265,7 @@ def test_a_gpu_request_without_cuda_or_nccl_says_what_is_missing(tmp_path, cuda,
 def test_a_gpu_set_up_without_cuda_stops_before_changing_anything(tmp_path):
     """The real set-up, in a copy whose .venv/bin/python only records its calls: no pip runs, one line says why."""
     (tmp_path / "scripts").mkdir()
-    for name in ("scripts/setup-python.sh", "pyproject.toml"):
+    for name in ("scripts/setup-python.sh", "scripts/python-choice.sh", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     calls = tmp_path / "calls"
     python = tmp_path / ".venv" / "bin" / "python"

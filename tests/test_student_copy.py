@@ -85,6 +85,7 @@ def test_the_copy_has_what_a_learner_needs_and_nothing_of_the_instructors(copy):
         "README.md",
         "Makefile",
         "scripts/setup-python.sh",
+        "scripts/python-choice.sh",
         "scripts/setup-system.sh",
         "pyproject.toml",
     ):
@@ -113,6 +114,15 @@ def test_the_copy_has_what_a_learner_needs_and_nothing_of_the_instructors(copy):
     makefile = (copy / "Makefile").read_text()
     assert "setup:" in makefile and "lab: setup" in makefile
     assert "scripts/setup-system.sh" in makefile and "scripts/setup-python.sh" in makefile
+    # ... and the copy's set-up chooses its Python (scripts/python-choice.sh, which it sources, came along)
+    chosen = subprocess.run(
+        ["bash", str(copy / "scripts" / "setup-python.sh"), "--print-python"],
+        env={**os.environ, "PYTHON": sys.executable, "COURSE_NO_UV_INSTALL": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert chosen.returncode == 0 and chosen.stdout.strip() == sys.executable, chosen.stderr
 
 
 def test_no_solution_code_or_hidden_test_is_anywhere_in_the_copy(copy):

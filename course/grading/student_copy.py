@@ -27,6 +27,7 @@ FILES = (
     ".gitignore",
     "scripts/setup-system.sh",
     "scripts/setup-python.sh",
+    "scripts/python-choice.sh",  # which Python .venv is made from: setup-python.sh sources it
 )
 # The course's own answers to notebook 03 (and the benchmark that times them) and the mutation report (which
 # holds how the checks are measured) stay with the instructor
@@ -46,8 +47,9 @@ scaling studies and Slurm. Open the notebooks in `notebooks/`, in order, startin
   [Launch on Binder](https://mybinder.org/v2/gh/OWNER/REPOSITORY/student?urlpath=lab/tree/notebooks/00_environment_and_cluster.ipynb)
 - **JupyterHub or Open OnDemand**: your instructor's link puts this folder in your home directory;
   open the notebooks with the kernel **Python (DDL on HPC)**.
-- **Your own machine** (Debian/Ubuntu, Python 3.11): `make lab` sets everything up in `.venv` (about
-  10 minutes the first time) and starts JupyterLab. Conda users: the steps are at the top of
+- **Your own machine** (Debian/Ubuntu, Python 3.11; with only Python 3.12+, set-up asks uv for a 3.11, or says
+  in one line how to get one): `make lab` sets everything up in `.venv` (about 10 minutes the first time) and
+  starts JupyterLab. Conda users: the steps are at the top of
   `environment.yml`.
 
 ## Check your work
