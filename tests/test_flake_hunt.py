@@ -1,0 +1,99 @@
+"""The flake hunt's own parts (scripts/flake-hunt.py): the one-core quota really throttles what runs in it, the busy
+processes run beside a block and are gone after it, and a run's junit XML is read into the report as pytest wrote it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, wait_until
+
+spec = importlib.util.spec_from_file_location("flake_hunt", ROOT / "scripts" / "flake-hunt.py")
+flake_hunt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(flake_hunt)
+
+CASES = """
+import pytest
+
+def test_passes():
+    assert True
+
+def test_fails():
+    assert 1 == 2, "one is not two"
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("the fixture broke")
+
+def test_errors(broken):
+    pass
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+"""
+
+
+def test_a_runs_junit_xml_is_read_with_each_outcome_and_its_first_line(tmp_path):
+    (tmp_path / "test_cases.py").write_text(CASES)
+    junit = tmp_path / "run.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "test_cases.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
+    cases = {c["id"].split("::")[1]: c for c in flake_hunt.results(junit)}
+    assert {name: c["outcome"] for name, c in cases.items()} == {
+        "test_passes": "passed",
+        "test_fails": "failure",
+        "test_errors": "error",
+        "test_skipped": "skipped",
+    }
+    assert "one is not two" in cases["test_fails"]["message"]
+    assert "the fixture broke" in cases["test_errors"]["message"]
+    run = {"condition": "plain", "k": 1, "code": 1, "seconds": 60, "cases": list(cases.values())}
+    text = flake_hunt.report([run], tmp_path)
+    assert "| plain | 1 | 1 | 1 | 1 | 1 | 1 | 1.0 min |" in text, text
+    assert "test_cases.py::test_fails (plain, 1 of 1)" in text and "one is not two" in text, text
+    assert (tmp_path / "report.md").read_text() == text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the quota is a cgroup of /sys/fs/cgroup: only root can make one")
+def test_the_one_core_quota_throttles_two_busy_processes_and_is_removed_after():
+    with flake_hunt.one_core() as join:
+        loops = [subprocess.Popen([sys.executable, "-c", flake_hunt.BUSY], preexec_fn=join) for _ in range(2)]
+        try:
+            group = next(
+                line.split(":", 2)[2]
+                for line in Path(f"/proc/{loops[0].pid}/cgroup").read_text().splitlines()
+                if ":cpu:" in line or ":cpu," in line or line.startswith("0::")
+            )
+            stat = Path(
+                "/sys/fs/cgroup/cpu" + group if Path("/sys/fs/cgroup/cpu").is_dir() else "/sys/fs/cgroup" + group
+            )
+            assert group.strip("/").startswith("ddl-flake-hunt-"), group
+
+            def throttled() -> int:
+                fields = dict(line.split() for line in (stat / "cpu.stat").read_text().splitlines())
+                return int(fields["nr_throttled"])
+
+            wait_until(throttled, 60, "the kernel to throttle two busy processes held to one core")
+        finally:
+            for loop in loops:
+                loop.kill()
+                loop.wait()
+    assert not stat.exists(), f"{stat} is left behind"
+
+
+def test_busy_processes_run_beside_the_block_only():
+    with flake_hunt.busy_beside(2):
+        mine = [p for p in psutil.Process().children() if flake_hunt.BUSY in " ".join(p.cmdline())]
+        assert len(mine) == 2 and all(p.is_running() for p in mine)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in mine)
