@@ -28,5 +28,6 @@ class UserError(Exception):
 
 def from_args(args: Any, names: str) -> dict[str, Any]:
     """The options `names` (separated by spaces) of parsed arguments `args`, as keywords of the same names: for the
-    command line (course.cli, course.grading.cli) and the job programs alike, so none imports another's parser."""
+    command line (course.cli, course.grading.cli, course.mutation.cli) and the job programs alike, so none imports
+    another's parser."""
     return {name: getattr(args, name) for name in names.split()}

@@ -436,6 +436,18 @@ def add_train(commands) -> None:
     train.set_defaults(func=cmd_train)
 
 
+def add_instructor_tools(commands) -> None:
+    """mutation-report, which course/mutation/ adds itself: the student copy leaves that folder out, and the command
+    with it (grading sits below mutation and does not import it)."""
+    try:
+        from course.mutation.cli import add_mutation_report
+    except ModuleNotFoundError as missing:
+        if missing.name != "course.mutation":
+            raise
+        return
+    add_mutation_report(commands)
+
+
 def build_parser() -> Parser:
     from course import __version__
 
@@ -458,6 +470,7 @@ def build_parser() -> Parser:
     add_data(commands)
     add_cluster(commands)
     add_grading(commands)
+    add_instructor_tools(commands)
     add_results(commands)
     add_job(commands)
     add_run(commands)
