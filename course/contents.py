@@ -47,7 +47,10 @@ def read(path: Path) -> Notebook:
 def notebooks(solutions: Path | None = None) -> list[Notebook]:
     """Every solution notebook's entry, in order (solutions/*.ipynb of the checkout unless SOLUTIONS is given)."""
     folder = Path(solutions) if solutions is not None else ROOT / "solutions"
-    return [read(p) for p in sorted(folder.glob("[0-9][0-9]_*.ipynb"))]
+    found = [read(p) for p in sorted(folder.glob("[0-9][0-9]_*.ipynb"))]
+    if not found:
+        raise UserError(f"no solution notebooks in {folder}: run this in the course's checkout")
+    return found
 
 
 def row(notebook: Notebook, topic: str = TO_WRITE, needs: str = TO_WRITE) -> str:

@@ -42,6 +42,8 @@ def _notebook(folder, name: str, first: str) -> None:
 
 
 def test_a_notebook_without_a_title_or_time_is_named(tmp_path):
+    with pytest.raises(UserError, match="no solution notebooks in"):  # the student copy has no solutions/
+        contents.notebooks(tmp_path)
     _notebook(tmp_path, "00_first", "# 00 - First\n\nNo time given.")
     with pytest.raises(UserError, match="00_first.ipynb: its first cell needs"):
         contents.notebooks(tmp_path)
