@@ -11,9 +11,10 @@ A map, by role (each module's docstring says more):
 - What runs as a job (`python -m course.programs.NAME`, under horovodrun, mpiexec or srun): programs/.
 - The machine underneath, one place each: slurm (every Slurm command), mpi (Open MPI), devices (GPUs, threads),
   processes (finding and killing), memory, settings (every COURSE_* variable), profile.
-- Tools on the command line (`python -m course ...`, cli): doctor/, jobs, apptainer, run, lab, and grading/
-  (release, validate, grade a class locally or on Slurm, the student copy); for instructors, mutation/ (the
-  mutation report: how many mutants of each exercise's solution its checks catch; not in the student copy).
+- Tools on the command line (`python -m course ...`, cli): doctor/, jobs, apptainer, run, lab, contents (README's
+  table of notebooks, read from them), and grading/ (release, validate, grade a class locally or on Slurm, the
+  student copy); for instructors, mutation/ (the mutation report: how many mutants of each exercise's solution its
+  checks catch; not in the student copy).
 """
 
 __version__ = "0.1.0"
@@ -28,5 +29,6 @@ class UserError(Exception):
 
 def from_args(args: Any, names: str) -> dict[str, Any]:
     """The options `names` (separated by spaces) of parsed arguments `args`, as keywords of the same names: for the
-    command line (course.cli, course.grading.cli) and the job programs alike, so none imports another's parser."""
+    command line (course.cli, course.grading.cli, course.mutation.cli) and the job programs alike, so none imports
+    another's parser."""
     return {name: getattr(args, name) for name in names.split()}

@@ -1,5 +1,6 @@
-"""The course's own answers to notebook 03's collectives: a ring all-reduce (exercise 3), a parameter-server
-exchange (exercise 4) and distributed K-Means (exercise 9), kept for the instructor's tests and benchmarks.
+"""The course's own answers to the exercises that write an exchange by hand, kept for the instructor's tests and
+benchmarks. `ALL`, at the end, is the one list of them; each one's docstring names the answer cell it answers (by
+notebook and grade_id, which stay when exercises are renumbered).
 
 Instructor-only: `python -m course student-copy` leaves this module out, so no learner can read or call an answer
 (a hub's learners run the student copy's package). The checks refuse an answer that calls one of these where
@@ -16,7 +17,8 @@ from course.comm import _chunks, _op
 def ring_reduce_scatter(
     comm, array: np.ndarray, op: str = "sum", out: np.ndarray | None = None
 ) -> tuple[np.ndarray, int]:
-    """Phase 1 of ring all-reduce: after p-1 steps rank r holds the reduced chunk (r+1) % p.
+    """Phase 1 of ring all-reduce (part of the answer to 03's `ex2-answer`): after p-1 steps rank r holds the reduced
+    chunk (r+1) % p.
 
     Works straight in `out` (a new flat array unless given; `array` is only read): each step receives a
     neighbour's partial sum into the chunk it belongs to and adds this rank's own values to it in place.
@@ -37,7 +39,8 @@ def ring_reduce_scatter(
 
 
 def ring_allgather(comm, work: np.ndarray, owned: int) -> np.ndarray:
-    """Phase 2: pass finished chunks around the ring until every rank has all of them (in `work`, in place)."""
+    """Phase 2 of ring all-reduce (part of the answer to 03's `ex2-answer`): pass finished chunks around the ring
+    until every rank has all of them (in `work`, in place)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     chunks = _chunks(work, size)
     right, left = (rank + 1) % size, (rank - 1) % size
@@ -48,7 +51,8 @@ def ring_allgather(comm, work: np.ndarray, owned: int) -> np.ndarray:
 
 
 def ring_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
-    """All-reduce as Horovod and NCCL do it: a ring reduce-scatter, then a ring all-gather.
+    """All-reduce as Horovod and NCCL do it, the answer to 03's `ex2-answer`: a ring reduce-scatter, then a ring
+    all-gather.
 
     Each rank sends 2 (p-1)/p of the data whatever the number of ranks: bandwidth-optimal. One output
     buffer serves both phases, so nothing is copied up front and `array` is left as it was.
@@ -61,7 +65,8 @@ def ring_allreduce(comm, array: np.ndarray, op: str = "sum") -> np.ndarray:
 
 
 def parameter_server_allreduce(comm, array: np.ndarray, op: str = "sum", server: int = 0) -> np.ndarray:
-    """All-reduce through one parameter server: everyone sends to `server`, it reduces and sends back.
+    """All-reduce through one parameter server, the answer to 03's `ex3-answer`: everyone sends to `server`, it
+    reduces and sends back.
 
     The server receives and sends p-1 full arrays: its link is the bottleneck as p grows.
     """
@@ -83,8 +88,8 @@ def parameter_server_allreduce(comm, array: np.ndarray, op: str = "sum", server:
 
 
 def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int) -> np.ndarray:
-    """Distributed K-Means (Lloyd) in SPMD style: each rank holds its chunk of `points`;
-    per iteration the ranks all-reduce per-cluster sums and counts, so every rank gets the same centroids.
+    """Distributed K-Means (Lloyd) in SPMD style, the answer to 04's `ex-kmeans-answer`: each rank holds its chunk of
+    `points`; per iteration the ranks all-reduce per-cluster sums and counts, so every rank gets the same centroids.
     """
     from mpi4py import MPI
 
@@ -103,5 +108,6 @@ def kmeans_spmd(comm, points: np.ndarray, centroids: np.ndarray, iterations: int
     return centroids
 
 
-# Refused in an answer to the exercises above (course.shortcuts.references adds them to the library-built ones)
+# Every answer above, the one list of them: refused in a learner's answer (course.shortcuts.references adds them to
+# the library-built ones), and looked for in the student copy and on a hub (none may be there)
 ALL = (ring_reduce_scatter, ring_allgather, ring_allreduce, parameter_server_allreduce, kmeans_spmd)

@@ -436,6 +436,32 @@ def add_train(commands) -> None:
     train.set_defaults(func=cmd_train)
 
 
+def cmd_readme_table(args: argparse.Namespace) -> int:
+    from course import contents
+
+    return contents.main(write=args.write)
+
+
+def add_readme_table(commands) -> None:
+    parser = commands.add_parser(
+        "readme-table", help="README's table of notebooks (number, title, time) made from the notebooks"
+    )
+    parser.add_argument("--write", action="store_true", help="put it in README.md (Topic and Needs kept from there)")
+    parser.set_defaults(func=cmd_readme_table)
+
+
+def add_instructor_tools(commands) -> None:
+    """mutation-report, which course/mutation/ adds itself: the student copy leaves that folder out, and the command
+    with it (grading sits below mutation and does not import it)."""
+    try:
+        from course.mutation.cli import add_mutation_report
+    except ModuleNotFoundError as missing:
+        if missing.name != "course.mutation":
+            raise
+        return
+    add_mutation_report(commands)
+
+
 def build_parser() -> Parser:
     from course import __version__
 
@@ -458,6 +484,8 @@ def build_parser() -> Parser:
     add_data(commands)
     add_cluster(commands)
     add_grading(commands)
+    add_instructor_tools(commands)
+    add_readme_table(commands)
     add_results(commands)
     add_job(commands)
     add_run(commands)

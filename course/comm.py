@@ -3,8 +3,8 @@ messages and running a learner's collective on more ranks than the notebook's en
 
 `mpi_allreduce` and `reduce_scatter_allgather` take an mpi4py communicator and a NumPy array and return the
 all-reduce, the second from MPI's own reduce-scatter and all-gather (the array size need not divide by the number
-of ranks). The hand-written ring and parameter server that notebook 03 asks learners to write are not here: they
-are the instructor's (`course.answers`), and the checks refuse an answer that calls either kind
+of ranks). The exchanges notebooks 03 and 04 ask learners to write by hand are not here: the course's own answers
+are the instructor's (`course.answers.ALL`), and the checks refuse an answer that calls one of them or of these
 (`course.shortcuts.references`).
 """
 

@@ -1,6 +1,6 @@
-"""Noticing answers that call what already exists instead of writing the exercise: the course's own reference code
-(ring all-reduce, parameter server, K-Means, the averaging strategies) or MPI's collectives where the text forbids
-them. The checks of notebooks 03, 04 and 05 use it; it holds no answer."""
+"""Noticing answers that call what already exists instead of writing the exercise: the course's own versions
+(`references()`: course.comm's and the instructor's `course.answers.ALL`; notebook 05's checks `Watch` the
+course.averaging strategies) or MPI's collectives where the text forbids them. It holds no answer."""
 
 from __future__ import annotations
 
@@ -117,9 +117,9 @@ def shortcut(function: Callable, *args, collectives: bool = False, **kwargs) -> 
 
 
 def references() -> tuple[Callable, ...]:
-    """The course's own versions of notebook 03's collectives, which a check refuses in an answer: the two built
-    on MPI's collectives here, and the hand-written answers of `course.answers` where it exists (not in the
-    student copy, which has nothing more to call)."""
+    """The course's own versions of the exchanges learners write, which a check refuses in an answer: the two built
+    on MPI's collectives in course.comm, and `course.answers.ALL` where it exists (not in the student copy, which
+    has nothing more to call)."""
     try:
         from course import answers
     except ImportError:

@@ -1,8 +1,16 @@
 """The command line answers user mistakes with one line and a non-zero status, never a traceback."""
 
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import run_course
+from course.grading.student_copy import INSTRUCTOR_ONLY
+from tests.conftest import ROOT, run_course
 
 
 @pytest.mark.parametrize(
@@ -54,12 +62,26 @@ def test_every_command_the_help_lists_has_its_own_help(capsys):
     result = run_course("--help")
     assert result.returncode == 0
     listed = re.findall(r"^    ([a-z][a-z-]+)", result.stdout, re.M)
-    assert {"doctor", "data", "cluster", "grade", "lab", "job"} <= set(listed), listed
+    assert {"doctor", "data", "cluster", "grade", "lab", "job", "mutation-report"} <= set(listed), listed
     for command in listed:
         with pytest.raises(SystemExit) as ended:
             cli.main([command, "--help"])
         assert ended.value.code == 0, command
         assert capsys.readouterr().out.startswith(f"usage: python -m course {command}"), command
+
+
+def test_the_student_copys_package_has_a_command_line_without_the_instructors_tools(tmp_path):
+    """The student copy leaves course/mutation/ (and course/answers.py) out: its command line still runs, without
+    mutation-report. -S: the copied package alone, not this environment's editable install of the checkout."""
+    left_out = [Path(p).name for p in INSTRUCTOR_ONLY if p.startswith("course/")]
+    shutil.copytree(ROOT / "course", tmp_path / "course", ignore=shutil.ignore_patterns("__pycache__", *left_out))
+    path = os.pathsep.join([str(tmp_path), sysconfig.get_paths()["purelib"]])
+    env = {**os.environ, "PYTHONPATH": path}
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", "course", "--help"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "student-copy" in done.stdout and "mutation-report" not in done.stdout, done.stdout
 
 
 def test_version_is_the_packages():

@@ -799,7 +799,7 @@ def hidden_lines() -> list[str]:
 
 
 def answer_lines() -> list[str]:
-    """The code lines of the course's own answers (course/answers.py: the ring, the parameter server, K-Means) that
+    """The code lines of the course's own answers (course.answers.ALL, through course_answers) that
     nothing a learner gets holds (the released notebooks, the rest of the package), long enough (30+ characters) that
     no library in the shared environment holds one by chance: `return centroids` gives nothing away."""
     public = {

@@ -1,5 +1,6 @@
-"""The package imports, and the profile is read in one place."""
+"""The package imports (and no layer imports one above it), and the profile is read in one place."""
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -60,3 +61,25 @@ def test_the_package_map_names_every_module_and_folder():
     names = {p.stem for p in here.glob("*.py")} | {p.name for p in here.iterdir() if (p / "__init__.py").exists()}
     missing = sorted(n for n in names - {"__init__", "__main__"} if not re.search(rf"\b{n}\b", course.__doc__))
     assert not missing, f"add these to the map in course/__init__.py: {missing}"
+
+
+def _imported(path: Path) -> set[str]:
+    """The modules a Python file imports, at its top or inside functions (relative imports left out)."""
+    tree = ast.parse(path.read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+
+
+def test_grading_does_not_import_the_mutation_report_above_it():
+    """course/mutation/ builds on grading (and is left out of the student copy): grading never imports it, not even
+    lazily; mutation-report is wired in by course/cli.py from course/mutation/cli.py."""
+    import course
+
+    grading = Path(course.__file__).parent / "grading"
+    upward = {
+        f"{p.relative_to(grading.parent.parent)}: {name}"
+        for p in grading.rglob("*.py")
+        for name in _imported(p)
+        if name == "course.mutation" or name.startswith("course.mutation.")
+    }
+    assert not upward, f"course/grading imports course/mutation, which sits above it: {sorted(upward)}"

@@ -1,5 +1,5 @@
-"""The grading commands of `python -m course`: release, validate, grade, nbgrader-setup, student-copy, and the
-instructor's mutation-report (course/mutation/, left out of the student copy); modules are imported lazily."""
+"""The grading commands of `python -m course`: release, validate, grade, nbgrader-setup and student-copy; modules are
+imported lazily. (mutation-report, which sits above grading, is course/mutation/cli.py's.)"""
 
 from __future__ import annotations
 
@@ -103,18 +103,8 @@ def cmd_nbgrader_setup(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_mutation_report(args: argparse.Namespace) -> int:
-    try:
-        from course.mutation import report
-    except ImportError:  # the student copy leaves the instructor's tools out
-        raise UserError("the mutation report is an instructor's tool: run it in the course's checkout") from None
-    from course import from_args
-
-    return report.main(args.notebooks, **from_args(args, "exercise limit solutions"))
-
-
 def add_grading(commands) -> None:
-    """Add release, validate and grade to the course's command line."""
+    """Add release, validate, grade, nbgrader-setup and student-copy to the course's command line."""
     release = commands.add_parser("release", help="generate the student notebooks/ from solutions/ (nbgrader)")
     release.add_argument(
         "--check", action="store_true", help="only check that notebooks/ is up to date (exit 1 if not)"
@@ -162,13 +152,3 @@ def add_grading(commands) -> None:
         "--hub", action="store_true", help="for a hub with nbgrader: each notebook says the fetched copy is graded"
     )
     copy.set_defaults(func=cmd_student_copy)
-
-    mutation = commands.add_parser(
-        "mutation-report",
-        help="instructors: how many mutants of each exercise's solution its visible check and hidden tests catch",
-    )
-    mutation.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 03 07_horovod (default: all)")
-    mutation.add_argument("--exercise", default=None, metavar="GRADE_ID", help="only this answer cell, e.g. ex2-answer")
-    mutation.add_argument("--limit", type=int, default=12, metavar="N", help="mutants per exercise (default 12)")
-    mutation.add_argument("--solutions", default=None, metavar="DIR", help="instructor notebooks (default solutions/)")
-    mutation.set_defaults(func=cmd_mutation_report)

@@ -29,7 +29,7 @@ FILES = (
     "scripts/setup-python.sh",
     "scripts/python-choice.sh",  # which Python .venv is made from: setup-python.sh sources it
 )
-# The course's own answers to notebook 03 (and the benchmark that times them) and the mutation report (which
+# The course's own answers (course.answers.ALL, and the benchmark that times the ring) and the mutation report (which
 # holds how the checks are measured) stay with the instructor
 INSTRUCTOR_ONLY = ("course/answers.py", "course/mutation", "benchmarks/collectives.py")
 IGNORE = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
