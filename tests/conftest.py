@@ -55,5 +55,6 @@ def offline_home(tmp_path, monkeypatch):
 
 
 # Session fixtures any test may ask for by name: a real single-node Slurm, and the two-node virtual cluster beside it
+from tests.jupyterlab_ui import chromium  # noqa: E402, F401
 from tests.slurm import slurm  # noqa: E402, F401
 from tests.virtual_cluster import virtual_cluster  # noqa: E402, F401

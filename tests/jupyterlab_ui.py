@@ -4,7 +4,10 @@ only makes a test slower, never sends a key to whatever happens to hold the focu
 
 from __future__ import annotations
 
+import os
 import shutil
+
+import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # As the machine notes say: root needs --no-sandbox; the closed network needs background networking off.
@@ -19,6 +22,22 @@ CHROMIUM_ARGS = [
 ]
 NOTEBOOK = ".jp-NotebookPanel-notebook:visible"  # the notebook of the tab in front
 STEP = 60_000  # ms: a deadline for one key's effect, far above its time on a loaded machine (never waited out)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium for the whole run: Playwright's sync API runs one event loop per process, so a second
+    `sync_playwright()` while the first is open fails ('using Playwright Sync API inside the asyncio loop')."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Chromium is not installed (make test installs it as root: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 def patient(page):

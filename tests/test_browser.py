@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, patient, run_cell
+from tests.jupyterlab_ui import add_cell_and_run, patient, run_cell
 from tests.labserver import running_lab
 
 pytestmark = pytest.mark.slow
@@ -17,12 +17,8 @@ NOTEBOOK = "notebooks/00_environment_and_cluster.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-@pytest.mark.skipif(
-    not os.path.exists(CHROMIUM),
-    reason="Chromium is not installed (make test installs it as root: apt-get install chromium)",
-)
-def test_notebook_00_runs_in_jupyterlab(tmp_path):
-    from playwright.sync_api import expect, sync_playwright
+def test_notebook_00_runs_in_jupyterlab(tmp_path, chromium):
+    from playwright.sync_api import expect
 
     cluster_id = f"course-browser-{os.getpid()}"
     env = dict(
@@ -37,10 +33,10 @@ def test_notebook_00_runs_in_jupyterlab(tmp_path):
     (workspace / "notebooks").mkdir(parents=True)
     shutil.copy(ROOT / NOTEBOOK, workspace / NOTEBOOK)
     try:
-        with running_lab(env, root=workspace) as server, sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        with running_lab(env, root=workspace) as server:
+            context = chromium.new_context(viewport={"width": 1400, "height": 1000})
             try:
-                page = patient(browser.new_page(viewport={"width": 1400, "height": 1000}))
+                page = patient(context.new_page())
                 page.goto(f"{server.base}/lab/tree/{NOTEBOOK}?token={server.token}")
                 expect(page.locator(".jp-NotebookPanel .jp-Cell").first).to_be_visible(timeout=120_000)
                 # The notebook opens on the course kernel (the default `course lab` sets), which becomes idle.
@@ -62,7 +58,7 @@ def test_notebook_00_runs_in_jupyterlab(tmp_path):
                     1, timeout=120_000
                 )
             finally:
-                browser.close()
+                context.close()
     finally:  # whatever happened in the browser, leave no engines behind
         subprocess.run(
             [sys.executable, "-m", "course", "cluster", "stop", "--id", cluster_id],

@@ -34,7 +34,7 @@ import pytest
 from course import lab
 from tests.conftest import ROOT, wait_until
 from tests.grading_support import WRONG, course_answers, graded_cells
-from tests.jupyterlab_ui import CHROMIUM, CHROMIUM_ARGS, add_cell_and_run, patient, run_cell
+from tests.jupyterlab_ui import CHROMIUM, add_cell_and_run, patient, run_cell
 
 pytestmark = pytest.mark.slow
 PREFIX = Path(os.environ.get("HUB_PREFIX", "/opt/ddl-hpc"))
@@ -293,15 +293,9 @@ def hub():
 
 
 @pytest.fixture(scope="session")
-def browser(hub):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+def browser(hub, chromium):
+    """The run's Chromium, once the hub is up."""
+    return chromium
 
 
 def log_in(browser, hub: Hub, user: str):
