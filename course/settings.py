@@ -77,6 +77,12 @@ SETTINGS: tuple[Setting, ...] = (
         "set-up: `1` installs TensorFlow's CUDA build and builds Horovod with NCCL (as `make setup GPU=1`)",
     ),
     Setting(
+        "COURSE_NO_UV_INSTALL",
+        "unset",
+        "set-up: `1` never installs uv from PyPI to fetch a Python 3.11 (a host with only Python 3.12+ then stops"
+        " with one line saying how to get one)",
+    ),
+    Setting(
         "COURSE_DEVICE",
         "set per engine (`CPU` outside one)",
         "the device an engine was given (a GPU, or CPU threads)",

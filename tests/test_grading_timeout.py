@@ -24,6 +24,38 @@ def test_a_sub_second_limit_stops_a_longer_cell(tmp_path):
     assert "finished\n" not in printed, "the cell ran to its end"
 
 
+@pytest.mark.slow
+def test_a_cell_stopped_at_its_limit_ends_the_kernels_processes_and_nothing_else(tmp_path):
+    """Grading in a process that has other children (a test runner's browser, a server's other kernels): the
+    watchdog ends what the graded kernel started, never a process that was there before it."""
+    import subprocess
+
+    import psutil
+
+    bystander = subprocess.Popen(["sleep", "600"])
+    try:
+        nb = nbformat.v4.new_notebook(
+            cells=[
+                nbformat.v4.new_code_cell(
+                    "import subprocess, time\nchild = subprocess.Popen(['sleep', '600'])\n"
+                    "print('child', child.pid, flush=True)\ntime.sleep(60)"
+                )
+            ],
+            metadata={"kernelspec": {"name": "ddl-hpc", "display_name": "Python (DDL on HPC)", "language": "python"}},
+        )
+        outcome = run(nb, str(tmp_path), 3, 2**30)
+        assert outcome.timed_out == {0}, nb.cells[0].outputs
+        printed = "".join(o.get("text", "") for o in nb.cells[0].outputs if o.get("output_type") == "stream")
+        child = int(printed.split("child ", 1)[1].split()[0])
+        assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE, (
+            "the kernel's own child outlived its grading"
+        )
+        assert bystander.poll() is None, "grading killed a process its kernel did not start"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 @pytest.mark.parametrize("command", ["validate", "grade"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
 def test_a_limit_that_is_not_a_positive_number_is_one_line(command, value, tmp_path, monkeypatch, capsys):

@@ -68,6 +68,8 @@ class Watchdog(threading.Thread):
         super().__init__(daemon=True)
         self.memory, self.hang_after, self.interval = memory, hang_after, interval
         self.me = psutil.Process()
+        self.before = {child.pid for child in self.me.children()}  # not the kernel's: never watched nor killed
+        self.kernel: int | None = None
         self.seen: dict[int, psutil.Process] = {}
         self.cell: int | None = None
         self.cell_started: float | None = None
@@ -76,14 +78,27 @@ class Watchdog(threading.Thread):
         self.peak = 0
         self.done = threading.Event()
 
+    def watch(self, kernel: int | None) -> None:
+        """Watch the kernel KERNEL (a pid) and what it starts. Without one (a provisioner that is not a local
+        process), the children this process starts from now on: never one it had before (a notebook server's other
+        kernels, a test runner's browser), which the limits are not about."""
+        self.kernel = kernel
+
     def _tree(self) -> list[psutil.Process]:
         try:
-            children = self.me.children(recursive=True)
+            if self.kernel is not None:
+                root = psutil.Process(self.kernel)
+                tree = [root, *root.children(recursive=True)]
+            else:
+                tree = []
+                for child in self.me.children():
+                    if child.pid not in self.before:
+                        tree += [child, *child.children(recursive=True)]
         except psutil.Error:
             return []
-        for proc in children:
+        for proc in tree:
             self.seen.setdefault(proc.pid, proc)
-        return children
+        return tree
 
     def run(self) -> None:
         while not self.done.wait(self.interval):
@@ -129,7 +144,10 @@ class LimitedExecute(Execute):
         # the kernel's own stdout/stderr (not the notebook's outputs) would flood the grader's terminal
         kwargs.setdefault("stdout", subprocess.DEVNULL)
         kwargs.setdefault("stderr", subprocess.DEVNULL)
-        return await super().async_start_new_kernel(**kwargs)
+        started = await super().async_start_new_kernel(**kwargs)
+        process = getattr(getattr(self.km, "provisioner", None), "process", None)  # jupyter_client's local kernel
+        self.watchdog.watch(getattr(process, "pid", None))
+        return started
 
     start_new_kernel = run_sync(async_start_new_kernel)
 
