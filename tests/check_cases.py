@@ -1,0 +1,111 @@
+"""The answers a check's fast test (tests/test_checks_*.py) tries against the check function directly: the
+solution's, and every right and wrong answer in tests/fixtures/ that writes a cell of the exercise. Each is defined
+in a real IPython shell, as a learner's cells are, so magics and `%%writefile` work; what the notebook defines
+before the exercise is the test's to give (`context`). The strength test stays the proof that the notebook's
+cells and these functions agree (tests/test_checks_strength.py).
+
+A wrong answer that only the hidden tests catch says so in its fixture entry: `"hidden_only": "<which hidden
+case catches it>"`; the fast test then holds that the visible check lets it through (so that the count of what
+immediate feedback catches stays true).
+
+    @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex3-answer"}), ids=str)
+    def test_parameter_server(case, view):
+        names = define(case, {"np": np})
+        judge(case, lambda: collectives.parameter_server(names["my_parameter_server_allreduce"], view))
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.conftest import ROOT
+from tests.grading_support import right_answers, wrong_answers
+
+META = {"why", "hidden_only"}  # a fixture entry's keys that are not answer cells
+SOLUTION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n", re.MULTILINE)
+
+
+@dataclass
+class Case:
+    """One answer to try: which one, its cells (grade_id -> source), and what the visible check must say."""
+
+    label: str
+    answers: dict[str, str]
+    right: bool
+    hidden_only: str = ""
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def solution_answers(notebook: str, answer_ids: set[str]) -> dict[str, str]:
+    """The solution notebook's answer cells (grade_id -> source), the solution markers taken out."""
+    cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
+    found = {
+        c["metadata"]["nbgrader"]["grade_id"]: SOLUTION.sub("", "".join(c["source"]))
+        for c in cells
+        if c["metadata"].get("nbgrader", {}).get("grade_id") in answer_ids
+    }
+    missing = answer_ids - set(found)
+    assert not missing, f"solutions/{notebook}.ipynb has no answer cells {sorted(missing)}"
+    return found
+
+
+def cases(notebook: str, answer_ids: set[str]) -> list[Case]:
+    """The solution, then every fixture answer (wrong, then right) that writes one of `answer_ids`; the cells of
+    `answer_ids` an entry leaves alone keep the solution's."""
+    solution = solution_answers(notebook, answer_ids)
+    found = [Case("the solution", solution, right=True)]
+    for kind, entries in (("wrong", wrong_answers(notebook)), ("right", right_answers(notebook))):
+        for k, entry in enumerate(entries):
+            cells = {g: s for g, s in entry.items() if g not in META}
+            if not set(cells) & answer_ids:
+                continue
+            label = f"{kind} answer {k} ({entry.get('why', '')})"
+            found.append(Case(label, {**solution, **cells}, kind == "right", entry.get("hidden_only", "")))
+    return found
+
+
+def covered(notebook: str) -> set[str]:
+    """Every answer cell some fixture entry of `notebook` writes."""
+    return {g for e in wrong_answers(notebook) + right_answers(notebook) for g in e if g not in META}
+
+
+def define(case: Case, context: dict[str, Any]) -> dict[str, Any]:
+    """Run the case's answer cells in a fresh IPython namespace holding `context`; returns the namespace."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns.clear()
+    shell.user_ns.update(context)
+    for grade_id, source in case.answers.items():
+        result = shell.run_cell(source, store_history=False, silent=True)
+        if not result.success:
+            raise AssertionError(f"{case}: its cell {grade_id} failed: {result.error_in_exec!r}") from (
+                result.error_in_exec or result.error_before_exec
+            )
+    return dict(shell.user_ns)
+
+
+def outcome(check: Callable[[], str | None]) -> str | None:
+    """What the notebook's check cell would show: the check's words, or the exception the answer raised in it."""
+    try:
+        return check()
+    except Exception as error:  # the learner's code failing inside the check: the cell fails too
+        return f"{type(error).__name__}: {error}"
+
+
+def judge(case: Case, check: Callable[[], str | None]) -> None:
+    """The fast test's verdict: a right answer passes the visible check, a wrong one is told what is wrong (or,
+    marked hidden_only, is left to the hidden tests)."""
+    said = outcome(check)
+    if case.right:
+        assert said is None, f"{case} is refused by the visible check: {said}"
+    elif case.hidden_only:
+        assert said is None, f"{case} is now caught by the visible check ({said}): remove its hidden_only note"
+    else:
+        assert said, f"{case} passes the visible check: the learner gets no feedback"

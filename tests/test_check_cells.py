@@ -1,0 +1,164 @@
+"""Checks are code (CONTRIBUTING.md): a notebook's check cell only calls its check in course/checks/ (at most
+12 lines above its hidden tests, and no function of its own), and every answer in tests/fixtures/ is tried
+against those functions directly by a fast test (tests/test_checks_*.py, each naming its NOTEBOOK and the
+answer cells it COVERS)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+from tests.check_cases import covered
+from tests.conftest import ROOT
+
+LONGEST = 12  # lines of a check cell above its hidden tests
+# Check cells still to move into course/checks/ (issue 48), by notebook: this set only shrinks.
+NOT_YET_MOVED: dict[str, set[str]] = {
+    "00_environment_and_cluster": {"ex1-answer", "ex2-answer", "ex2-check", "ex3-answer"},
+    "01_task_graphs": {"ex1-answer", "ex1-check", "ex2-answer", "ex3-answer", "ex4-answer", "ex4-check"},
+    "02_sgd": {"ex1-answer", "ex1-check", "ex2-answer", "ex2-check", "ex3-answer", "ex3-check"},
+    "03_parallelism_and_collectives": {
+        "ex-fusion-answer",
+        "ex-fusion-check",
+        "ex-predict-answer",
+        "ex-predict-check",
+        "ex1-answer",
+        "ex1-check",
+        "ex2-answer",
+        "ex2-check",
+    },
+    "04_data_and_model_parallelism": {
+        "ex-cuts-answer",
+        "ex-cuts-check",
+        "ex-kmeans-answer",
+        "ex-kmeans-check",
+        "ex-layout-answer",
+        "ex-layout-check",
+        "ex-pipeline-answer",
+        "ex-pipeline-check",
+    },
+    "05_parameter_averaging": {"ex1-answer", "ex1-check", "ex2-answer", "ex2-check", "ex3-answer", "ex3-check"},
+    "06_single_device_performance": {"ex1-answer", "ex1-check", "ex2-answer", "ex2-check", "ex3-answer", "ex3-check"},
+    "07_horovod": {
+        "ex-script-answer",
+        "ex-tta-answer",
+        "ex-tta-check",
+        "ex1-answer",
+        "ex2-answer",
+        "ex2-check",
+        "ex3-answer",
+        "ex3-check",
+        "ex4-answer",
+        "ex4-check",
+        "ex5-answer",
+        "ex5-check",
+        "ex6-answer",
+        "ex6-check",
+        "ex7-answer",
+        "ex7-check",
+    },
+    "08_mirrored_strategy": {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer", "ex5-answer", "ex6-answer"},
+    "09_sharded_and_tensor_parallelism": {
+        "ex-choice-answer",
+        "ex-choice-check",
+        "ex-grid-answer",
+        "ex-grid-check",
+        "ex-memory-answer",
+        "ex-memory-check",
+        "ex-stage3-answer",
+        "ex-stage3-check",
+        "ex-tensor-answer",
+        "ex-tensor-check",
+        "ex-zero-answer",
+        "ex-zero-check",
+    },
+    "10_scaling_and_profiling": {
+        "ex-device-answer",
+        "ex-device-check",
+        "ex-gustafson-answer",
+        "ex-gustafson-check",
+        "ex1-answer",
+        "ex1-check",
+        "ex2-answer",
+        "ex3-answer",
+        "ex3-check",
+        "ex4-answer",
+        "ex4-check",
+    },
+    "11_running_on_hpc": {
+        "ex-sbatch-answer",
+        "ex-srun-answer",
+        "ex1-answer",
+        "ex1-check",
+        "ex2-answer",
+        "ex3-answer",
+        "ex4-answer",
+        "ex5-answer",
+    },
+}
+
+
+def visible_lines(source: str) -> list[str]:
+    """A check cell's lines, its hidden tests left out."""
+    return source.split("### BEGIN HIDDEN TESTS")[0].rstrip("\n").splitlines()
+
+
+def check_cells(notebook: str) -> dict[str, str]:
+    cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
+    return {
+        c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
+        for c in cells
+        if c["metadata"].get("nbgrader", {}).get("grade")
+    }
+
+
+def grade_ids(notebook: str) -> set[str]:
+    cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
+    return {c["metadata"]["nbgrader"]["grade_id"] for c in cells if "nbgrader" in c["metadata"]}
+
+
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
+
+
+def test_visible_lines_leave_out_the_hidden_tests():
+    cell = "a = 1\nassert a\n### BEGIN HIDDEN TESTS\nassert 2\n### END HIDDEN TESTS"
+    assert visible_lines(cell) == ["a = 1", "assert a"]
+    assert visible_lines("x\n") == ["x"]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_check_cells_call_a_check_module(notebook):
+    waiting = NOT_YET_MOVED.get(notebook, set())
+    for grade_id, source in check_cells(notebook).items():
+        if grade_id in waiting:
+            continue
+        lines = visible_lines(source)
+        assert len(lines) <= LONGEST, (
+            f"{notebook} {grade_id}: {len(lines)} lines above its hidden tests; move the check into course/checks/ "
+            f"and call it (at most {LONGEST} lines)"
+        )
+        defined = [line for line in lines if line.lstrip().startswith(("def ", "class "))]
+        assert not defined, f"{notebook} {grade_id} defines {defined[0].strip()!r}: put it in course/checks/"
+    stale = waiting - grade_ids(notebook)
+    assert not stale, f"NOT_YET_MOVED names {sorted(stale)}, which {notebook} does not have"
+
+
+def fast_tests() -> dict[str, set[str]]:
+    """notebook -> the answer cells the fast tests cover (each tests/test_checks_*.py module's COVERED)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "tests").glob("test_checks_*.py")):
+        module = importlib.import_module(f"tests.{path.stem}")
+        if hasattr(module, "NOTEBOOK"):
+            found.setdefault(module.NOTEBOOK, set()).update(module.COVERED)
+    return found
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_fixture_answer_has_a_fast_test(notebook):
+    missing = covered(notebook) - fast_tests().get(notebook, set()) - NOT_YET_MOVED.get(notebook, set())
+    assert not missing, (
+        f"fixture answers to {sorted(missing)} of {notebook} are tried by no fast test: add them to a "
+        "tests/test_checks_*.py module's COVERED, with a test that tries them (tests/check_cases.py)"
+    )
