@@ -450,6 +450,27 @@ def add_readme_table(commands) -> None:
     parser.set_defaults(func=cmd_readme_table)
 
 
+def cmd_new_exercise(args: argparse.Namespace) -> int:
+    from course import scaffold
+
+    return scaffold.main(args.notebook, args.name, args.function, args.module)
+
+
+def add_new_exercise(commands) -> None:
+    parser = commands.add_parser(
+        "new-exercise",
+        help="scaffold a graded exercise: its cells, check stub, fast test, a wrong answer, the guide's rows "
+        "(CONTRIBUTING.md)",
+    )
+    parser.add_argument("notebook", help="the solutions/ notebook: its number (03) or name")
+    parser.add_argument(
+        "name", help="the exercise's grade-id stem: ex- and lowercase words, e.g. ex-recursive-doubling"
+    )
+    parser.add_argument("--function", help="the function the learner writes (default my_<words of NAME>)")
+    parser.add_argument("--module", help="the course/checks/ module of its check (default: the notebook's topic)")
+    parser.set_defaults(func=cmd_new_exercise)
+
+
 def add_instructor_tools(commands) -> None:
     """mutation-report, which course/mutation/ adds itself: the student copy leaves that folder out, and the command
     with it (grading sits below mutation and does not import it)."""
@@ -486,6 +507,7 @@ def build_parser() -> Parser:
     add_grading(commands)
     add_instructor_tools(commands)
     add_readme_table(commands)
+    add_new_exercise(commands)
     add_results(commands)
     add_job(commands)
     add_run(commands)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -119,6 +120,24 @@ def grade_ids(notebook: str) -> set[str]:
     return {c["metadata"]["nbgrader"]["grade_id"] for c in cells if "nbgrader" in c["metadata"]}
 
 
+def todos(root: Path = ROOT) -> list[str]:
+    """Where a TODO the `new-exercise` scaffold writes is left: the notebooks, checks, their fast tests, the
+    fixtures and the guide (file: line)."""
+    places = [
+        *(root / "solutions").glob("*.ipynb"),
+        *(root / "course" / "checks").glob("*.py"),
+        *(root / "tests").glob("test_checks_*.py"),
+        *(root / "tests" / "fixtures").glob("*_answers/*.json"),
+        root / "docs" / "instructor-guide.md",
+    ]
+    return [
+        f"{path.relative_to(root)}: {line.strip()[:80]}"
+        for path in sorted(places)
+        for line in path.read_text().splitlines()
+        if "TODO" in line
+    ]
+
+
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
 
 
@@ -162,3 +181,8 @@ def test_every_fixture_answer_has_a_fast_test(notebook):
         f"fixture answers to {sorted(missing)} of {notebook} are tried by no fast test: add them to a "
         "tests/test_checks_*.py module's COVERED, with a test that tries them (tests/check_cases.py)"
     )
+
+
+def test_no_todo_is_left_from_a_new_exercise():
+    left = todos()
+    assert not left, f"{len(left)} TODO(s) of `python -m course new-exercise` left to write, first {left[0]}"

@@ -1,0 +1,237 @@
+"""`python -m course new-exercise NOTEBOOK NAME`: the pieces of a new graded exercise, each in the place the course
+keeps it (CONTRIBUTING.md walks through filling them in), so that adding an exercise follows the code's path:
+
+- three cells in solutions/NOTEBOOK, before its key points: the exercise's text, the answer cell (`NAME-answer`,
+  a function to write between the solution markers) and the check cell (`NAME-check`: it calls the check, with
+  a hidden block);
+- the check function's stub in course/checks/MODULE.py (`@check`, raising until it is written);
+- its fast test in tests/test_checks_MODULE.py, which tries the solution and every fixture answer against it;
+- a wrong answer to fill in tests/fixtures/wrong_answers/NOTEBOOK.json;
+- the rows to fill in the instructor guide's section 12, under the notebook's heading.
+
+Every piece it writes says TODO where a person must write; tests/test_check_cells.py fails while one is left.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from course import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = re.compile(r"^ex-[a-z0-9]+(-[a-z0-9]+)*$")
+KEY_POINTS = "## Key points"
+TODO = "TODO"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """What the scaffold is asked for: the notebook, the exercise's grade-id stem, the function a learner writes,
+    and the check module and function that hold its check."""
+
+    notebook: Path
+    name: str
+    function: str
+    module: str
+    check: str
+
+    @property
+    def answer_id(self) -> str:
+        return f"{self.name}-answer"
+
+    @property
+    def check_id(self) -> str:
+        return f"{self.name}-check"
+
+
+def find_notebook(root: Path, wanted: str) -> Path:
+    """solutions/ notebook named by its number ("03"), its stem or its file name."""
+    folder = root / "solutions"
+    if not folder.is_dir():
+        raise UserError(f"no solutions/ in {root}: new-exercise works in the instructor's checkout of the course")
+    stem = Path(wanted).name.removesuffix(".ipynb")
+    found = [p for p in sorted(folder.glob("*.ipynb")) if p.stem == stem or p.stem.split("_", 1)[0] == stem]
+    if len(found) != 1:
+        names = ", ".join(p.stem for p in sorted(folder.glob("*.ipynb")))
+        raise UserError(f"no notebook {wanted!r} in solutions/ (one of: {names})")
+    return found[0]
+
+
+def exercise(root: Path, notebook: str, name: str, function: str | None = None, module: str | None = None) -> Exercise:
+    """The exercise asked for, its names checked: NAME is `ex-` and lowercase words (it becomes the grade ids)."""
+    if not NAME.match(name):
+        raise UserError(
+            f"exercise name {name!r}: write ex- and lowercase words joined by -, e.g. ex-recursive-doubling"
+        )
+    path = find_notebook(root, notebook)
+    words = name.removeprefix("ex-").replace("-", "_")
+    function = function or f"my_{words}"
+    module = module or path.stem.split("_", 1)[1]
+    for what, value in (("function", function), ("module", module)):
+        if not value.isidentifier():
+            raise UserError(f"--{what} {value!r} is not a Python name")
+    return Exercise(path, name, function, module, words)
+
+
+def _cell(cell_type: str, source: str, nbgrader: dict) -> dict:
+    cell = {
+        "cell_type": cell_type,
+        "id": secrets.token_hex(4),
+        "metadata": {"nbgrader": {**nbgrader, "schema_version": 3}},
+    }
+    if cell_type == "code":
+        cell.update(execution_count=None, outputs=[])
+    cell["source"] = source.splitlines(keepends=True)
+    return cell
+
+
+def cells(ex: Exercise) -> list[dict]:
+    """The exercise's text, answer and check cells, as nbgrader's metadata marks them."""
+    text = (
+        f"## Exercise: {TODO} a title that names what the learner builds\n\n"
+        f"{TODO}: what to write (`{ex.function}(...)`), what it returns, and what it must not use. Say before the\n"
+        "exercise everything it needs; the check below says what is wrong without giving the answer away."
+    )
+    answer = f'def {ex.function}():\n    ### BEGIN SOLUTION\n    raise NotImplementedError("{TODO}: the solution")\n    ### END SOLUTION\n'
+    check = (
+        f"from course.checks import {ex.module}\n\n"
+        f"_problem = {ex.module}.{ex.check}({ex.function})\n"
+        "assert not _problem, _problem\n"
+        f'print("Correct: {TODO} what is right.")\n'
+        "### BEGIN HIDDEN TESTS\n"
+        f'assert not {ex.module}.{ex.check}({ex.function}), "{TODO}: hidden cases (other sizes, ranks, dtypes)"\n'
+        "### END HIDDEN TESTS"
+    )
+    return [
+        _cell("markdown", text, {"grade": False, "grade_id": f"{ex.name}-text", "locked": True, "solution": False}),
+        _cell("code", answer, {"grade": False, "grade_id": ex.answer_id, "locked": False, "solution": True}),
+        _cell("code", check, {"grade": True, "grade_id": ex.check_id, "locked": True, "points": 1, "solution": False}),
+    ]
+
+
+def add_cells(ex: Exercise) -> None:
+    """Put the cells before the notebook's key points (at its end if it has none)."""
+    notebook = json.loads(ex.notebook.read_text(encoding="utf-8"))
+    taken = {c["metadata"].get("nbgrader", {}).get("grade_id") for c in notebook["cells"]}
+    if {ex.answer_id, ex.check_id} & taken:
+        raise UserError(f"{ex.notebook.name} already has an exercise {ex.name!r}: choose another name")
+    sources = ["".join(c["source"]) for c in notebook["cells"]]
+    at = next((i for i, s in enumerate(sources) if s.startswith(KEY_POINTS)), len(sources))
+    notebook["cells"][at:at] = cells(ex)
+    ex.notebook.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def add_check(root: Path, ex: Exercise) -> Path:
+    """The check's stub in course/checks/MODULE.py (the module made if new)."""
+    path = root / "course" / "checks" / f"{ex.module}.py"
+    if not path.exists():
+        path.write_text(
+            f'"""{TODO}: what these checks hold of notebook {ex.notebook.stem[:2]}\'s answers, and how they measure it."""\n\n'
+            "from __future__ import annotations\n\n"
+            "from course.checks import check, expect\n"
+        )
+    text = path.read_text()
+    if re.search(rf"^def {ex.check}\(", text, re.M):
+        raise UserError(f"{path.relative_to(root)} already has a check {ex.check}(): choose another name")
+    path.write_text(
+        text.rstrip("\n") + "\n\n\n@check\n"
+        f"def {ex.check}({ex.function}) -> None:\n"
+        f'    """Exercise `{ex.name}`: {TODO} what must be true of an answer (the guide\'s section 12 rows), each point\n'
+        '    measured from outside the answer."""\n'
+        f'    expect(False, "{TODO}: one expect() per statement, its message saying what is wrong")\n'
+    )
+    return path
+
+
+def add_fast_test(root: Path, ex: Exercise) -> Path:
+    """The fast test of the check in tests/test_checks_MODULE.py (the module made if new)."""
+    path = root / "tests" / f"test_checks_{ex.module}.py"
+    if not path.exists():
+        path.write_text(
+            f'"""course.checks.{ex.module}, tried directly on every answer the fixtures hold for its exercises '
+            '(tests/check_cases.py)."""\n\n'
+            "from __future__ import annotations\n\n"
+            "import pytest\n\n"
+            f"from course.checks import {ex.module}\n"
+            "from tests.check_cases import cases, define, judge\n\n"
+            f'NOTEBOOK = "{ex.notebook.stem}"\n'
+            "COVERED: set[str] = set()  # the answer cells whose fixture answers this module tries\n"
+        )
+    text = path.read_text()
+    text = re.sub(r"^COVERED\b[^=]*= ", lambda m: m.group(0) + f'{{"{ex.answer_id}"}} | ', text, count=1, flags=re.M)
+    path.write_text(
+        text.rstrip("\n") + "\n\n\n"
+        f'@pytest.mark.parametrize("case", cases(NOTEBOOK, {{"{ex.answer_id}"}}), ids=str)\n'
+        f"def test_{ex.check}(case):\n"
+        f"    names = define(case, {{}})  # {TODO}: what the notebook defines before the exercise\n"
+        f'    judge(case, lambda: {ex.module}.{ex.check}(names["{ex.function}"]))\n'
+    )
+    return path
+
+
+def add_wrong_answer(root: Path, ex: Exercise) -> Path:
+    """A wrong answer to fill in: the fixtures' list for the notebook (made if new)."""
+    path = root / "tests" / "fixtures" / "wrong_answers" / f"{ex.notebook.stem}.json"
+    entries = json.loads(path.read_text()) if path.exists() else []
+    entries.append(
+        {
+            "why": f"{TODO}: a mistake a learner makes after reading the notebook, in a few words",
+            ex.answer_id: f'def {ex.function}():\n    raise NotImplementedError("{TODO}: the wrong answer")\n',
+        }
+    )
+    path.write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def add_guide_rows(root: Path, ex: Exercise) -> Path:
+    """Rows to fill in the guide's section 12 table of the notebook (after its last row)."""
+    path = root / "docs" / "instructor-guide.md"
+    lines = path.read_text().splitlines(keepends=True)
+    number = ex.notebook.stem[:2]
+    heading = next((i for i, line in enumerate(lines) if re.match(rf"### Notebook {number}\b", line)), None)
+    if heading is None:
+        raise UserError(f"{path.relative_to(root)} has no '### Notebook {number}' heading in section 12")
+    end = heading + 1
+    while end < len(lines) and not lines[end].startswith("#"):
+        end += 1
+    last_row = max((i for i in range(heading, end) if lines[i].startswith("|")), default=end - 1)
+    rows = [
+        f"| `{ex.name}` | {kind} | {TODO}: what must be true | {TODO}: visible or hidden |\n"
+        for kind in ("result", "process", "leaves")
+    ]
+    lines[last_row + 1 : last_row + 1] = rows
+    path.write_text("".join(lines))
+    return path
+
+
+def scaffold(root: Path, notebook: str, name: str, function: str | None = None, module: str | None = None) -> list[str]:
+    """Write every piece of a new exercise; returns the files written, relative to ROOT."""
+    ex = exercise(root, notebook, name, function, module)
+    add_cells(ex)
+    written = [
+        ex.notebook,
+        add_check(root, ex),
+        add_fast_test(root, ex),
+        add_wrong_answer(root, ex),
+        add_guide_rows(root, ex),
+    ]
+    return [str(p.relative_to(root)) for p in written]
+
+
+def main(notebook: str, name: str, function: str | None = None, module: str | None = None) -> int:
+    """The command: scaffold, then say what is left to write and what to run."""
+    written = scaffold(ROOT, notebook, name, function, module)
+    print(f"new exercise {name}: wrote")
+    for path in written:
+        print(f"  {path}")
+    print(f"Fill in every {TODO} (CONTRIBUTING.md, 'Adding an exercise'), then run:")
+    print("  python -m course release")
+    print(
+        f"  python -m pytest tests/test_checks_{Path(written[2]).stem.removeprefix('test_checks_')}.py tests/test_check_cells.py"
+    )
+    print(f"  python -m pytest tests/test_checks_strength.py -k {Path(written[0]).stem}")
+    return 0

@@ -1,0 +1,93 @@
+"""`python -m course new-exercise`: run on an archive of the checkout, it writes every piece of an exercise where
+the course keeps it, and the pieces work together before anyone fills them in: the released notebook stubs the
+answer, the fast test it wrote runs and fails on the unwritten check, and tests/test_check_cells.py's rule
+names each TODO left."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+
+import nbformat
+import pytest
+
+from course import UserError, scaffold
+from course.grading.release import student_version
+from tests.conftest import ROOT
+from tests.test_check_cells import todos
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """The committed checkout, unpacked (what a contributor clones)."""
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    return tmp_path
+
+
+def graded(path):
+    return {
+        c["metadata"]["nbgrader"]["grade_id"]: c
+        for c in json.loads(path.read_text())["cells"]
+        if "nbgrader" in c["metadata"]
+    }
+
+
+def test_writes_every_piece_and_they_fit_together(checkout):
+    before = graded(checkout / "solutions" / "02_sgd.ipynb")
+    written = scaffold.scaffold(checkout, "02", "ex-momentum", module="sgd_steps")
+    assert written == [
+        "solutions/02_sgd.ipynb",
+        "course/checks/sgd_steps.py",
+        "tests/test_checks_sgd_steps.py",
+        "tests/fixtures/wrong_answers/02_sgd.json",
+        "docs/instructor-guide.md",
+    ]
+    cells = json.loads((checkout / "solutions" / "02_sgd.ipynb").read_text())["cells"]
+    ids = [c["metadata"].get("nbgrader", {}).get("grade_id") for c in cells]
+    at = ids.index("ex-momentum-text")
+    assert ids[at : at + 3] == ["ex-momentum-text", "ex-momentum-answer", "ex-momentum-check"]
+    assert "".join(cells[at + 3]["source"]).startswith("## Key points"), "the exercise goes before the key points"
+    assert set(graded(checkout / "solutions" / "02_sgd.ipynb")) - set(before) == {
+        "ex-momentum-text",
+        "ex-momentum-answer",
+        "ex-momentum-check",
+    }
+    notebook = nbformat.read(str(checkout / "solutions" / "02_sgd.ipynb"), as_version=4)
+    nbformat.validate(notebook)
+    released = {
+        c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in student_version(notebook, "02_sgd").cells
+    }
+    assert (
+        "raise NotImplementedError()" in released["ex-momentum-answer"] and "TODO" not in released["ex-momentum-answer"]
+    )
+    assert "HIDDEN" not in released["ex-momentum-check"]
+    wrong = json.loads((checkout / "tests" / "fixtures" / "wrong_answers" / "02_sgd.json").read_text())[-1]
+    assert set(wrong) == {"why", "ex-momentum-answer"}
+    assert todos(checkout), "the TODOs the scaffold wrote are what test_check_cells names"
+    fast = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_checks_sgd_steps.py"],
+        cwd=checkout,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout), "HOME": str(checkout)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert fast.returncode == 1, fast.stdout[-2000:] + fast.stderr[-2000:]
+    assert "the solution" in fast.stdout and "TODO: one expect() per statement" in fast.stdout, fast.stdout[-2000:]
+
+
+def test_refuses_a_taken_name_a_bad_name_and_an_unknown_notebook(checkout):
+    scaffold.scaffold(checkout, "02_sgd", "ex-momentum")
+    with pytest.raises(UserError, match="already has an exercise 'ex-momentum'"):
+        scaffold.scaffold(checkout, "02_sgd", "ex-momentum")
+    with pytest.raises(UserError, match="write ex- and lowercase words"):
+        scaffold.scaffold(checkout, "02", "Momentum")
+    with pytest.raises(UserError, match=r"no notebook '42' in solutions/ \(one of: 00_environment"):
+        scaffold.scaffold(checkout, "42", "ex-momentum")
+    with pytest.raises(UserError, match="is not a Python name"):
+        scaffold.scaffold(checkout, "02", "ex-other", function="my-step")
