@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.conftest import ROOT
-from tests.grading_support import right_answers, wrong_answers
+from tests.grading_support import answer_cells, right_answers, wrong_answers
 
-META = {"why", "hidden_only"}  # a fixture entry's keys that are not answer cells
 SOLUTION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n", re.MULTILINE)
 
 
@@ -62,7 +61,7 @@ def cases(notebook: str, answer_ids: set[str]) -> list[Case]:
     found = [Case("the solution", solution, right=True)]
     for kind, entries in (("wrong", wrong_answers(notebook)), ("right", right_answers(notebook))):
         for k, entry in enumerate(entries):
-            cells = {g: s for g, s in entry.items() if g not in META}
+            cells = answer_cells(entry)
             if not set(cells) & answer_ids:
                 continue
             label = f"{kind} answer {k} ({entry.get('why', '')})"
@@ -72,7 +71,7 @@ def cases(notebook: str, answer_ids: set[str]) -> list[Case]:
 
 def covered(notebook: str) -> set[str]:
     """Every answer cell some fixture entry of `notebook` writes."""
-    return {g for e in wrong_answers(notebook) + right_answers(notebook) for g in e if g not in META}
+    return {g for e in wrong_answers(notebook) + right_answers(notebook) for g in answer_cells(e)}
 
 
 def define(case: Case, context: dict[str, Any]) -> dict[str, Any]:

@@ -148,14 +148,22 @@ def combine(answers: list[dict]) -> list[list[int]]:
     """Group wrong answers (by index) so that no two in a group replace the same cell: one submission per group."""
     groups: list[list[int]] = []
     for k, answer in enumerate(answers):
-        cells = {g for g in answer if g != "why"}
+        cells = set(answer_cells(answer))
         for group in groups:
-            if not any(cells & {g for g in answers[j] if g != "why"} for j in group):
+            if not any(cells & set(answer_cells(answers[j])) for j in group):
                 group.append(k)
                 break
         else:
             groups.append([k])
     return groups
+
+
+META = {"why", "hidden_only"}  # a fixture entry's keys that are not answer cells (wrong_answers/README.md)
+
+
+def answer_cells(entry: dict) -> dict[str, str]:
+    """A fixture entry's answer cells: grade_id -> source, without its notes (`why`, `hidden_only`)."""
+    return {g: s for g, s in entry.items() if g not in META}
 
 
 def wrong_answers(notebook: str) -> list[dict]:

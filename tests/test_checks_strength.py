@@ -33,6 +33,7 @@ from course import memory, run
 from course.grading.release import render, student_version
 from tests.conftest import ROOT
 from tests.grading_support import (
+    answer_cells,
     FIXTURE_COURSE,
     by_cell,
     combine,
@@ -71,14 +72,8 @@ def stubs(source: Path) -> dict[str, str]:
 def trials(source: Path) -> list[tuple[str, dict[str, str]]]:
     """(what it is, answer grade_id -> source) for every wrong answer, every answer's released stub, then every
     other right answer."""
-    wrong = [
-        (f"wrong answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g != "why"})
-        for k, w in enumerate(wrong_answers(source.stem))
-    ]
-    right = [
-        (f"right answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g != "why"})
-        for k, w in enumerate(right_answers(source.stem))
-    ]
+    wrong = [(f"wrong answer {k} ({w.get('why')})", answer_cells(w)) for k, w in enumerate(wrong_answers(source.stem))]
+    right = [(f"right answer {k} ({w.get('why')})", answer_cells(w)) for k, w in enumerate(right_answers(source.stem))]
     return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()] + right
 
 
@@ -242,7 +237,7 @@ def test_trying_answers_in_one_run_agrees_with_grading_them(tried_fixture, tmp_p
     }
     holder = {}
     for n, group in enumerate(combine(wrong)):
-        entries[f"wrong{n}"] = with_answers(FIXTURE, {g: s for k in group for g, s in wrong[k].items() if g != "why"})
+        entries[f"wrong{n}"] = with_answers(FIXTURE, {g: s for k in group for g, s in answer_cells(wrong[k]).items()})
         holder.update({k: f"wrong{n}" for k in group})
     for student, text in entries.items():
         (submissions / student).mkdir(parents=True)
@@ -260,7 +255,7 @@ def test_trying_answers_in_one_run_agrees_with_grading_them(tried_fixture, tmp_p
     stubbed = set().union(*(f for (what, _), f in zip(trials(FIXTURE), result["failed"]) if "stub" in what))
     assert lost("unanswered") == stubbed == set(cells)
     for k, answer in enumerate(wrong):
-        own = set().union(*(checks[g] for g in answer if g != "why"))
+        own = set().union(*(checks[g] for g in answer_cells(answer)))
         assert lost(holder[k]) & own == set(result["failed"][k]) & own, f"wrong answer {k}: {answer['why']}"
 
 

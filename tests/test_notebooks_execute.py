@@ -145,10 +145,10 @@ def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatc
 
 def test_validator_catches_a_failing_check(tmp_path, monkeypatch):
     """The same validator on the fixture notebook with a wrong answer: it must say so (the test above can fail)."""
-    from tests.grading_support import FIXTURE_COURSE, with_answers, wrong_answers
+    from tests.grading_support import FIXTURE_COURSE, answer_cells, with_answers, wrong_answers
 
     source = FIXTURE_COURSE / "99_fixture.ipynb"
-    wrong = {g: s for g, s in wrong_answers("99_fixture")[0].items() if g != "why"}
+    wrong = answer_cells(wrong_answers("99_fixture")[0])
     broken = tmp_path / "99_fixture.ipynb"
     broken.write_text(with_answers(source, wrong))
     validator = RecordingValidator(config=Config({"Execute": {"timeout": 120}}))
