@@ -125,6 +125,8 @@ def notebook_pages(student: Path, source: Path, where: Launch) -> list[contents.
         nb = nbformat.read(str(student / "notebooks" / f"{notebook.name}.ipynb"), as_version=4)
         box = notebook_box(needs[notebook.name], where, f"notebooks/{notebook.name}.ipynb")
         nb.cells.insert(1, nbformat.v4.new_markdown_cell(box, id="site-run-this-notebook"))
+        # IPython's lexer, as a notebook that has run says: cells with %%px, %%writefile or !commands are no Python
+        nb.metadata.setdefault("language_info", {})["pygments_lexer"] = "ipython3"
         nbformat.write(nb, str(source / "notebooks" / f"{notebook.name}.ipynb"))
     return found
 

@@ -16,6 +16,8 @@ author = "the course's authors"
 extensions = ["myst_nb", "sphinx.ext.githubpages"]  # githubpages: a .nojekyll, so GitHub Pages serves _static/
 nb_execution_mode = "off"  # the learner's pages show the notebooks as released: no outputs, nothing run here
 language = "en"
+# A cell Pygments cannot colour (a %%writefile of a shell script) is shown plain: no broken page, so no error
+suppress_warnings = ["misc.highlighting_failure"]
 html_theme = "sphinx_book_theme"
 html_title = project
 html_last_updated_fmt = None
