@@ -158,14 +158,14 @@ def cli_reference() -> str:
     ]
 
     def walk(parser: argparse.ArgumentParser, title: str, depth: int) -> None:
-        lines.extend([f"{'#' * depth} `{title}`", "", "```text", parser.format_help().rstrip(), "```", ""])
+        lines.extend([f"{'#' * depth} {title}", "", "```text", parser.format_help().rstrip(), "```", ""])
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 for sub in dict.fromkeys(action.choices.values()):  # aliases share one parser
                     walk(sub, sub.prog, min(depth + 1, 4))
 
     columns = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: the same width on every build
+    os.environ["COLUMNS"] = "88"  # argparse wraps to the terminal: the same width on every build
     try:
         walk(build_parser(), "python -m course", 2)
         walk(job_action_parser(), "python -m course job ACTION JOBID", 2)
