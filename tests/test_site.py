@@ -259,10 +259,11 @@ def _context(chromium):
         url = request_route.request.url
         if url.startswith("http://127.0.0.1:"):
             request_route.continue_()
-        else:
-            if request_route.request.resource_type == "document":
-                opened.append(url)
+        elif request_route.request.resource_type == "document":
+            opened.append(url)
             request_route.fulfill(status=200, content_type="text/html", body="launch stub")
+        else:  # MathJax, which Sphinx loads from its CDN
+            request_route.abort()
 
     context.route("**/*", route)
     return context, opened

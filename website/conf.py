@@ -14,6 +14,9 @@ from website.build import launch  # noqa: E402
 project = "Distributed Deep Learning on HPC"
 author = "the course's authors"
 extensions = ["myst_nb", "sphinx.ext.githubpages"]  # githubpages: a .nojekyll, so GitHub Pages serves _static/
+# The notebooks' $...$ and $$...$$ as JupyterLab shows them: MathJax typesets them in the reader's browser (loaded
+# from its CDN by Sphinx's default math renderer; a reader offline sees the TeX)
+myst_enable_extensions = ["dollarmath", "amsmath"]
 nb_execution_mode = "off"  # the learner's pages show the notebooks as released: no outputs, nothing run here
 language = "en"
 # A cell Pygments cannot colour (a %%writefile of a shell script) is shown plain: no broken page, so no error
