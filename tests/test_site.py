@@ -6,6 +6,7 @@ hidden test anywhere in what was built, by the student copy's own scan."""
 from __future__ import annotations
 
 import functools
+import html
 import html.parser
 import http.server
 import os
@@ -91,12 +92,14 @@ class _Text(html.parser.HTMLParser):
         self.hidden = 0
 
     def handle_starttag(self, tag, attrs) -> None:
-        self.hidden += tag in ("script", "style")
+        if tag in ("script", "style"):
+            self.hidden += 1
         if tag not in self.INLINE:
             self.parts.append("\n")
 
     def handle_endtag(self, tag) -> None:
-        self.hidden -= tag in ("script", "style") and self.hidden > 0
+        if tag in ("script", "style"):
+            self.hidden = max(0, self.hidden - 1)
         if tag not in self.INLINE:
             self.parts.append("\n")
 
