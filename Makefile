@@ -8,7 +8,7 @@ PY := .venv/bin/python
 TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs python3.11-venv ruby
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test clean student format
+.PHONY: setup lab test clean student format docs
 
 # `make setup HUB=1` (as root) also builds the environment a JupyterHub serves the course from (scripts/setup-hub.sh).
 # Debian's python3.11 needs python3.11-venv for it; a host without python3.11 (Ubuntu 24.04) has no such package, and
@@ -33,6 +33,12 @@ test: setup
 format:
 	@$(PY) -m ruff format .
 	@$(PY) -m ruff check .
+
+# The course as a website (website/build.py): the notebooks from the student copy, the instructor guide, the command
+# line's reference; offline, warnings are errors. DOCS_REPOSITORY_URL, DOCS_HUB_URL, DOCS_BINDER_URL and DOCS_BRANCH
+# (environment or make variables) say where its launch links point: make docs DOCS_HUB_URL=https://hub.example.org
+docs: setup
+	@$(PY) -m website.build $(or $(OUT),build/site)
 
 # The course as learners get it (no solutions/ or hidden tests), for a `student` branch: make student OUT=DIR
 student:

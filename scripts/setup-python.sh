@@ -160,7 +160,7 @@ MARK=""
 if [ "$BUILD" = gpu ]; then MARK=gpu; fi
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$(cat "$STAMP")" != "$MARK" ]; then
   echo "[setup] installing the course package and its dependencies"
-  $PIP install -e ".[$BUILD,test]"
+  $PIP install -e ".[$BUILD,test,docs]"
   printf '%s' "$MARK" >"$STAMP"
 fi
 

@@ -1,0 +1,272 @@
+"""The course's website (`make docs`, website/build.py) as a reader meets it: built once, offline, warnings as errors;
+its start page, a notebook's page and the instructor guide opened in Chromium from a local web server; the launch
+links followed to the addresses they name (a stub answers there, not Binder or a hub); and not one answer or
+hidden test anywhere in what was built, by the student copy's own scan."""
+
+from __future__ import annotations
+
+import functools
+import html
+import html.parser
+import http.server
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import contents
+from tests.conftest import ROOT
+from tests.jupyterlab_ui import patient
+from tests.test_student_copy import answers_in
+
+pytestmark = pytest.mark.slow
+REPOSITORY = "https://github.com/example-org/ddl-course"  # where the test's build says the student branch is
+HUB = "https://hub.example.edu"
+NOTEBOOK = "07_horovod"  # the notebook page opened
+FIRST = "00_environment_and_cluster"  # the start page's launch links open this one
+
+
+def binder(name: str) -> str:
+    """Binder's address for notebook NAME of the student branch, written out as a learner's link must be."""
+    return f"https://mybinder.org/v2/gh/example-org/ddl-course/student?urlpath=lab/tree/notebooks/{name}.ipynb"
+
+
+def nbgitpuller(name: str) -> str:
+    """The hub's nbgitpuller address for notebook NAME: clone or merge the student branch into ~/ddl-course, open it."""
+    return (
+        f"{HUB}/hub/user-redirect/git-pull?repo=https%3A//github.com/example-org/ddl-course"
+        f"&urlpath=lab/tree/ddl-course/notebooks/{name}.ipynb&branch=student"
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site, built once as `make docs` builds it, with the launch settings above."""
+    out = tmp_path_factory.mktemp("site") / "html"
+    env = {**os.environ, "DOCS_REPOSITORY_URL": REPOSITORY, "DOCS_HUB_URL": HUB}
+    for name in ("DOCS_BINDER_URL", "DOCS_BRANCH"):  # their defaults: mybinder.org and the student branch
+        env.pop(name, None)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "website.build", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == "", result.stderr  # not one warning (-W makes them errors; nothing else may print)
+    print(f"site built in {time.monotonic() - started:.0f} s")
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    """The site over HTTP on the loopback, as a reader's browser gets it: its address."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the test's output is for failures
+        pass
+
+
+class _Text(html.parser.HTMLParser):
+    """A page's text as a reader sees it: every element's text, a line break at each block, scripts and styles out."""
+
+    INLINE = {"a", "span", "code", "em", "strong", "b", "i", "abbr", "sub", "sup", "kbd", "var", "small"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self.hidden = 0
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag in ("script", "style"):
+            self.hidden += 1
+        if tag not in self.INLINE:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag) -> None:
+        if tag in ("script", "style"):
+            self.hidden = max(0, self.hidden - 1)
+        if tag not in self.INLINE:
+            self.parts.append("\n")
+
+    def handle_data(self, data) -> None:
+        if not self.hidden:
+            self.parts.append(data)
+
+
+def lines_of(path: Path) -> set[str]:
+    """The stripped lines a file shows: a page's text, a notebook's cell sources, any other text file as it is."""
+    if path.suffix == ".html":
+        parser = _Text()
+        parser.feed(path.read_text("utf-8"))
+        text = "".join(parser.parts)
+    elif path.suffix == ".ipynb" or path.name.endswith(".ipynb.txt"):
+        text = "\n".join(cell.source for cell in nbformat.reads(path.read_text("utf-8"), as_version=4).cells)
+    else:
+        try:
+            text = path.read_text("utf-8")
+        except UnicodeDecodeError:  # images and fonts
+            return set()
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def public_lines() -> set[str]:
+    """Every line of the released notebooks (notebooks/): what a learner has anyway."""
+    return {
+        line.strip()
+        for path in (ROOT / "notebooks").glob("*.ipynb")
+        for cell in nbformat.read(str(path), as_version=4).cells
+        for line in cell.source.splitlines()
+    }
+
+
+def test_no_answer_or_hidden_test_is_anywhere_in_the_site(site):
+    files = {str(p.relative_to(site)): lines_of(p) for p in site.rglob("*") if p.is_file()}
+    pages = [name for name in files if name.endswith(".html")]
+    assert f"notebooks/{NOTEBOOK}.html" in pages and "instructors/guide.html" in pages, sorted(pages)
+    leaks = answers_in(files, public_lines())
+    assert not leaks, "the website gives answers away:\n" + "\n".join(leaks[:20])
+
+
+def test_the_scan_finds_an_answer_put_in_a_page(tmp_path):
+    """The scan reads a page's text through its markup: a solution cell rendered as the site renders code (each
+    word in a span of its own) is found."""
+    solution = next(
+        cell
+        for cell in nbformat.read(str(ROOT / "solutions" / f"{NOTEBOOK}.ipynb"), as_version=4).cells
+        if "### BEGIN SOLUTION" in cell.source
+    )
+    spans = "\n".join(
+        "".join(f'<span class="n">{html.escape(word)}</span> ' for word in line.split(" "))
+        for line in solution.source.splitlines()
+    )
+    page = tmp_path / "page.html"
+    page.write_text(f"<html><body><div class='cell'><pre>{spans}</pre></div></body></html>")
+    assert answers_in({"page.html": lines_of(page)}, public_lines())
+
+
+def test_start_page_says_where_to_run_and_its_links_launch_notebook_00(served, chromium):
+    from playwright.sync_api import expect
+
+    context, opened = _context(chromium)
+    try:
+        page = patient(context.new_page())
+        page.goto(f"{served}/index.html")
+        expect(page.locator("article h1")).to_have_text(re.compile("Distributed Deep Learning on HPC"))
+        expect(page.get_by_role("heading", name="Where to run it")).to_be_visible()
+        found = contents.notebooks()
+        rows = page.locator("table tbody tr")
+        expect(rows).to_have_count(len(found))
+        needs = contents.readme_columns((ROOT / "README.md").read_text())[FIRST][1]
+        expect(rows.first).to_contain_text(f"{found[0].title}")
+        expect(rows.first).to_contain_text(f"{found[0].minutes} min")
+        expect(rows.first).to_contain_text(needs)
+        for name, address in (("Launch on Binder", binder(FIRST)), ("Open on your JupyterHub", nbgitpuller(FIRST))):
+            page.get_by_role("link", name=name).click()
+            expect(page).to_have_url(address)
+            expect(page.locator("body")).to_have_text("launch stub")
+            page.go_back()
+            expect(page.get_by_role("heading", name="Where to run it")).to_be_visible()
+        assert opened == [binder(FIRST), nbgitpuller(FIRST)]
+        expect(page.get_by_text(f"~/ddl-hpc/notebooks/{FIRST}.ipynb")).to_be_visible()  # the Open OnDemand note
+        expect(page.get_by_text(f"git clone --branch student {REPOSITORY} ddl-hpc")).to_be_visible()
+    finally:
+        context.close()
+
+
+def test_a_notebook_page_shows_its_objectives_time_needs_and_launches(served, chromium):
+    from playwright.sync_api import expect
+
+    notebook = contents.read(ROOT / "notebooks" / f"{NOTEBOOK}.ipynb")
+    needs = contents.readme_columns((ROOT / "README.md").read_text())[NOTEBOOK][1]
+    context, opened = _context(chromium)
+    try:
+        page = patient(context.new_page())
+        page.goto(f"{served}/index.html")
+        page.locator("table").get_by_role("link", name=notebook.title).click()  # as a reader gets there
+        expect(page).to_have_url(f"{served}/notebooks/{NOTEBOOK}.html")
+        expect(page.locator("article h1")).to_have_text(re.compile(re.escape(f"{notebook.number} - {notebook.title}")))
+        main = page.locator("article")
+        expect(main.get_by_text("Learning objectives")).to_be_visible()
+        expect(main.locator("p").filter(has_text="Estimated time:")).to_contain_text(f"{notebook.minutes} minutes")
+        box = main.locator(".admonition").filter(has_text="Run this notebook")
+        expect(box).to_contain_text(f"Needs: {needs}.")
+        expect(box).to_contain_text(f"~/ddl-hpc/notebooks/{NOTEBOOK}.ipynb")
+        # the box's links, then the theme's launch menu (the rocket), which opens them in a new tab
+        for name, address in (
+            ("Launch on Binder", binder(NOTEBOOK)),
+            ("Open on your JupyterHub", nbgitpuller(NOTEBOOK)),
+        ):
+            box.get_by_role("link", name=name).click()
+            expect(page).to_have_url(address)
+            page.go_back()
+            expect(box).to_be_visible()
+        for name, address in (("Binder", binder(NOTEBOOK)), ("JupyterHub", nbgitpuller(NOTEBOOK))):
+            page.get_by_role("button", name="Launch interactive content").click()
+            with context.expect_page() as tab:
+                page.locator(".dropdown-launch-buttons").get_by_role("link", name=name).click()
+            expect(tab.value).to_have_url(address)
+            tab.value.close()
+        assert opened == [binder(NOTEBOOK), nbgitpuller(NOTEBOOK)] * 2
+        code = main.locator("div.cell pre")  # the cells, as released: stubs to fill in, not run here
+        expect(code.filter(has_text="PROFILE = profile.name()").first).to_be_visible()
+        assert main.locator(".cell_output").count() == 0
+    finally:
+        context.close()
+
+
+def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromium):
+    from playwright.sync_api import expect
+
+    guide = re.sub(r"^```.*?^```", "", (ROOT / "docs" / "instructor-guide.md").read_text(), flags=re.M | re.S)
+    sections = re.findall(r"^## (.+)$", guide, re.M)  # its sections, code blocks' comments left out
+    context, _ = _context(chromium)
+    try:
+        page = patient(context.new_page())
+        page.goto(f"{served}/index.html")
+        page.locator(".bd-sidebar-primary").get_by_role("link", name="Instructor guide").click()
+        expect(page).to_have_url(f"{served}/instructors/guide.html")
+        expect(page.locator("article h1")).to_have_text(re.compile("Instructor guide"))
+        headings = page.locator("article h2")
+        expect(headings).to_have_count(len(sections))  # the whole guide, every section
+        expect(headings.last).to_contain_text(sections[-1])
+        page.locator(".bd-sidebar-primary").get_by_role("link", name="Command line").click()
+        main = page.locator("article")
+        expect(main.get_by_text("usage: python -m course grade").first).to_be_visible()
+        expect(main.get_by_text("usage: python -m course job wait").first).to_be_visible()
+    finally:
+        context.close()
+
+
+def _context(chromium):
+    """A browser context where every address outside the loopback is answered by a stub (the test runs offline and
+    checks where the launch links go, not Binder or a hub); the list of those addresses, in the order opened."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    opened: list[str] = []
+
+    def route(request_route) -> None:
+        url = request_route.request.url
+        if url.startswith("http://127.0.0.1:"):
+            request_route.continue_()
+        elif request_route.request.resource_type == "document":
+            opened.append(url)
+            request_route.fulfill(status=200, content_type="text/html", body="launch stub")
+        else:  # MathJax, which Sphinx loads from its CDN
+            request_route.abort()
+
+    context.route("**/*", route)
+    return context, opened

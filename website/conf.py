@@ -1,0 +1,40 @@
+"""Sphinx's configuration of the course's website (python -m website.build writes the sources it reads).
+
+MyST-NB renders the notebooks without running them, and the book theme gives each notebook page its launch buttons
+(Binder and JupyterHub), pointed where website.build.launch() says, as the page's own box is.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from website.build import launch  # noqa: E402
+
+project = "Distributed Deep Learning on HPC"
+author = "the course's authors"
+extensions = ["myst_nb", "sphinx.ext.githubpages"]  # githubpages: a .nojekyll, so GitHub Pages serves _static/
+# The notebooks' $...$ and $$...$$ as JupyterLab shows them: MathJax typesets them in the reader's browser (loaded
+# from its CDN by Sphinx's default math renderer; a reader offline sees the TeX)
+myst_enable_extensions = ["dollarmath", "amsmath"]
+nb_execution_mode = "off"  # the learner's pages show the notebooks as released: no outputs, nothing run here
+language = "en"
+# A cell Pygments cannot colour (a %%writefile of a shell script) is shown plain: no broken page, so no error
+suppress_warnings = ["misc.highlighting_failure"]
+html_theme = "sphinx_book_theme"
+html_title = project
+html_last_updated_fmt = None
+
+WHERE = launch()
+html_theme_options = {
+    "repository_url": WHERE.repository,
+    "repository_branch": WHERE.branch,
+    "path_to_docs": "",  # the pages keep the student copy's layout: notebooks/NN_name.ipynb
+    "use_repository_button": True,
+    "use_download_button": True,
+    "launch_buttons": {
+        "notebook_interface": "jupyterlab",
+        "binderhub_url": WHERE.binder,
+        "jupyterhub_url": WHERE.hub,
+    },
+}
