@@ -31,6 +31,7 @@ import pytest
 
 from course import memory, run
 from course.grading.release import render, student_version
+from tests.check_cases import META  # a fixture entry's keys that are not answer cells (why, hidden_only)
 from tests.conftest import ROOT
 from tests.grading_support import (
     FIXTURE_COURSE,
@@ -72,11 +73,11 @@ def trials(source: Path) -> list[tuple[str, dict[str, str]]]:
     """(what it is, answer grade_id -> source) for every wrong answer, every answer's released stub, then every
     other right answer."""
     wrong = [
-        (f"wrong answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g != "why"})
+        (f"wrong answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g not in META})
         for k, w in enumerate(wrong_answers(source.stem))
     ]
     right = [
-        (f"right answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g != "why"})
+        (f"right answer {k} ({w.get('why')})", {g: s for g, s in w.items() if g not in META})
         for k, w in enumerate(right_answers(source.stem))
     ]
     return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()] + right
