@@ -38,7 +38,6 @@ NOT_YET_MOVED: dict[str, set[str]] = {
         "ex-pipeline-answer",
         "ex-pipeline-check",
     },
-    "06_single_device_performance": {"ex1-answer", "ex1-check", "ex2-answer", "ex2-check", "ex3-answer", "ex3-check"},
     "07_horovod": {
         "ex-script-answer",
         "ex-tta-answer",
