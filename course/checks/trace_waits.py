@@ -3,13 +3,17 @@ data, read straight from the trace file (the JSON TensorBoard's trace viewer rea
 The check refuses an answer that calls it (course.shortcuts.Watch).
 
     steps = read(path)       # {step number: (step ms, wait ms)}
+    reading(input_ms, input_share, [(slow_trace, slow_events), (fast_trace, fast_events)])   # None, or what is wrong
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from course.checks import check, expect
 
 WAIT = "IteratorGetNextOp::DoCompute"  # the kernel that hands the training loop its batch
 
@@ -31,3 +35,58 @@ def _waited(spans: list[dict], mark: dict) -> float:
         and mark["ts"] <= e["ts"] < mark["ts"] + mark["dur"]
     )
     return sum(inside) / 1000
+
+
+@check
+def reading(input_ms: Callable, input_share: Callable, traces: Sequence[tuple[str | Path, list[dict]]]) -> None:
+    """Exercise `ex2`: for each (trace file, its events), `input_ms(events)` gives every profiled step's wait in
+    milliseconds and `input_share(events)` the waits' share of the steps, as `read` finds them in the file, without
+    calling `read`; and a wait that starts on the very microsecond of its step's marker (the first trace's step 1,
+    moved there) counts."""
+    from course.shortcuts import Watch
+
+    for path, events in traces:
+        truth = read(path)
+        with Watch([read, _waited]) as seen:
+            mine, their_share = input_ms(events), input_share(events)
+        expect(
+            not seen.called,
+            f"your answer calls {seen.called[0] if seen.called else ''}, the check's own reading: read the events "
+            "yourself",
+        )
+        expect(isinstance(mine, dict), "input_ms should return a dict: step number -> milliseconds")
+        expect(sorted(mine) == sorted(truth), f"one entry per profiled step, keyed by its step number: {sorted(truth)}")
+        for n, (step, wait) in sorted(truth.items()):
+            got = float(mine[n])
+            expect(
+                not (wait > 0.01 and abs(got - 1000 * wait) <= 1e-3 * wait),
+                f"step {n}: {got:.1f} - the trace's times are in microseconds; answer in milliseconds",
+            )
+            expect(
+                got <= step + 1e-6,
+                f"step {n}: {got:.2f} ms of waiting in a step of {step:.2f} ms: an event inside another is part of "
+                "it, so count one kind of event, not all that mention the iterator",
+            )
+            expect(
+                abs(got - wait) <= 1e-6 + 1e-6 * wait,
+                f"step {n}: {got:.3f} ms, the trace says otherwise: only the {WAIT} events inside the step's "
+                "marker, on its thread",
+            )
+        share = sum(w for _, w in truth.values()) / sum(s for s, _ in truth.values())
+        expect(
+            abs(float(their_share) - share) < 1e-6,
+            "input_share: the waits of all profiled steps over the durations of all profiled steps",
+        )
+    # the first trace with step 1's waits moved to start at the very microsecond its marker starts: still inside it
+    path, events = traces[0]
+    mark = next(e for e in events if e.get("args", {}).get("step_num") == "1")
+    edge = [
+        dict(e, ts=mark["ts"])
+        if e["name"] == WAIT and e["tid"] == mark["tid"] and mark["ts"] <= e["ts"] < mark["ts"] + mark["dur"]
+        else e
+        for e in events
+    ]
+    expect(
+        abs(float(input_ms(edge)[1]) - read(path)[1][1]) <= 1e-6,
+        "a wait that starts at the same microsecond as its step's marker lies inside the step: count it",
+    )

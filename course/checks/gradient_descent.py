@@ -1,0 +1,157 @@
+"""Notebook 02's checks of SGD written from scratch: one training step against `course.nn`'s own loss and
+update, the engines' averaged gradient against the whole batch's (and which processes computed it, read from
+the controller's records and a count of `nn.gradients` calls in the notebook, not from the answer), and the
+learning-rate schedule with warm-up at the steps that tell its mistakes apart.
+
+    training_step(train_step, params, X[:64], Y[:64])          # None, or what is wrong
+    parallel_gradient(parallel_gradient, view, params, X, Y)
+    warmup_schedule(lr_schedule)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from course.checks import check, expect
+
+
+@check
+def training_step(train_step: Callable, params: list[np.ndarray], xb: np.ndarray, yb: np.ndarray) -> None:
+    """Exercise `ex1`: `train_step(params, xb, yb, learning_rate)` returns new parameters and the loss before the
+    update, as a mean over the batch, leaves `params` alone, steps downhill, and scales its step with the rate."""
+    from course import nn
+
+    before = [p.copy() for p in params]
+    out = train_step(params, xb, yb, 0.1)
+    expect(isinstance(out, tuple) and len(out) == 2, "train_step should return (new_params, loss)")
+    new, loss = out
+    expect(
+        all(np.array_equal(a, b) for a, b in zip(params, before)),
+        "train_step changed `params` in place: return a new list (nn.sgd_update makes one) and leave `params` "
+        "as it was",
+    )
+    expect(np.ndim(loss) == 0, f"the loss should be one number, got an array of shape {np.shape(loss)}")
+    n, right = len(yb), nn.loss(params, xb, yb)
+    expect(
+        abs(loss * n - right) > 1e-9,
+        "your loss is divided by the batch size twice: nn.cross_entropy already averages over the batch",
+    )
+    expect(abs(loss / n - right) > 1e-9, "your loss is summed over the batch: the loss is the mean over the batch")
+    expect(
+        abs(loss - nn.loss(new, xb, yb)) > 1e-9,
+        "your loss is the loss after the update: measure it before the update (steps 1-3 come before step 5)",
+    )
+    expect(
+        abs(loss - right) < 1e-9,
+        f"the loss returned, {loss:.4f}, is not the cross-entropy of the batch before the update",
+    )
+    expect(nn.loss(new, xb, yb) < loss, "one step should lower the loss on the same batch: step against the gradient")
+    half = train_step(params, xb, yb, 0.05)[0]
+    expect(
+        all(np.allclose(2 * (h - p), m - p) for h, p, m in zip(half, params, new)),
+        "half the learning rate should give half the step: use the `learning_rate` argument",
+    )
+
+
+def difference(got: Any, want: Sequence[np.ndarray]) -> float:
+    """The largest absolute difference between a returned gradient and `want`, once it has one array per
+    parameter array."""
+    expect(
+        isinstance(got, (list, tuple)) and len(got) == len(want),
+        "return one gradient array per parameter array (W1, b1, W2, b2)",
+    )
+    return max(float(np.abs(np.asarray(g) - w).max()) for g, w in zip(got, want))
+
+
+def _parts(n: int, engines: int) -> list[int]:
+    return [len(part) for part in np.array_split(np.arange(n), engines)]
+
+
+@check
+def parallel_gradient(
+    parallel_gradient: Callable, view: Any, params: list[np.ndarray], x: np.ndarray, y: np.ndarray
+) -> None:
+    """Exercise `ex2`: `parallel_gradient(view, params, xb, yb)` equals the whole batch's gradient for a batch that
+    splits into equal parts (64 samples on 2 engines) and one that does not (33), and every engine computes a part
+    while the notebook's own process computes none."""
+    from course import nn
+    from course.checks import where
+
+    engines = len(view)
+    got = parallel_gradient(view, params, x[:64], y[:64])
+    want = nn.gradients(params, x[:64], y[:64])[1]
+    error = difference(got, want)
+    parts = " + ".join(map(str, _parts(64, engines)))
+    print(f"equal parts ({parts} samples): largest difference from the whole-batch gradient {error:.2e}")
+    ratio = sum(float(np.vdot(g, w)) for g, w in zip(got, want)) / sum(float(np.vdot(w, w)) for w in want)
+    expect(
+        error < 1e-10 or abs(ratio - 1) < 1e-6 or difference(got, [ratio * w for w in want]) > 1e-10,
+        f"your result is {ratio:.3g} times the whole-batch gradient: the weights of the average should add up to 1",
+    )
+    expect(error < 1e-10, "the averaged engine gradients should equal the whole-batch gradient (equal parts)")
+    got = parallel_gradient(view, params, x[:33], y[:33])
+    error = difference(got, nn.gradients(params, x[:33], y[:33])[1])
+    parts = " + ".join(map(str, _parts(33, engines)))
+    print(f"unequal parts ({parts} samples): largest difference from the whole-batch gradient {error:.2e}")
+    plain = nn.average(
+        [
+            nn.gradients(params, xs, ys)[1]
+            for xs, ys in zip(np.array_split(x[:33], engines), np.array_split(y[:33], engines))
+        ]
+    )
+    unequal = " and ".join(map(str, _parts(33, engines)))
+    expect(
+        error < 1e-10 or difference(got, plain) > 1e-10,
+        f"with unequal parts ({unequal} samples) your result is the plain mean of the engines' gradients: "
+        "weight each engine's gradient by its number of samples",
+    )
+    expect(error < 1e-10, f"with unequal parts ({unequal} samples) the result should still be the whole-batch gradient")
+    since = len(view.client.history)
+    with where.counting(nn, "gradients") as kernel:
+        parallel_gradient(view, params, x[:40], y[:40])
+    ran = {c.engine for c in where.engine_calls(view.client, since)}
+    expect(
+        kernel.calls == 0,
+        f"nn.gradients ran {kernel.calls} time(s) in the notebook's own process: each engine should compute the "
+        "gradient of its part, and the notebook only average them",
+    )
+    expect(
+        len(ran) >= engines,
+        f"only engine(s) {sorted(ran)} ran anything: every engine of the view should compute on its part of the batch",
+    )
+
+
+@check
+def warmup_schedule(lr_schedule: Callable) -> None:
+    """Exercise `ex3`: `lr_schedule(step, base_lr, base_batch, batch, warmup_steps)` scales the rate linearly with
+    the batch and ramps it from a tenth of that target over the warm-up, also when there is none."""
+    expect(abs(lr_schedule(1000, 0.1, 32, 256, 50) - 0.8) < 1e-12, "after warm-up: base_lr * batch / base_batch")
+    expect(abs(lr_schedule(0, 0.1, 32, 256, 50) - 0.08) < 1e-12, "warm-up starts at a tenth of the target rate")
+    mid = lr_schedule(25, 0.1, 32, 256, 50)
+    expect(
+        abs(mid - 0.8) > 1e-12,
+        "half-way through the warm-up your rate is already the target: it should rise linearly over the warm-up, "
+        "not jump",
+    )
+    expect(
+        abs(mid - 0.08) > 1e-12,
+        "half-way through the warm-up your rate is still the starting one: it should rise linearly over the warm-up",
+    )
+    expect(
+        abs(mid - 0.44) < 1e-12,
+        "half-way through the warm-up (step 25 of 50) the rate should be half-way between the start and the "
+        f"target; got {mid:.4g}",
+    )
+    expect(abs(lr_schedule(50, 0.1, 32, 256, 50) - 0.8) < 1e-12, "the target is reached at step warmup_steps")
+    try:
+        none = lr_schedule(0, 0.1, 32, 256, 0)
+    except ZeroDivisionError:
+        expect(
+            False,
+            "with warmup_steps=0 (no warm-up) your schedule divides by zero: without a warm-up the rate is the "
+            "target from step 0",
+        )
+    expect(abs(none - 0.8) < 1e-12, "with warmup_steps=0 (no warm-up) the rate should be the target from step 0")

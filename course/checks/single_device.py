@@ -1,0 +1,161 @@
+"""Notebook 06's checks of a learner's input pipeline and loss scaling: the pipeline's batches (fingerprints,
+in order) and stages read from the dataset itself and its wait for data measured by running it
+(course.input_pipeline), and a hand-written loss-scaling step run side by side with Keras's LossScaleOptimizer
+from the same weights and scale (course.precision.keras_steps). The reading of the profiler's trace is checked
+in course.checks.trace_waits.
+
+    pipeline(fast_pipeline(raw, BATCH), slow, slow_timing, train_step, EPOCHS, WAIT_BOUND)   # None, or what is wrong
+    loss_scaling(my_scaled_step, build_small, batches)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from course.checks import check, expect
+
+
+@check
+def pipeline(fast: Any, slow: Any, before: Any, train_step: Callable, epochs: int, bound: float) -> None:
+    """Exercise `ex1`: the dataset `fast_pipeline(raw, batch_size)` returned feeds the same batches, in the same
+    order, as `slow` (raw.map(decode).batch(batch_size)), decodes in parallel, caches the decoded images, prefetches
+    where the model pulls, and leaves `train_step` waiting for its data less than `bound` of the time (measured
+    over `epochs`, the first not counted; once more if the first measurement misses). `before` is the slow
+    pipeline's Timing, printed beside it."""
+    import tensorflow as tf
+
+    from course import input_pipeline
+
+    expect(isinstance(fast, tf.data.Dataset), "fast_pipeline should return a tf.data.Dataset built from raw")
+    stages = input_pipeline.stages(fast)
+    print("stages:", stages)
+    want, got = input_pipeline.fingerprints(slow), input_pipeline.fingerprints(fast)
+    expect(
+        len(got) == len(want),
+        f"the pipeline yields {len(got)} batches, the slow one {len(want)}: batch the decoded images with the "
+        "batch_size given",
+    )
+    expect(
+        sorted(got) != sorted(want) or got == want,
+        "the same batches, but in another order: keep the order of raw (no shuffle; a map that keeps its order)",
+    )
+    expect(
+        got == want,
+        "the batches differ from the slow pipeline's: keep the order of raw inside each batch too (no shuffle; a "
+        "map that keeps its order), and decode every file with decode, then batch",
+    )
+    expect("map" not in stages, "the decoding map runs one file at a time: tf.data can decode several at once")
+    expect("cache" in stages, "every epoch decodes every file again: keep what is already decoded")
+    expect(
+        stages.index("cache") > stages.index("parallel map"),
+        "the cache holds the files before decoding, so every epoch still decodes them all",
+    )
+    expect(
+        stages[-1] == "prefetch",
+        f"the model pulls batches, but the last stage is {stages[-1]!r}: the stage that prepares ahead belongs "
+        "where the model pulls",
+    )
+    timing = input_pipeline.measure(fast, train_step, epochs)
+    if timing.wait_fraction >= bound:  # once more: other work on the cores can stall one measurement
+        timing = min(timing, input_pipeline.measure(fast, train_step, epochs), key=lambda t: t.wait_fraction)
+    print(
+        f"before: step {before.step_ms:.1f} ms, waiting {before.wait_fraction:.0%}; "
+        f"after: step {timing.step_ms:.1f} ms, waiting {timing.wait_fraction:.0%}"
+    )
+    expect(
+        timing.wait_fraction < bound,
+        f"the model still waits {timing.wait_fraction:.0%} of the time (bound {bound:.0%}): look at what each "
+        "epoch still does before the model gets a batch",
+    )
+
+
+def side_by_side(
+    step: Callable, build: Callable, initial: float, growth: int, batches: Sequence, lr: float = 0.05
+) -> list[dict]:
+    """Keras's LossScaleOptimizer and `step(model, optimizer, images, labels, state)` from the same weights
+    (`build()` under mixed_float16) and scale, on the same batches: per step, the scale before it, each one's scale
+    after it, whether the weights are finite, each one's loss, and how far the weights are from Keras's."""
+    import tensorflow as tf
+
+    from course import precision
+
+    with precision.policy("mixed_float16"):
+        keras = precision.keras_steps(build, batches, initial, growth, lr)
+        mine = build()
+    plain, state = tf.keras.optimizers.SGD(lr), {"scale": initial, "good_steps": 0, "growth_steps": growth}
+    rows, before = [], initial
+    for k, ((images, labels), ref) in enumerate(zip(batches, keras), 1):
+        loss = step(mine, plain, images, labels, state)
+        weights = mine.get_weights()
+        rows.append(
+            {
+                "step": k,
+                "before": before,
+                "keras": ref["scale"],
+                "mine": float(state["scale"]),
+                "finite": all(np.isfinite(w).all() for w in weights),
+                "ref_loss": ref["loss"],
+                "loss": float(loss),
+                "moved": sum(float(np.abs(w).sum()) for w in weights),
+                "diff": max(float(np.abs(a - b).max()) for a, b in zip(weights, ref["weights"])),
+            }
+        )
+        before = ref["scale"]
+    return rows
+
+
+@check
+def agrees(rows: list[dict]) -> None:
+    """After every step of `side_by_side`: finite weights, the unscaled loss, Keras's scale and Keras's weights."""
+    for r in rows:
+        k = r["step"]
+        event = (
+            "its gradients overflowed"
+            if r["keras"] < r["before"]
+            else "it ends a run of good steps"
+            if r["keras"] > r["before"]
+            else ""
+        )
+        expect(
+            r["finite"], f"after step {k} the weights hold inf or nan: {event or 'an overflowed update was applied'}"
+        )
+        expect(
+            np.isclose(r["loss"], r["ref_loss"], rtol=1e-4),
+            f"step {k}: the loss returned is {r['loss']:.4g}, the loss itself {r['ref_loss']:.4g}: return it unscaled",
+        )
+        expect(
+            r["mine"] == r["keras"],
+            f"after step {k} your scale is {r['mine']:g}, Keras's {r['keras']:g} (it was {r['before']:g} before the "
+            f"step{', and ' + event if event else ''})",
+        )
+        should = (
+            "this step should not update them"
+            if event.startswith("its")
+            else "the update applied should be the gradient itself, at the learning rate"
+        )
+        expect(r["diff"] < 1e-4, f"after step {k} the weights differ from Keras's by {r['diff']:.3g}: {should}")
+
+
+@check
+def loss_scaling(my_scaled_step: Callable, build: Callable, batches: Sequence) -> None:
+    """Exercise `ex3`: `my_scaled_step`, written without Keras's loss scaling, agrees with LossScaleOptimizer at
+    every step from S = 2^17, doubling after 2 good steps, on `batches` (8 of 32 images: the scale grows until the
+    float16 gradients overflow); prints the scales side by side."""
+    from course.shortcuts import names_used
+
+    keras = {"LossScaleOptimizer", "get_scaled_loss", "get_unscaled_gradients", "keras_steps"} & names_used(
+        my_scaled_step
+    )
+    expect(
+        not keras, f"my_scaled_step uses Keras's loss scaling ({min(keras, default='')}): write the scaling yourself"
+    )
+    rows = side_by_side(my_scaled_step, build, 2.0**17, 2, batches)
+    print("step  scale before  Keras after  yours after  weights differ by")
+    for r in rows:
+        print(f"{r['step']:>4} {r['before']:>13g} {r['keras']:>12g} {r['mine']:>12g} {r['diff']:>18.2e}")
+    expect(any(r["keras"] < r["before"] for r in rows), "(no step overflowed: the comparison shows nothing)")
+    problem = agrees(rows)
+    expect(problem is None, problem or "")
