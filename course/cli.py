@@ -467,7 +467,9 @@ def add_new_exercise(commands) -> None:
         "name", help="the exercise's grade-id stem: ex- and lowercase words, e.g. ex-recursive-doubling"
     )
     parser.add_argument("--function", help="the function the learner writes (default my_<words of NAME>)")
-    parser.add_argument("--module", help="the course/checks/ module of its check (default: the notebook's topic)")
+    parser.add_argument(
+        "--module", help="the course/checks/ module of its check (default: the one the notebook's checks use most)"
+    )
     parser.set_defaults(func=cmd_new_exercise)
 
 

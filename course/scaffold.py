@@ -61,6 +61,18 @@ def find_notebook(root: Path, wanted: str) -> Path:
     return found[0]
 
 
+def checks_module(notebook: Path) -> str:
+    """The course/checks/ module the notebook's check cells import most, else one named for its topic."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    imported = [
+        name
+        for c in cells
+        if c["metadata"].get("nbgrader", {}).get("grade")
+        for name in re.findall(r"^from course\.checks import (\w+)", "".join(c["source"]), re.M)
+    ]
+    return max(set(imported), key=imported.count) if imported else notebook.stem.split("_", 1)[1]
+
+
 def exercise(root: Path, notebook: str, name: str, function: str | None = None, module: str | None = None) -> Exercise:
     """The exercise asked for, its names checked: NAME is `ex-` and lowercase words (it becomes the grade ids)."""
     if not NAME.match(name):
@@ -70,7 +82,7 @@ def exercise(root: Path, notebook: str, name: str, function: str | None = None, 
     path = find_notebook(root, notebook)
     words = name.removeprefix("ex-").replace("-", "_")
     function = function or f"my_{words}"
-    module = module or path.stem.split("_", 1)[1]
+    module = module or checks_module(path)
     for what, value in (("function", function), ("module", module)):
         if not value.isidentifier():
             raise UserError(f"--{what} {value!r} is not a Python name")

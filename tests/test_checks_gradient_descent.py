@@ -12,7 +12,7 @@ from course.checks import gradient_descent
 from tests.check_cases import cases, define, judge
 
 NOTEBOOK = "02_sgd"
-COVERED = {"ex1-answer", "ex2-answer", "ex3-answer"}  # the answer cells whose fixture answers this module tries
+COVERED = {"ex1-answer", "ex2-answer", "ex3-answer", "ex-momentum-answer"}  # the answer cells whose fixture answers this module tries
 HIDDEN = 32  # the quick profile's hidden layer
 
 
@@ -56,3 +56,9 @@ def test_parallel_gradient(case, images, view):
 def test_warmup_schedule(case):
     names = define(case, {"np": np})
     judge(case, lambda: gradient_descent.warmup_schedule(names["lr_schedule"]))
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-momentum-answer"}), ids=str)
+def test_momentum(case):
+    names = define(case, {"np": np, "nn": nn})
+    judge(case, lambda: gradient_descent.momentum(names["momentum_step"]))

@@ -6,6 +6,7 @@ names each TODO left."""
 from __future__ import annotations
 
 import io
+import re
 import json
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def graded(path):
 
 def test_writes_every_piece_and_they_fit_together(checkout):
     before = graded(checkout / "solutions" / "02_sgd.ipynb")
-    written = scaffold.scaffold(checkout, "02", "ex-momentum", module="sgd_steps")
+    written = scaffold.scaffold(checkout, "02", "ex-nesterov", module="sgd_steps")
     assert written == [
         "solutions/02_sgd.ipynb",
         "course/checks/sgd_steps.py",
@@ -49,13 +50,13 @@ def test_writes_every_piece_and_they_fit_together(checkout):
     ]
     cells = json.loads((checkout / "solutions" / "02_sgd.ipynb").read_text())["cells"]
     ids = [c["metadata"].get("nbgrader", {}).get("grade_id") for c in cells]
-    at = ids.index("ex-momentum-text")
-    assert ids[at : at + 3] == ["ex-momentum-text", "ex-momentum-answer", "ex-momentum-check"]
+    at = ids.index("ex-nesterov-text")
+    assert ids[at : at + 3] == ["ex-nesterov-text", "ex-nesterov-answer", "ex-nesterov-check"]
     assert "".join(cells[at + 3]["source"]).startswith("## Key points"), "the exercise goes before the key points"
     assert set(graded(checkout / "solutions" / "02_sgd.ipynb")) - set(before) == {
-        "ex-momentum-text",
-        "ex-momentum-answer",
-        "ex-momentum-check",
+        "ex-nesterov-text",
+        "ex-nesterov-answer",
+        "ex-nesterov-check",
     }
     notebook = nbformat.read(str(checkout / "solutions" / "02_sgd.ipynb"), as_version=4)
     nbformat.validate(notebook)
@@ -63,11 +64,11 @@ def test_writes_every_piece_and_they_fit_together(checkout):
         c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in student_version(notebook, "02_sgd").cells
     }
     assert (
-        "raise NotImplementedError()" in released["ex-momentum-answer"] and "TODO" not in released["ex-momentum-answer"]
+        "raise NotImplementedError()" in released["ex-nesterov-answer"] and "TODO" not in released["ex-nesterov-answer"]
     )
-    assert "HIDDEN" not in released["ex-momentum-check"]
+    assert "HIDDEN" not in released["ex-nesterov-check"]
     wrong = json.loads((checkout / "tests" / "fixtures" / "wrong_answers" / "02_sgd.json").read_text())[-1]
-    assert set(wrong) == {"why", "ex-momentum-answer"}
+    assert set(wrong) == {"why", "ex-nesterov-answer"}
     assert todos(checkout), "the TODOs the scaffold wrote are what test_check_cells names"
     fast = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_checks_sgd_steps.py"],
@@ -82,12 +83,21 @@ def test_writes_every_piece_and_they_fit_together(checkout):
 
 
 def test_refuses_a_taken_name_a_bad_name_and_an_unknown_notebook(checkout):
-    scaffold.scaffold(checkout, "02_sgd", "ex-momentum")
     with pytest.raises(UserError, match="already has an exercise 'ex-momentum'"):
         scaffold.scaffold(checkout, "02_sgd", "ex-momentum")
     with pytest.raises(UserError, match="write ex- and lowercase words"):
         scaffold.scaffold(checkout, "02", "Momentum")
     with pytest.raises(UserError, match=r"no notebook '42' in solutions/ \(one of: 00_environment"):
-        scaffold.scaffold(checkout, "42", "ex-momentum")
+        scaffold.scaffold(checkout, "42", "ex-nesterov")
     with pytest.raises(UserError, match="is not a Python name"):
         scaffold.scaffold(checkout, "02", "ex-other", function="my-step")
+
+
+def test_joins_the_check_module_the_notebook_already_uses(checkout):
+    written = scaffold.scaffold(checkout, "02", "ex-nesterov")
+    assert written[1:3] == ["course/checks/gradient_descent.py", "tests/test_checks_gradient_descent.py"]
+    module = (checkout / written[1]).read_text()
+    assert "def training_step(" in module and "def nesterov(my_nesterov)" in module, "appended, nothing replaced"
+    compile(module, written[1], "exec")
+    fast = (checkout / written[2]).read_text()
+    assert re.search(r'^COVERED = \{"ex-nesterov-answer"\} \| \{"ex1-answer"', fast, re.M), fast[:800]

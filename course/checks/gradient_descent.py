@@ -6,6 +6,7 @@ learning-rate schedule with warm-up at the steps that tell its mistakes apart.
     training_step(train_step, params, X[:64], Y[:64])          # None, or what is wrong
     parallel_gradient(parallel_gradient, view, params, X, Y)
     warmup_schedule(lr_schedule)
+    momentum(momentum_step)                                     # SGD with momentum on made-up parameters
 """
 
 from __future__ import annotations
@@ -155,3 +156,48 @@ def warmup_schedule(lr_schedule: Callable) -> None:
             "target from step 0",
         )
     expect(abs(none - 0.8) < 1e-12, "with warmup_steps=0 (no warm-up) the rate should be the target from step 0")
+
+
+def _arrays(shapes: list[tuple[int, ...]], seed: int, dtype: type = np.float64) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(dtype) for shape in shapes]
+
+
+@check
+def momentum(momentum_step: Callable, shapes: tuple = ((3, 4), (4,)), dtype: type = np.float64) -> None:
+    """Exercise `ex-momentum`: `momentum_step(params, grads, velocity, learning_rate, beta)` returns new lists
+    (params - learning_rate * v', v' = beta * v + grads), leaves its inputs alone, and is plain SGD at beta 0."""
+    from course import nn
+
+    params, grads, velocity = (_arrays(list(shapes), seed, dtype) for seed in (1, 2, 3))
+    kept = [a.copy() for a in params + grads + velocity]
+    out = momentum_step(params, grads, velocity, 0.1, 0.9)
+    expect(isinstance(out, tuple) and len(out) == 2, "momentum_step should return (new_params, new_velocity)")
+    new_params, new_velocity = out
+    expect(
+        all(np.array_equal(a, b) for a, b in zip(params + grads + velocity, kept)),
+        "momentum_step changed its inputs in place: return new arrays",
+    )
+    expect(
+        [np.shape(p) for p in new_params] == [np.shape(p) for p in params]
+        and [np.shape(v) for v in new_velocity] == [np.shape(v) for v in velocity],
+        "new_params and new_velocity should hold one array per parameter, each in its parameter's shape",
+    )
+    plain, fresh = momentum_step(params, grads, [np.zeros_like(v) for v in velocity], 0.1, 0.0)
+    expect(
+        all(np.allclose(a, b) for a, b in zip(plain, nn.sgd_update(params, grads, 0.1))),
+        "with beta = 0 and no velocity yet, the step should be plain SGD (nn.sgd_update)",
+    )
+    expect(all(np.allclose(f, g) for f, g in zip(fresh, grads)), "from zero velocity, the new velocity is the gradient")
+    expect(
+        all(np.allclose(v1, 0.9 * v0 + g) for v1, v0, g in zip(new_velocity, velocity, grads)),
+        "the new velocity should keep beta times the old one and add the gradient",
+    )
+    expect(
+        all(np.allclose(p1, p0 - 0.1 * v1) for p1, p0, v1 in zip(new_params, params, new_velocity)),
+        "the parameters should move against the new velocity, scaled by the learning rate",
+    )
+    expect(
+        all(np.asarray(a).dtype == dtype for a in new_params + new_velocity),
+        f"the results should keep the parameters' dtype ({np.dtype(dtype).name})",
+    )
