@@ -73,16 +73,6 @@ NOT_YET_MOVED: dict[str, set[str]] = {
         "ex4-answer",
         "ex4-check",
     },
-    "11_running_on_hpc": {
-        "ex-sbatch-answer",
-        "ex-srun-answer",
-        "ex1-answer",
-        "ex1-check",
-        "ex2-answer",
-        "ex3-answer",
-        "ex4-answer",
-        "ex5-answer",
-    },
 }
 
 
