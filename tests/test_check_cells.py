@@ -58,20 +58,6 @@ NOT_YET_MOVED: dict[str, set[str]] = {
         "ex7-check",
     },
     "08_mirrored_strategy": {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer", "ex5-answer", "ex6-answer"},
-    "09_sharded_and_tensor_parallelism": {
-        "ex-choice-answer",
-        "ex-choice-check",
-        "ex-grid-answer",
-        "ex-grid-check",
-        "ex-memory-answer",
-        "ex-memory-check",
-        "ex-stage3-answer",
-        "ex-stage3-check",
-        "ex-tensor-answer",
-        "ex-tensor-check",
-        "ex-zero-answer",
-        "ex-zero-check",
-    },
     "10_scaling_and_profiling": {
         "ex-device-answer",
         "ex-device-check",
@@ -84,16 +70,6 @@ NOT_YET_MOVED: dict[str, set[str]] = {
         "ex3-check",
         "ex4-answer",
         "ex4-check",
-    },
-    "11_running_on_hpc": {
-        "ex-sbatch-answer",
-        "ex-srun-answer",
-        "ex1-answer",
-        "ex1-check",
-        "ex2-answer",
-        "ex3-answer",
-        "ex4-answer",
-        "ex5-answer",
     },
 }
 

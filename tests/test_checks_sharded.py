@@ -1,0 +1,114 @@
+"""course.checks.sharded, notebook 09's checks, tried directly on every answer the fixtures hold for its exercises
+(tests/check_cases.py): on two MPI engines with the quick profile's sizes, as the notebook runs them, and on a new
+8-rank `mpiexec` job for the grid. Plain data parallelism's training, what ZeRO's is compared with, is the
+notebook's own cell, run once."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from course import cluster, sharding
+from course.checks import sharded
+from course.comm import on_ranks
+from tests.check_cases import cases, define, judge
+from tests.conftest import ROOT
+
+NOTEBOOK = "09_sharded_and_tensor_parallelism"
+COVERED = {  # the answer cells whose fixture answers this module tries
+    "ex-memory-answer",
+    "ex-zero-answer",
+    "ex-stage3-answer",
+    "ex-tensor-answer",
+    "ex-grid-answer",
+    "ex-choice-answer",
+}
+QUICK = {"RANKS": 2, "SIZES": (8, 20, 4), "STEPS": 5, "WIDTH": 128, "LAYERS": 8}  # the notebook's quick profile
+
+
+def notebook_cell(marker: str) -> str:
+    """The source of the solution notebook's code cell holding `marker`."""
+    cells = json.loads((ROOT / "solutions" / f"{NOTEBOOK}.ipynb").read_text())["cells"]
+    (source,) = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and marker in "".join(c["source"])]
+    return source
+
+
+@pytest.fixture(scope="module")
+def view(tmp_path_factory):
+    """Two MPI engines in a profile of their own, as the notebook starts them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
+        engines = cluster.start(QUICK["RANKS"], engines="mpi", cluster_id="t-checks-sharded")
+        try:
+            yield engines.view
+        finally:
+            engines.stop()
+
+
+@pytest.fixture(scope="module")
+def trained(view):
+    """What the notebook defines before exercise 2: its `train`, plain data parallelism's steps and their run."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns.clear()
+    shell.user_ns.update({"np": np, "sharding": sharding, "view": view, **QUICK})
+    result = shell.run_cell(notebook_cell("def train("), store_history=False, silent=True)
+    assert result.success, result.error_in_exec
+    return {k: shell.user_ns[k] for k in ("train", "dp_state", "dp_step", "dp", "n_params")}
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-memory-answer"}), ids=str)
+def test_memory(case):
+    def run():
+        names = define(case, {})
+        return sharded.memory(names["zero_bytes"], names["fewest_devices"])
+
+    judge(case, run)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-zero-answer"}), ids=str)
+def test_zero_stage2(case, view, trained):
+    def run():
+        names = define(case, {"np": np, "sharding": sharding, **trained, **QUICK})
+        zero = view.apply_sync(
+            trained["train"], names["zero_state"], names["zero_step"], QUICK["SIZES"], QUICK["STEPS"]
+        )
+        return sharded.zero_stage2(zero, trained["dp"], trained["n_params"], QUICK["STEPS"])
+
+    judge(case, run)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-stage3-answer"}), ids=str)
+def test_stage3(case, view):
+    def run():
+        names = define(case, {"np": np, "sharding": sharding})
+        results = view.apply_sync(sharded.stage3_run, names["stage3_forward"], QUICK["WIDTH"], QUICK["LAYERS"])
+        return sharded.stage3(results, QUICK["LAYERS"])
+
+    judge(case, run)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-tensor-answer"}), ids=str)
+def test_tensor_parallel(case, view):
+    judge(case, lambda: sharded.tensor_parallel(define(case, {"np": np})["tensor_parallel_mlp"], view))
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-grid-answer"}), ids=str)
+def test_grid(case):
+    def run():
+        found = on_ranks(sharded.grid_groups, 8, define(case, {})["grid"], sharded.LAYOUTS, timeout=120)
+        return sharded.grid_layouts(found, sharded.LAYOUTS[:3] + sharded.LAYOUTS[-1:])
+
+    judge(case, run)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-choice-answer"}), ids=str)
+def test_choice(case):
+    def run():
+        names = define(case, {})
+        return sharded.choice(names["layout"], names["reasons"], names["stage3"])
+
+    judge(case, run)
