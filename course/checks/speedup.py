@@ -1,8 +1,8 @@
 """Notebook 10's checks of what a learner computes from run times: speedup and efficiency, Amdahl's serial fraction
 (Karp-Flatt), Gustafson's scaled speedup, the faster-device study, and why speedups stay below n. The functions a
-learner writes are tried on made-up times whose answers are plain, their stored values against the notebook's own
-measurements (`weak_time`, `step_time`, `compute_time`), and the numbers and letters that would give the answer
-away against salted digests (course.checks.quiz), which the notebook shows no more than before.
+learner writes are tried on made-up times whose results are plain; the values they store, against the notebook's
+own measurements (`weak_time`, `step_time`, `compute_time`); the numbers and letters that would give the answer
+away, against salted digests (course.checks.quiz), so that neither the notebook nor this module shows them.
 
     speedup.speedup_and_efficiency(scaling, bsc)      # None, or what is wrong
 """
