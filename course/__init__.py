@@ -6,13 +6,14 @@ A map, by role (each module's docstring says more):
   plots, results; for one device (notebook 06): input_pipeline (tf.data, the wait for data), tfprofiler (the
   TensorFlow profiler's trace), precision (mixed-precision policies, Keras's loss scaling); for models larger than
   one device (notebook 09): sharding (ZeRO's shards, a flat-vector network, Adam by elements).
-- What notebooks check a learner's answer with: checks/ (quiz, a Horovod script, a MirroredStrategy loop, a
-  batch script, a profiler trace's waits), shortcuts (answers that call the course's own code), answers (instructor-only references).
+- What notebooks check a learner's answer with: checks/ (one module per notebook or topic, each check returning
+  what is wrong in words: quiz, a Horovod script, a MirroredStrategy loop, a batch script, ...), shortcuts (answers that call the course's own code), answers (instructor-only references).
 - What runs as a job (`python -m course.programs.NAME`, under horovodrun, mpiexec or srun): programs/.
 - The machine underneath, one place each: slurm (every Slurm command), mpi (Open MPI), devices (GPUs, threads),
   processes (finding and killing), memory, settings (every COURSE_* variable), profile.
 - Tools on the command line (`python -m course ...`, cli): doctor/, jobs, apptainer, run, lab, contents (README's
-  table of notebooks, read from them), and grading/ (release, validate, grade a class locally or on Slurm, the
+  table of notebooks, read from them), scaffold (new-exercise: a graded exercise's pieces, CONTRIBUTING.md), and
+  grading/ (release, validate, grade a class locally or on Slurm, the
   student copy); for instructors, mutation/ (the mutation report: how many mutants of each exercise's solution its
   checks catch; not in the student copy).
 """

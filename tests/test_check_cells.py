@@ -58,19 +58,6 @@ NOT_YET_MOVED: dict[str, set[str]] = {
         "ex7-check",
     },
     "08_mirrored_strategy": {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer", "ex5-answer", "ex6-answer"},
-    "10_scaling_and_profiling": {
-        "ex-device-answer",
-        "ex-device-check",
-        "ex-gustafson-answer",
-        "ex-gustafson-check",
-        "ex1-answer",
-        "ex1-check",
-        "ex2-answer",
-        "ex3-answer",
-        "ex3-check",
-        "ex4-answer",
-        "ex4-check",
-    },
 }
 
 

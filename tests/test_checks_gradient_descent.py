@@ -12,7 +12,12 @@ from course.checks import gradient_descent
 from tests.check_cases import cases, define, judge
 
 NOTEBOOK = "02_sgd"
-COVERED = {"ex1-answer", "ex2-answer", "ex3-answer", "ex-momentum-answer"}  # the answer cells whose fixture answers this module tries
+COVERED = {
+    "ex1-answer",
+    "ex2-answer",
+    "ex3-answer",
+    "ex-momentum-answer",
+}  # the answer cells whose fixture answers this module tries
 HIDDEN = 32  # the quick profile's hidden layer
 
 
