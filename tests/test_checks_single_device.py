@@ -111,3 +111,12 @@ def test_loss_scaling(case, notebook):
     n = notebook
     names = define(case, {"tf": n["tf"], "np": np, "precision": precision})
     judge(case, lambda: single_device.loss_scaling(names["my_scaled_step"], n["build_small"], n["batches"]))
+
+
+def test_traces_name_their_threads(notebook):
+    """The right answer that matches waits by the thread's name (`thread`, right_answers) is tried on traces whose
+    step markers and waits carry their thread's name, so it is not the id-matching solution in disguise."""
+    for _, events in notebook["traces"]:
+        marks = [e for e in events if "step_num" in e.get("args", {})]
+        waits = [e for e in events if e["name"] == "IteratorGetNextOp::DoCompute"]
+        assert marks and waits and all(e["thread"] for e in marks + waits), "a step marker or wait without a name"
