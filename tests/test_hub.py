@@ -871,6 +871,63 @@ def test_doctor_checks_the_hub(hub, graded):
     assert f"checkout: chmod 700 {ROOT}" in done.stdout, done.stdout
 
 
+GIT_WATCH = """#!/bin/sh
+# git, watched: at a clone, what other users could do with its destination at that moment (then the real git)
+if [ "$1" = clone ]; then
+  for dest; do :; done
+  printf '%s %s\\n' "$(stat -c '%a %U' "$dest")" "$(setpriv --reuid=LEARNER --regid=LEARNER --clear-groups \\
+    ls -A "$dest" >/dev/null 2>&1 && echo listed || echo refused)" >> LOG
+fi
+exec /usr/bin/git "$@"
+"""
+
+
+def test_an_instructors_copy_is_never_readable_by_learners(hub, tmp_path):
+    """The guide's recipe for an instructor's copy of the site's checkout, run as root for an instructor who has
+    not logged in yet (home 755, as Debian makes it): the copy's folder is theirs and closed before git writes a
+    file into it (a learner cannot even list it at that moment), stays closed, and `course doctor --hub` knows it:
+    ok while closed, and naming it with the fix once it is opened."""
+    text = GUIDE.read_text()
+    line = re.search(r"`(bash scripts/instructor-copy\.sh INSTRUCTOR)`", text).group(1)
+    user, learner = "ddlhub-teach2", LEARNERS[0]
+    record = PREFIX / "share" / "ddl-hpc" / "instructor-copies"
+    recorded = record.read_text() if record.exists() else None
+    watch = tmp_path / "bin"
+    watch.mkdir()
+    log = tmp_path / "git.log"
+    (watch / "git").write_text(GIT_WATCH.replace("LEARNER", learner).replace("LOG", str(log)))
+    (watch / "git").chmod(0o755)
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, capture_output=True)
+    try:
+        assert stat.S_IMODE(home(user).stat().st_mode) == 0o755, "the test needs a home still open to others"
+        env = {**os.environ, "PATH": f"{watch}:{os.environ['PATH']}", "HUB_PREFIX": str(PREFIX)}
+        done = subprocess.run(
+            ["bash", "-c", line.replace("INSTRUCTOR", user)], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        copy = home(user) / "ddl-hpc-course"
+        assert log.read_text() == f"700 {user} refused\n", log.read_text()  # at the clone: closed, theirs
+        assert (copy / "course" / "answers.py").is_file() and (copy / "solutions").is_dir()
+        peek = run_as(learner, ["cat", str(copy / "course" / "answers.py")], home(learner), check=False)
+        assert peek.returncode != 0 and "Permission denied" in peek.stderr, peek.stdout[:200]
+        assert str(copy) in record.read_text().splitlines()
+
+        env = {**os.environ, "COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}
+        doctor = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
+        closed = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=300, cwd="/")
+        assert re.search(rf"ok\s+checkout\s.*{copy}", closed.stdout), closed.stdout
+        copy.chmod(0o755)  # opened by mistake: named, with the fix
+        opened = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=300, cwd="/")
+        assert opened.returncode == 1 and re.search(rf"FAIL\s+checkout\s.*{copy}", opened.stdout), opened.stdout
+        assert f"chmod 700 {copy}" in opened.stdout, opened.stdout
+    finally:
+        subprocess.run(["userdel", "-r", user], capture_output=True)
+        if recorded is None:
+            record.unlink(missing_ok=True)
+        else:
+            record.write_text(recorded)
+
+
 def test_setup_refuses_a_python_other_users_cannot_run(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("setup-hub.sh runs as root (it writes the shared environment)")

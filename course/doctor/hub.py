@@ -1,8 +1,8 @@
 """`python -m course doctor --hub`: whether a JupyterHub serves the course safely (deploy/jupyterhub/).
 
 Five lines: the shared environment the servers run from, the kernel every user gets, nbgrader's exchange, whether
-every checkout of the course (the site's, wherever `make setup HUB=1` ran, and the instructor's) is closed to other
-users, and whether any file a learner account can read holds an answer block or a hidden test. A learner "can read"
+every checkout of the course (the site's, wherever `make setup HUB=1` ran, the instructors' copies that
+scripts/instructor-copy.sh made, and the one it runs from) is closed to other users, and whether any file a learner account can read holds an answer block or a hidden test. A learner "can read"
 a file when others may read it and enter every folder above it (learners are neither owner nor group of these).
 """
 
@@ -25,8 +25,10 @@ KERNEL = "ddl-hpc"
 MARKERS = (b"### BEGIN SOLUTION", b"### BEGIN HIDDEN TESTS")
 KERNEL_LINE = b'"name": "ddl-hpc"'
 BIGGEST = 20 * 1024 * 1024  # larger files are data, not notebooks
-# Where scripts/setup-hub.sh records the checkout it ran from (the site's), inside the environment it made.
+# Where scripts/setup-hub.sh records the checkout it ran from (the site's), inside the environment it made, and where
+# scripts/instructor-copy.sh records each instructor's copy it made (a path a line).
 CHECKOUT_RECORD = Path("share") / "ddl-hpc" / "checkout"
+COPIES_RECORD = Path("share") / "ddl-hpc" / "instructor-copies"
 
 
 def closed_to_others(path: Path, need: int = stat.S_IROTH) -> Path | None:
@@ -140,13 +142,14 @@ def check_checkouts(checkouts: list[Path]) -> Check:
 
 
 def checkouts(prefix: Path) -> list[Path]:
-    """The checkouts to check: the site's (recorded by setup-hub.sh in PREFIX), this `course`'s, the current folder."""
+    """The checkouts to check: the site's and the instructors' copies (recorded in PREFIX by setup-hub.sh and
+    instructor-copy.sh), this `course`'s, the current folder."""
     from course.grading import ROOT
 
     found = []
-    record = prefix / CHECKOUT_RECORD
-    if record.is_file():
-        found.append(Path(record.read_text().strip()))
+    for record in (prefix / CHECKOUT_RECORD, prefix / COPIES_RECORD):
+        if record.is_file():
+            found += [Path(line.strip()) for line in record.read_text().splitlines() if line.strip()]
     found += [folder for folder in (ROOT, Path.cwd()) if is_checkout(folder)]
     return list(dict.fromkeys(found))
 
