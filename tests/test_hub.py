@@ -502,11 +502,28 @@ def test_two_learners_run_notebook_00_on_their_own_clusters(hub, pages):
     engines = {user: _engines_of(user) for user in pair}
     assert all(len(pids) >= 2 for pids in engines.values()), engines
     assert not set(engines[pair[0]]) & set(engines[pair[1]])
+    for user in pair:  # nothing of a learner's session listens beyond the loopback, their mpiexec included
+        mine = [p for p in psutil.process_iter(["username", "name"]) if p.info["username"] == user]
+        assert any(p.info["name"] == "mpiexec" for p in mine), [p.info["name"] for p in mine]
+        assert not _off_loopback({p.pid for p in mine}), (
+            f"{user}'s processes listen: {_off_loopback({p.pid for p in mine})}"
+        )
     pages[pair[0]].screenshot(path=str(ARTIFACTS / "hub-notebook-00.png"))
     for user in pair:
         page = pages[user]
         add_cell_and_run(page, "cluster.stop(); print('stopped')")
         expect(page.locator(".jp-OutputArea-output").filter(has_text="stopped")).to_have_count(1, timeout=120_000)
+
+
+def _off_loopback(pids: set[int]) -> list[str]:
+    """`ss -ltnp`'s lines for the processes PIDS that listen at an address other than 127.0.0.1 or ::1."""
+    lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return [
+        line
+        for line in lines
+        if line.split()[3].rsplit(":", 1)[0].strip("[]") not in ("127.0.0.1", "::1")
+        and {int(pid) for pid in re.findall(r"pid=(\d+),", line)} & pids
+    ]
 
 
 def _engines_of(user: str) -> list[int]:
