@@ -18,6 +18,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -1115,14 +1116,21 @@ def test_a_learners_jupyterlab_runs_as_a_slurm_job_on_a_node_and_stops_with_it(s
 
 
 def test_a_learner_sees_slurms_reason_when_it_refuses_or_holds_the_job(slurm_hub, browser, virtual_cluster):
-    """Refused by sbatch (an unknown partition), pending (the nodes busy), and pending for a reason that never
-    clears (a time limit over the partition's): each shows Slurm's own words on the hub's spawn pages."""
+    """Refused by sbatch (an unknown partition, more cores than a node has), pending (the nodes busy), and pending
+    for a reason that never clears (a time limit over the partition's): each shows Slurm's own words on the hub's
+    spawn pages."""
     from playwright.sync_api import expect
 
     user = LEARNERS[1]
     page = spawn_page(browser, slurm_hub, user)
     start_with(page, partition="nosuch")
     expect(page.locator("body")).to_contain_text("Invalid partition name specified", timeout=60_000)
+    assert not _jobs_of(user, virtual_cluster)
+    # More cores than a node has: refused at once (Debian 12's Slurm does not queue it), in Slurm's words.
+    page.goto(f"{slurm_hub.url}/hub/spawn/{user}")
+    expect(page.locator("#partition")).to_be_visible(timeout=60_000)
+    start_with(page, partition="", nprocs=str(SLURM_NODE_CPUS + 1))
+    expect(page.locator("body")).to_contain_text("Requested node configuration is not available", timeout=60_000)
     assert not _jobs_of(user, virtual_cluster)
 
     # Every core of the cluster taken: the learner's job waits, and the pending page says why.
@@ -1217,9 +1225,12 @@ def ondemand_launch(app: Path, answers: dict[str, str], cluster: dict) -> tuple[
 
 
 def test_ondemand_shows_slurms_reason_when_it_refuses_a_session(ondemand_app, virtual_cluster):
-    """What the dashboard shows when sbatch refuses the job is sbatch's own message (here: an unknown partition)."""
+    """What the dashboard shows when sbatch refuses the job is sbatch's own message: an unknown partition, and more
+    cores than a node has (refused at once, as the guide says, not queued)."""
     _, refused = ondemand_launch(ondemand_app, {"bc_queue": "nosuch"}, virtual_cluster)
     assert refused.returncode != 0 and "Invalid partition name specified" in refused.stderr, refused.stderr
+    _, refused = ondemand_launch(ondemand_app, {"num_cores": str(SLURM_NODE_CPUS + 1)}, virtual_cluster)
+    assert refused.returncode != 0 and "Requested node configuration is not available" in refused.stderr, refused.stderr
     assert not _jobs_of(OOD_LEARNER, virtual_cluster)
 
 
@@ -1237,6 +1248,24 @@ def _wait_for_connection(staged: Path, job: str, cluster: dict) -> dict:
         time.sleep(1)
     log = staged / "output.log"
     raise AssertionError(f"no connection.yml (job {job}: {state}):\n{log.read_text()[-3000:] if log.exists() else ''}")
+
+
+def test_an_ondemand_session_connects_once_jupyterlab_listens_on_a_node_without_nc(ondemand_app, virtual_cluster):
+    """The job wrapped with OnDemand's helpers as they are on a node without nc (tests/ondemand.py): connection.yml
+    appears once JupyterLab listens at its host and port, and output.log holds no line of the app's own (no false
+    "did not listen"); the session then ends with its job."""
+    staged, submitted = ondemand_launch(ondemand_app, {"profile": "quick", "bc_num_hours": "1"}, virtual_cluster)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    try:
+        found = _wait_for_connection(staged, job, virtual_cluster)
+        with socket.create_connection((found["host"], int(found["port"])), timeout=10):
+            pass  # JupyterLab listens where the Connect button points
+        log = (staged / "output.log").read_text()
+        assert "[ddl-hpc]" not in log, log[-3000:]
+    finally:
+        subprocess.run(["scancel", job], env=virtual_cluster, capture_output=True, timeout=60)
+    assert _queue_empties(OOD_LEARNER, virtual_cluster, 60), "the session's job is still in the queue"
 
 
 def _processes_on(user: str, node: str) -> list[psutil.Process]:
