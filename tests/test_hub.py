@@ -249,7 +249,10 @@ def _launch(hub: Hub) -> Hub:
 
 def _stop_hub(hub: Hub, keep_servers: bool = False) -> None:
     """SIGTERM: JupyterHub stops its proxy and exits, leaving users' servers running (cleanup_servers = False);
-    unless KEEP_SERVERS, the test then ends what the hub started (each process by its id)."""
+    unless KEEP_SERVERS, the test then ends what the hub started (each process by its id). A hub already stopped
+    (the guide's way, by the last test) is left as it is."""
+    if hub.process.poll() is not None:
+        return
     descendants = psutil.Process(hub.process.pid).children(recursive=True)
     hub.process.send_signal(signal.SIGTERM)
     try:
@@ -1415,3 +1418,34 @@ def test_ending_an_ondemand_session_ends_every_process_of_it_and_keeps_the_files
     _, left = psutil.wait_procs(processes, timeout=60)
     assert not left, f"processes of the session outlived its job: {[p.cmdline() for p in left]}"
     assert (home(user) / NOTEBOOK_00).read_text() == session.edited and (session.staged / "output.log").exists()
+
+
+# --- Last: the end of a course, as the guide says (the hub stopped, then its `pkill` line as root) ----------------
+
+
+def _class_processes(word: str) -> list[psutil.Process]:
+    """Processes of the class's accounts (learners and instructor) whose command line holds WORD."""
+    return [
+        p
+        for p in psutil.process_iter(["username", "cmdline"])
+        if p.info["username"] in (*LEARNERS, INSTRUCTOR) and word in " ".join(p.info["cmdline"] or [])
+    ]
+
+
+def test_ending_the_course_as_the_guide_says_ends_every_server(hub, pages):
+    """Last in this file (it stops the first hub): the hub stopped with SIGTERM, as Ctrl-C does, leaves every
+    server running; the guide's `pkill` line, run as root, then ends them all, the instructor's as well as the
+    learners', and the kernels they ran."""
+    text = GUIDE.read_text()
+    section = text[text.index(f"\n{SECTION}\n") :]
+    line = as_here(re.search(r"to end them all.*?`(pkill [^`]+)`", section, flags=re.S).group(1))
+    users = {p.info["username"] for p in _class_processes("jupyterhub-singleuser")}
+    assert users >= {*LEARNERS, INSTRUCTOR}, f"servers running before the end: {users}"
+    _stop_hub(hub, keep_servers=True)
+    servers = _class_processes("jupyterhub-singleuser")
+    assert {p.info["username"] for p in servers} == users, "stopping the hub ended servers: the guide's line is moot"
+    kernels = _class_processes("ipykernel")
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{line}: {done.stderr}"
+    _, left = psutil.wait_procs(servers + kernels, timeout=120)
+    assert not left, f"{line} left: {[(p.username(), p.cmdline()[:3]) for p in left]}"
