@@ -44,7 +44,7 @@ def check_environment(prefix: Path) -> Check:
     """The servers' environment: JupyterHub, the installed student package, runnable by every user."""
     python = prefix / "bin" / "python"
     if not (prefix / "bin" / "jupyterhub-singleuser").exists():
-        return Check("hub-env", False, f"no JupyterHub in {prefix}", "run 'sudo make setup HUB=1' (HUB_PREFIX=DIR)")
+        return Check("hub-env", False, f"no JupyterHub in {prefix}", "as root: make setup HUB=1 (HUB_PREFIX=DIR)")
     closed = closed_to_others(python, stat.S_IXOTH)
     if closed is not None:
         return Check(
@@ -58,14 +58,14 @@ def check_environment(prefix: Path) -> Check:
     done = subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True, timeout=120, cwd="/")
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return Check("hub-env", False, f"{python} cannot import the course: {tail}", "run 'sudo make setup HUB=1'")
+        return Check("hub-env", False, f"{python} cannot import the course: {tail}", "as root: make setup HUB=1")
     package = Path(json.loads(done.stdout.strip().splitlines()[-1])).parent
     if prefix.resolve() not in package.resolve().parents:
         return Check(
             "hub-env",
             False,
             f"the servers' `course` is {package}, outside {prefix}: learners' kernels would read that checkout",
-            "run 'sudo make setup HUB=1' (it installs the student package, not an editable checkout)",
+            "as root: make setup HUB=1 (it installs the student package, not an editable checkout)",
         )
     return Check("hub-env", True, f"{prefix}: JupyterHub and the student package, runnable by every user")
 
@@ -74,7 +74,7 @@ def check_kernel(prefix: Path) -> Check:
     """The kernel "Python (DDL on HPC)" in the environment, so every user's JupyterLab lists it."""
     spec = prefix / "share" / "jupyter" / "kernels" / KERNEL / "kernel.json"
     if not spec.is_file():
-        return Check("hub-kernel", False, f"no kernel {KERNEL} in {prefix}", "run 'sudo make setup HUB=1'")
+        return Check("hub-kernel", False, f"no kernel {KERNEL} in {prefix}", "as root: make setup HUB=1")
     program = Path(json.loads(spec.read_text())["argv"][0])
     closed = closed_to_others(spec) or (closed_to_others(program, stat.S_IXOTH) if program.exists() else program)
     if closed is not None:
@@ -84,7 +84,7 @@ def check_kernel(prefix: Path) -> Check:
 
 def check_exchange(exchange: Path) -> Check:
     """nbgrader's exchange: every user may write into it; no learner may list another's submissions."""
-    fix = f"sudo mkdir -p {exchange} && sudo chmod 1777 {exchange}"
+    fix = f"as root: mkdir -p {exchange} && chmod 1777 {exchange}"
     if not exchange.is_dir():
         return Check("exchange", False, f"no exchange at {exchange}", fix)
     mode = exchange.stat().st_mode
