@@ -2,14 +2,18 @@
 
 As root, Open MPI refuses to start unless told it may; in containers its shared-memory
 single-copy mechanism may be refused; a class often asks for more ranks than the node has cores; and on a shared
-login node, ranks on one machine should not listen on the network.
+login node, nothing of a run on one machine should listen on the network: not the ranks, not mpiexec.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 from course import UserError
 
@@ -43,9 +47,45 @@ SETTINGS = {
 # the ranks use shared memory (vader) and themselves (self), nothing else. In an allocation of several nodes Open
 # MPI chooses as usual: there OMPI_MCA_btl_tcp_if_include /
 # OMPI_MCA_oob_tcp_if_include choose the cluster's internal network (docs/instructor-guide.md, section 6).
-# mpiexec's own out-of-band listener is bound to every interface by Open MPI 4.1 whatever is set (its address lists
-# choose only what it tells other nodes), so it stays on 0.0.0.0 and [::].
 ONE_NODE = {"OMPI_MCA_btl": "self,vader"}
+# mpiexec's own out-of-band listener (Open MPI 4.1's runtime, ORTE's oob/tcp) is bound to 0.0.0.0 and [::] whatever
+# is set: its create_listen binds INADDR_ANY, and oob_tcp_if_include only chooses the addresses it tells other nodes.
+# On one node no other machine has anything to say to it (the ranks reach mpiexec through PMIx, on 127.0.0.1), so
+# mpiexec runs with this library preloaded: its bind() turns an any-address into loopback (127.0.0.1, ::1). The ranks
+# inherit the library and bind as they ask (it acts only in a process named as Open MPI's launchers are), and so does
+# an mpiexec that finds itself in an allocation of several nodes (an environment made here, then `salloc -N2`): there
+# the other nodes' daemons must reach it. Built once per user with the machine's C compiler (the one Horovod's build
+# needs); without one, mpiexec listens as before.
+LOOPBACK_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+static int launcher_on_one_node(void) {
+    static const char *names[] = {"mpiexec", "mpirun", "orterun", "prterun"};
+    const char *nodes = getenv("SLURM_JOB_NUM_NODES");
+    if (nodes && strcmp(nodes, "1")) return 0;
+    for (unsigned i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strncmp(program_invocation_short_name, names[i], strlen(names[i]))) return 1;
+    return 0;
+}
+
+int bind(int fd, const struct sockaddr *address, socklen_t length) {
+    int (*real)(int, const struct sockaddr *, socklen_t) = dlsym(RTLD_NEXT, "bind");
+    struct sockaddr_storage local;
+    if (!address || length > sizeof local || !launcher_on_one_node()) return real(fd, address, length);
+    memcpy(&local, address, length);
+    if (local.ss_family == AF_INET && ((struct sockaddr_in *)&local)->sin_addr.s_addr == htonl(INADDR_ANY))
+        ((struct sockaddr_in *)&local)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else if (local.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&local)->sin6_addr))
+        ((struct sockaddr_in6 *)&local)->sin6_addr = in6addr_loopback;
+    return real(fd, (struct sockaddr *)&local, length);
+}
+"""
 SITE_TRANSPORT = {"OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_btl_tcp_if_exclude"}
 # Placement: ranks share the node's cores freely (as the University of Queensland workshop's job script does).
 BIND_FLAGS = ("--bind-to", "none")
@@ -54,8 +94,8 @@ JOB_FLAGS = (*BIND_FLAGS, "--map-by", "slot")
 
 
 def env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for `mpiexec`: `base` (default os.environ) plus the settings Open MPI needs here, and ranks
-    that write whole lines (not PYTHONUNBUFFERED)."""
+    """The environment for `mpiexec`: `base` (default os.environ) plus the settings Open MPI needs here, ranks that
+    write whole lines (not PYTHONUNBUFFERED), and on one node LOOPBACK_C preloaded (mpiexec listens on loopback)."""
     result = dict(os.environ if base is None else base)
     # Unbuffered, Python writes a print's text and its newline separately, and mpiexec can put another rank's line
     # between the two; buffered, a print with flush=True is one write of a whole line.
@@ -65,9 +105,41 @@ def env(base: dict[str, str] | None = None) -> dict[str, str]:
             result.setdefault(key, value)
     for key, value in {**SETTINGS, **(SINGLE_COPY if in_container(result) else {})}.items():
         result.setdefault(key, value)
-    if result.get("SLURM_JOB_NUM_NODES", "1") == "1" and not SITE_TRANSPORT & set(result):
+    one_node = result.get("SLURM_JOB_NUM_NODES", "1") == "1"
+    if one_node and not SITE_TRANSPORT & set(result):
         result.update(ONE_NODE)  # a site's own choice of transport or network is kept as it is
+    library = loopback_library() if one_node else None
+    preloaded = result.get("LD_PRELOAD", "").split()
+    if library and str(library) not in preloaded:
+        result["LD_PRELOAD"] = " ".join([str(library), *preloaded])
     return result
+
+
+def loopback_library() -> Path | None:
+    """LOOPBACK_C built into the user's cache (once per version of it), or None where no C compiler builds it."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    key = hashlib.sha256(f"{LOOPBACK_C}{platform.machine()}".encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "course"
+    library = folder / f"mpiexec-loopback-{key}.so"
+    if library.is_file() or compiler is None:
+        return library if library.is_file() else None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as building:  # then moved in whole: never half-written
+            built = Path(building) / library.name
+            done = subprocess.run(
+                [compiler, "-shared", "-fPIC", "-O2", "-x", "c", "-", "-o", str(built), "-ldl"],
+                input=LOOPBACK_C,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if done.returncode != 0:
+                return None
+            built.replace(library)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return library
 
 
 def in_container(environ: dict[str, str] | None = None) -> bool:

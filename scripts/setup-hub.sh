@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The shared environment a JupyterHub serves the course from (docs/instructor-guide.md, "Deploying on JupyterHub").
-#   sudo make setup HUB=1            (or: sudo bash scripts/setup-hub.sh, after `make setup`)
+#   make setup HUB=1, as root        (or, as root: bash scripts/setup-hub.sh, after `make setup`)
 # It makes HUB_PREFIX (default /opt/ddl-hpc) from a Python every user can run: HUB_PYTHON, else a Python 3.11 on
 # PATH outside private folders, else a CPython 3.11 that uv installs into HUB_PREFIX-python (/opt/ddl-hpc-python:
 # readable by all, unlike root's home; scripts/python-choice.sh chooses as for .venv). `--print-python` prints that

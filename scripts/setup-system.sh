@@ -51,7 +51,7 @@ fi
 
 cat >&2 <<MSG
 [setup] missing system packages: ${missing[*]}
-  Ask an administrator to run:   sudo apt-get install -y ${missing[*]}
+  Ask an administrator to run, as root:   apt-get install -y ${missing[*]}
   On an HPC cluster instead:     module load openmpi   (then run make again)
 MSG
 exit 1

@@ -9,7 +9,7 @@
 #             COURSE_CONTROLLER_HOST  the address at which the nodes reach this host (an engine cluster's
 #                                     controller must listen there, not on 127.0.0.1)
 #             OMPI_MCA_*_if_include   Open MPI uses the bridge's network between the nodes
-#   stop    stops every daemon, namespace, link and /etc/hosts line that start made.
+#   stop    stops every daemon (its munged too), namespace, link and /etc/hosts line that start made.
 #   status  prints the nodes and their states; exit 0 when every node takes jobs.
 # Needs root, network namespaces, and the packages slurm-wlm, munge and iproute2.
 # Exit status 3 means "cannot run here", with the reason on stderr.
@@ -26,6 +26,9 @@ BRIDGE=brvc
 NET=10.77.0
 HOST_IP=$NET.1
 HOSTS_MARK="# course virtual-cluster"
+# This cluster's own munged (socket, pid file, seed), named in slurm.conf (AuthInfo): stop ends it with the other
+# daemons, and the machine's munged (a site's, or the single-node Slurm's) is never touched.
+MUNGE=$BASE/munge
 export SLURM_CONF=$CONF
 
 say() { echo "$NAME: $*" >&2; }
@@ -70,6 +73,7 @@ write_conf() {
     echo "SlurmctldPort=6917"
     echo "SlurmdPort=6918"
     echo "AuthType=auth/munge"
+    echo "AuthInfo=socket=$MUNGE/munge.socket"
     echo "ProctrackType=proctrack/linuxproc"
     echo "TaskPlugin=task/none"
     echo "SelectType=select/cons_tres"
@@ -116,6 +120,17 @@ add_network() {
   done
 }
 
+start_munged() {
+  # the machine's key (made if missing), this cluster's socket: a file, so slurmds in the namespaces reach it too
+  [ -s /etc/munge/munge.key ] || mungekey -c -f -k /etc/munge/munge.key
+  mkdir -p "$MUNGE" "$LOG"
+  chmod 755 "$BASE" "$MUNGE"  # every user's sbatch and squeue talk to it
+  alive "$MUNGE/munged.pid" && return 0
+  # as root (--force: munged would rather run as its own user, which owns the machine's munged files)
+  munged --force --socket="$MUNGE/munge.socket" --pid-file="$MUNGE/munged.pid" --seed-file="$MUNGE/munged.seed" \
+    --log-file="$LOG/munged.log" 2>>"$LOG/munged.log"
+}
+
 start_daemons() {
   local node
   # an empty queue: jobs of an earlier, killed run must not hold the nodes
@@ -147,8 +162,8 @@ start() {
     stop >/dev/null
   fi
   check_namespaces
-  start_munge
   write_conf "$n"
+  start_munged
   add_network "$n"
   start_daemons
   for _ in $(seq 1 60); do
@@ -170,6 +185,7 @@ stop() {
   need_slurm
   for node in $(node_names); do stop_pidfile "$BASE/slurmd-$node.pid"; done
   stop_pidfile "$BASE/slurmctld.pid"
+  stop_pidfile "$MUNGE/munged.pid"
   # job steps that outlived their slurmd run in the node's namespace: end them before deleting it
   for node in $(ip netns list 2>/dev/null | awk '/^vc[0-9]/ {print $1}'); do
     for pid in $(ip netns pids "$node" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
@@ -186,8 +202,8 @@ stop() {
     rm -f "$BASE/hosts.new"
   fi
   rm -f "$CONF" "$BASE/nodes"
-  rm -rf "$BASE/state" "$BASE/spool" "$BASE/tmp"
-  say "stopped (daemons, namespaces, links and /etc/hosts lines removed)"
+  rm -rf "$BASE/state" "$BASE/spool" "$BASE/tmp" "$MUNGE"
+  say "stopped (daemons, munged included, namespaces, links and /etc/hosts lines removed)"
 }
 
 status() {

@@ -6,8 +6,10 @@ uses, so its few steps are done here as its code and documentation describe them
 fixed attributes and defaults, then the learner's answers), the session's folder staged from the app's template/
 with every *.erb rendered (tests/ondemand_render.rb), submit.yml.erb and the form's own attributes turned into sbatch
 options as OnDemand's Slurm adapter does, and the job script wrapped as the "basic" template wraps it: helpers,
-before.sh sourced, script.sh started, after.sh sourced, connection.yml written. The helpers are written here, with
-the names and meaning OnDemand gives them (find_port, create_passwd, wait_until_port_used), not copied.
+before.sh sourced, script.sh started (its pid in SCRIPT_PID), after.sh sourced, connection.yml written. The helpers
+are written here, with the names and meaning OnDemand gives them (find_port, create_passwd, wait_until_port_used),
+not copied; port_used asks `nc` alone, as OnDemand's older helpers do, on nodes without nc (a site engineer's case:
+`nc` here always fails as a missing command does), so an app that leaned on them would never see its port in use.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ BASIC = r"""
 cd {staged}
 export host port
 
+# A node without netcat (whatever this machine has): the command is not found.
+nc() {{ echo "nc: command not found" >&2; return 127; }}
+
 # OnDemand's helpers, by the names its templates call them.
-port_used() {{  # is something listening at HOST:PORT (or PORT on localhost)?
+port_used() {{  # is something listening at HOST:PORT (or PORT on localhost)? (nc alone, as older OnDemand asks)
   local where=${{1%:*}} number=${{1##*:}}
   [ "$where" = "$1" ] && where=localhost
-  (: </dev/tcp/"$where"/"$number") 2>/dev/null
+  nc -w 2 "$where" "$number" </dev/null >/dev/null 2>&1
 }}
 find_port() {{  # a port in [$2, $3] nothing listens on at host $1
   local candidate
@@ -57,15 +62,15 @@ wait_until_port_used() {{  # wait up to $2 seconds (30) for something to listen 
 create_passwd() {{  # $1 random letters and digits
   tr -dc 'A-Za-z0-9' </dev/urandom 2>/dev/null | head -c "${{1:-8}}"
 }}
-export -f port_used find_port wait_until_port_used create_passwd
+export -f nc port_used find_port wait_until_port_used create_passwd
 
 host=$(hostname)
 [ -e {staged}/before.sh ] && source {staged}/before.sh
 {staged}/script.sh &
-script_pid=$!
+SCRIPT_PID=$!
 [ -e {staged}/after.sh ] && source {staged}/after.sh
 (umask 077 && printf 'host: %s\nport: %s\npassword: %s\n' "$host" "$port" "$password" > {staged}/connection.yml)
-wait "$script_pid"
+wait "$SCRIPT_PID"
 """
 
 

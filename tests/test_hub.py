@@ -18,6 +18,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -248,7 +249,10 @@ def _launch(hub: Hub) -> Hub:
 
 def _stop_hub(hub: Hub, keep_servers: bool = False) -> None:
     """SIGTERM: JupyterHub stops its proxy and exits, leaving users' servers running (cleanup_servers = False);
-    unless KEEP_SERVERS, the test then ends what the hub started (each process by its id)."""
+    unless KEEP_SERVERS, the test then ends what the hub started (each process by its id). A hub already stopped
+    (the guide's way, by the last test) is left as it is."""
+    if hub.process.poll() is not None:
+        return
     descendants = psutil.Process(hub.process.pid).children(recursive=True)
     hub.process.send_signal(signal.SIGTERM)
     try:
@@ -502,11 +506,28 @@ def test_two_learners_run_notebook_00_on_their_own_clusters(hub, pages):
     engines = {user: _engines_of(user) for user in pair}
     assert all(len(pids) >= 2 for pids in engines.values()), engines
     assert not set(engines[pair[0]]) & set(engines[pair[1]])
+    for user in pair:  # nothing of a learner's session listens beyond the loopback, their mpiexec included
+        mine = [p for p in psutil.process_iter(["username", "name"]) if p.info["username"] == user]
+        assert any(p.info["name"] == "mpiexec" for p in mine), [p.info["name"] for p in mine]
+        assert not _off_loopback({p.pid for p in mine}), (
+            f"{user}'s processes listen: {_off_loopback({p.pid for p in mine})}"
+        )
     pages[pair[0]].screenshot(path=str(ARTIFACTS / "hub-notebook-00.png"))
     for user in pair:
         page = pages[user]
         add_cell_and_run(page, "cluster.stop(); print('stopped')")
         expect(page.locator(".jp-OutputArea-output").filter(has_text="stopped")).to_have_count(1, timeout=120_000)
+
+
+def _off_loopback(pids: set[int]) -> list[str]:
+    """`ss -ltnp`'s lines for the processes PIDS that listen at an address other than 127.0.0.1 or ::1."""
+    lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return [
+        line
+        for line in lines
+        if line.split()[3].rsplit(":", 1)[0].strip("[]") not in ("127.0.0.1", "::1")
+        and {int(pid) for pid in re.findall(r"pid=(\d+),", line)} & pids
+    ]
 
 
 def _engines_of(user: str) -> list[int]:
@@ -871,6 +892,63 @@ def test_doctor_checks_the_hub(hub, graded):
     assert f"checkout: chmod 700 {ROOT}" in done.stdout, done.stdout
 
 
+GIT_WATCH = """#!/bin/sh
+# git, watched: at a clone, what other users could do with its destination at that moment (then the real git)
+if [ "$1" = clone ]; then
+  for dest; do :; done
+  printf '%s %s\\n' "$(stat -c '%a %U' "$dest")" "$(setpriv --reuid=LEARNER --regid=LEARNER --clear-groups \\
+    ls -A "$dest" >/dev/null 2>&1 && echo listed || echo refused)" >> LOG
+fi
+exec /usr/bin/git "$@"
+"""
+
+
+def test_an_instructors_copy_is_never_readable_by_learners(hub, tmp_path):
+    """The guide's recipe for an instructor's copy of the site's checkout, run as root for an instructor who has
+    not logged in yet (home 755, as Debian makes it): the copy's folder is theirs and closed before git writes a
+    file into it (a learner cannot even list it at that moment), stays closed, and `course doctor --hub` knows it:
+    ok while closed, and naming it with the fix once it is opened."""
+    text = GUIDE.read_text()
+    line = re.search(r"`(bash scripts/instructor-copy\.sh INSTRUCTOR)`", text).group(1)
+    user, learner = "ddlhub-teach2", LEARNERS[0]
+    record = PREFIX / "share" / "ddl-hpc" / "instructor-copies"
+    recorded = record.read_text() if record.exists() else None
+    watch = tmp_path / "bin"
+    watch.mkdir()
+    log = tmp_path / "git.log"
+    (watch / "git").write_text(GIT_WATCH.replace("LEARNER", learner).replace("LOG", str(log)))
+    (watch / "git").chmod(0o755)
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, capture_output=True)
+    try:
+        assert stat.S_IMODE(home(user).stat().st_mode) == 0o755, "the test needs a home still open to others"
+        env = {**os.environ, "PATH": f"{watch}:{os.environ['PATH']}", "HUB_PREFIX": str(PREFIX)}
+        done = subprocess.run(
+            ["bash", "-c", line.replace("INSTRUCTOR", user)], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        copy = home(user) / "ddl-hpc-course"
+        assert log.read_text() == f"700 {user} refused\n", log.read_text()  # at the clone: closed, theirs
+        assert (copy / "course" / "answers.py").is_file() and (copy / "solutions").is_dir()
+        peek = run_as(learner, ["cat", str(copy / "course" / "answers.py")], home(learner), check=False)
+        assert peek.returncode != 0 and "Permission denied" in peek.stderr, peek.stdout[:200]
+        assert str(copy) in record.read_text().splitlines()
+
+        env = {**os.environ, "COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}
+        doctor = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
+        closed = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=300, cwd="/")
+        assert re.search(rf"ok\s+checkout\s.*{copy}", closed.stdout), closed.stdout
+        copy.chmod(0o755)  # opened by mistake: named, with the fix
+        opened = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=300, cwd="/")
+        assert opened.returncode == 1 and re.search(rf"FAIL\s+checkout\s.*{copy}", opened.stdout), opened.stdout
+        assert f"chmod 700 {copy}" in opened.stdout, opened.stdout
+    finally:
+        subprocess.run(["userdel", "-r", user], capture_output=True)
+        if recorded is None:
+            record.unlink(missing_ok=True)
+        else:
+            record.write_text(recorded)
+
+
 def test_setup_refuses_a_python_other_users_cannot_run(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("setup-hub.sh runs as root (it writes the shared environment)")
@@ -899,7 +977,7 @@ def test_doctor_hub_says_what_a_machine_without_a_hub_lacks(tmp_path):
     assert done.returncode == 1 and not done.stderr.strip(), done.stderr
     assert re.search(r"FAIL\s+hub-env\s+no JupyterHub in .*nowhere", done.stdout), done.stdout
     assert re.search(r"FAIL\s+hub-kernel\s", done.stdout), done.stdout
-    assert f"exchange: sudo mkdir -p {tmp_path / 'exchange'} && sudo chmod 1777" in done.stdout, done.stdout
+    assert f"exchange: as root: mkdir -p {tmp_path / 'exchange'} && chmod 1777" in done.stdout, done.stdout
 
 
 # --- JupyterLab as a Slurm job (deploy/jupyterhub/jupyterhub_config_slurm.py) on the two-node virtual cluster -----
@@ -1041,14 +1119,21 @@ def test_a_learners_jupyterlab_runs_as_a_slurm_job_on_a_node_and_stops_with_it(s
 
 
 def test_a_learner_sees_slurms_reason_when_it_refuses_or_holds_the_job(slurm_hub, browser, virtual_cluster):
-    """Refused by sbatch (an unknown partition), pending (the nodes busy), and pending for a reason that never
-    clears (a time limit over the partition's): each shows Slurm's own words on the hub's spawn pages."""
+    """Refused by sbatch (an unknown partition, more cores than a node has), pending (the nodes busy), and pending
+    for a reason that never clears (a time limit over the partition's): each shows Slurm's own words on the hub's
+    spawn pages."""
     from playwright.sync_api import expect
 
     user = LEARNERS[1]
     page = spawn_page(browser, slurm_hub, user)
     start_with(page, partition="nosuch")
     expect(page.locator("body")).to_contain_text("Invalid partition name specified", timeout=60_000)
+    assert not _jobs_of(user, virtual_cluster)
+    # More cores than a node has: refused at once (Debian 12's Slurm does not queue it), in Slurm's words.
+    page.goto(f"{slurm_hub.url}/hub/spawn/{user}")
+    expect(page.locator("#partition")).to_be_visible(timeout=60_000)
+    start_with(page, partition="", nprocs=str(SLURM_NODE_CPUS + 1))
+    expect(page.locator("body")).to_contain_text("Requested node configuration is not available", timeout=60_000)
     assert not _jobs_of(user, virtual_cluster)
 
     # Every core of the cluster taken: the learner's job waits, and the pending page says why.
@@ -1143,9 +1228,12 @@ def ondemand_launch(app: Path, answers: dict[str, str], cluster: dict) -> tuple[
 
 
 def test_ondemand_shows_slurms_reason_when_it_refuses_a_session(ondemand_app, virtual_cluster):
-    """What the dashboard shows when sbatch refuses the job is sbatch's own message (here: an unknown partition)."""
+    """What the dashboard shows when sbatch refuses the job is sbatch's own message: an unknown partition, and more
+    cores than a node has (refused at once, as the guide says, not queued)."""
     _, refused = ondemand_launch(ondemand_app, {"bc_queue": "nosuch"}, virtual_cluster)
     assert refused.returncode != 0 and "Invalid partition name specified" in refused.stderr, refused.stderr
+    _, refused = ondemand_launch(ondemand_app, {"num_cores": str(SLURM_NODE_CPUS + 1)}, virtual_cluster)
+    assert refused.returncode != 0 and "Requested node configuration is not available" in refused.stderr, refused.stderr
     assert not _jobs_of(OOD_LEARNER, virtual_cluster)
 
 
@@ -1163,6 +1251,24 @@ def _wait_for_connection(staged: Path, job: str, cluster: dict) -> dict:
         time.sleep(1)
     log = staged / "output.log"
     raise AssertionError(f"no connection.yml (job {job}: {state}):\n{log.read_text()[-3000:] if log.exists() else ''}")
+
+
+def test_an_ondemand_session_connects_once_jupyterlab_listens_on_a_node_without_nc(ondemand_app, virtual_cluster):
+    """The job wrapped with OnDemand's helpers as they are on a node without nc (tests/ondemand.py): connection.yml
+    appears once JupyterLab listens at its host and port, and output.log holds no line of the app's own (no false
+    "did not listen"); the session then ends with its job."""
+    staged, submitted = ondemand_launch(ondemand_app, {"profile": "quick", "bc_num_hours": "1"}, virtual_cluster)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    try:
+        found = _wait_for_connection(staged, job, virtual_cluster)
+        with socket.create_connection((found["host"], int(found["port"])), timeout=10):
+            pass  # JupyterLab listens where the Connect button points
+        log = (staged / "output.log").read_text()
+        assert "[ddl-hpc]" not in log, log[-3000:]
+    finally:
+        subprocess.run(["scancel", job], env=virtual_cluster, capture_output=True, timeout=60)
+    assert _queue_empties(OOD_LEARNER, virtual_cluster, 60), "the session's job is still in the queue"
 
 
 def _processes_on(user: str, node: str) -> list[psutil.Process]:
@@ -1312,3 +1418,34 @@ def test_ending_an_ondemand_session_ends_every_process_of_it_and_keeps_the_files
     _, left = psutil.wait_procs(processes, timeout=60)
     assert not left, f"processes of the session outlived its job: {[p.cmdline() for p in left]}"
     assert (home(user) / NOTEBOOK_00).read_text() == session.edited and (session.staged / "output.log").exists()
+
+
+# --- Last: the end of a course, as the guide says (the hub stopped, then its `pkill` line as root) ----------------
+
+
+def _class_processes(word: str) -> list[psutil.Process]:
+    """Processes of the class's accounts (learners and instructor) whose command line holds WORD."""
+    return [
+        p
+        for p in psutil.process_iter(["username", "cmdline"])
+        if p.info["username"] in (*LEARNERS, INSTRUCTOR) and word in " ".join(p.info["cmdline"] or [])
+    ]
+
+
+def test_ending_the_course_as_the_guide_says_ends_every_server(hub, pages):
+    """Last in this file (it stops the first hub): the hub stopped with SIGTERM, as Ctrl-C does, leaves every
+    server running; the guide's `pkill` line, run as root, then ends them all, the instructor's as well as the
+    learners', and the kernels they ran."""
+    text = GUIDE.read_text()
+    section = text[text.index(f"\n{SECTION}\n") :]
+    line = as_here(re.search(r"to end them all.*?`(pkill [^`]+)`", section, flags=re.S).group(1))
+    users = {p.info["username"] for p in _class_processes("jupyterhub-singleuser")}
+    assert users >= {*LEARNERS, INSTRUCTOR}, f"servers running before the end: {users}"
+    _stop_hub(hub, keep_servers=True)
+    servers = _class_processes("jupyterhub-singleuser")
+    assert {p.info["username"] for p in servers} == users, "stopping the hub ended servers: the guide's line is moot"
+    kernels = _class_processes("ipykernel")
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{line}: {done.stderr}"
+    _, left = psutil.wait_procs(servers + kernels, timeout=120)
+    assert not left, f"{line} left: {[(p.username(), p.cmdline()[:3]) for p in left]}"

@@ -157,3 +157,18 @@ def test_gitignore_keeps_student_data_and_class_output_out_of_git(tmp_path):
         check=True,
     ).stdout
     assert listed.strip() == "?? .gitignore", listed
+
+
+def test_root_is_asked_for_one_way_everywhere():
+    """The machines these deployments run on are administered as root (a minimal Debian has no sudo): README, the
+    guide, the Makefile, the course's messages (doctor's fixes among them), the scripts and deploy/ say "as root",
+    never `sudo COMMAND`. (batchspawner's `sudo -E -u`, a program's own default, is named, not asked for.)"""
+    files = [ROOT / "README.md", GUIDE, ROOT / "Makefile", *ROOT.glob("course/**/*.py"), *ROOT.glob("scripts/*")]
+    files += [path for path in ROOT.glob("deploy/**/*") if path.is_file()]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if re.search(r"\bsudo [a-z]", line)
+    ]
+    assert not found, found

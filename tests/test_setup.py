@@ -37,7 +37,7 @@ def test_a_user_who_is_not_root_is_told_what_to_install():
         timeout=60,
     )
     assert result.returncode == 1
-    assert f"sudo apt-get install -y {NOT_INSTALLED}" in result.stderr
+    assert f"as root:   apt-get install -y {NOT_INSTALLED}" in result.stderr
     assert "module load" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -63,7 +63,7 @@ def test_a_missing_compiler_is_named_with_the_packages():
             timeout=60,
         )
     assert result.returncode == 1, result.stdout + result.stderr
-    install = next(line for line in result.stderr.splitlines() if "sudo apt-get install -y" in line)
+    install = next(line for line in result.stderr.splitlines() if "as root:   apt-get install -y" in line)
     assert "g++" in install.split() and "make" not in install.split(), result.stderr
 
 

@@ -22,6 +22,12 @@ def run(args: list[str], env: dict, timeout: float = 120) -> subprocess.Complete
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def own_munged() -> list[str]:
+    """The munged processes of the virtual cluster (its own socket under /var/lib/course-vc), as pgrep lists them."""
+    found = subprocess.run(["pgrep", "-af", "munged .*--socket=/var/lib/course-vc/"], capture_output=True, text=True)
+    return found.stdout.splitlines()
+
+
 def test_start_prints_what_a_client_needs_and_is_idempotent(virtual_cluster):
     again = run(["bash", str(SCRIPT), "start", "--nodes", "2"], virtual_cluster)
     assert again.returncode == 0 and "already running" in again.stderr, again.stderr
@@ -30,6 +36,9 @@ def test_start_prints_what_a_client_needs_and_is_idempotent(virtual_cluster):
     assert given["COURSE_CONTROLLER_HOST"] == "10.77.0.1"
     status = run(["bash", str(SCRIPT), "status"], virtual_cluster)
     assert status.returncode == 0 and re.search(r"vc1 idle", status.stdout) and "vc2" in status.stdout, status.stdout
+    # its own munged, named in its slurm.conf, so that stop can end it without touching the machine's
+    assert len(own_munged()) == 1, own_munged()
+    assert "AuthInfo=socket=/var/lib/course-vc/munge/munge.socket" in Path(given["SLURM_CONF"]).read_text()
 
 
 def test_each_node_has_its_own_hostname(virtual_cluster):
@@ -173,7 +182,7 @@ def guide_block(heading: str) -> str:
 
 def test_the_guides_rehearsal_runs_in_order_and_stop_leaves_nothing_behind(virtual_cluster, tmp_path):
     """Last in this file: the guide's block, as written (from a folder with the checkout's scripts/), then
-    every daemon, namespace, link and /etc/hosts line that start made is gone."""
+    every daemon (its munged too), namespace, link and /etc/hosts line that start made is gone."""
     block = guide_block("### Rehearsing a multi-node workshop on one machine")
     (tmp_path / "scripts").symlink_to(ROOT / "scripts")
     env = dict(
@@ -204,4 +213,5 @@ def test_the_guides_rehearsal_runs_in_order_and_stop_leaves_nothing_behind(virtu
         assert "virtual-cluster" not in hosts.read()
     daemons = run(["pgrep", "-af", "slurm(ctld|d) -f /var/lib/course-vc"], virtual_cluster).stdout
     assert not daemons.strip(), daemons
+    assert not own_munged(), f"the munged virtual-cluster.sh started outlived its stop: {own_munged()}"
     assert run(["bash", str(SCRIPT), "status"], virtual_cluster).returncode != 0

@@ -1,8 +1,8 @@
 """`python -m course doctor --hub`: whether a JupyterHub serves the course safely (deploy/jupyterhub/).
 
 Five lines: the shared environment the servers run from, the kernel every user gets, nbgrader's exchange, whether
-every checkout of the course (the site's, wherever `make setup HUB=1` ran, and the instructor's) is closed to other
-users, and whether any file a learner account can read holds an answer block or a hidden test. A learner "can read"
+every checkout of the course (the site's, wherever `make setup HUB=1` ran, the instructors' copies that
+scripts/instructor-copy.sh made, and the one it runs from) is closed to other users, and whether any file a learner account can read holds an answer block or a hidden test. A learner "can read"
 a file when others may read it and enter every folder above it (learners are neither owner nor group of these).
 """
 
@@ -25,8 +25,10 @@ KERNEL = "ddl-hpc"
 MARKERS = (b"### BEGIN SOLUTION", b"### BEGIN HIDDEN TESTS")
 KERNEL_LINE = b'"name": "ddl-hpc"'
 BIGGEST = 20 * 1024 * 1024  # larger files are data, not notebooks
-# Where scripts/setup-hub.sh records the checkout it ran from (the site's), inside the environment it made.
+# Where scripts/setup-hub.sh records the checkout it ran from (the site's), inside the environment it made, and where
+# scripts/instructor-copy.sh records each instructor's copy it made (a path a line).
 CHECKOUT_RECORD = Path("share") / "ddl-hpc" / "checkout"
+COPIES_RECORD = Path("share") / "ddl-hpc" / "instructor-copies"
 
 
 def closed_to_others(path: Path, need: int = stat.S_IROTH) -> Path | None:
@@ -42,7 +44,7 @@ def check_environment(prefix: Path) -> Check:
     """The servers' environment: JupyterHub, the installed student package, runnable by every user."""
     python = prefix / "bin" / "python"
     if not (prefix / "bin" / "jupyterhub-singleuser").exists():
-        return Check("hub-env", False, f"no JupyterHub in {prefix}", "run 'sudo make setup HUB=1' (HUB_PREFIX=DIR)")
+        return Check("hub-env", False, f"no JupyterHub in {prefix}", "as root: make setup HUB=1 (HUB_PREFIX=DIR)")
     closed = closed_to_others(python, stat.S_IXOTH)
     if closed is not None:
         return Check(
@@ -56,14 +58,14 @@ def check_environment(prefix: Path) -> Check:
     done = subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True, timeout=120, cwd="/")
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return Check("hub-env", False, f"{python} cannot import the course: {tail}", "run 'sudo make setup HUB=1'")
+        return Check("hub-env", False, f"{python} cannot import the course: {tail}", "as root: make setup HUB=1")
     package = Path(json.loads(done.stdout.strip().splitlines()[-1])).parent
     if prefix.resolve() not in package.resolve().parents:
         return Check(
             "hub-env",
             False,
             f"the servers' `course` is {package}, outside {prefix}: learners' kernels would read that checkout",
-            "run 'sudo make setup HUB=1' (it installs the student package, not an editable checkout)",
+            "as root: make setup HUB=1 (it installs the student package, not an editable checkout)",
         )
     return Check("hub-env", True, f"{prefix}: JupyterHub and the student package, runnable by every user")
 
@@ -72,7 +74,7 @@ def check_kernel(prefix: Path) -> Check:
     """The kernel "Python (DDL on HPC)" in the environment, so every user's JupyterLab lists it."""
     spec = prefix / "share" / "jupyter" / "kernels" / KERNEL / "kernel.json"
     if not spec.is_file():
-        return Check("hub-kernel", False, f"no kernel {KERNEL} in {prefix}", "run 'sudo make setup HUB=1'")
+        return Check("hub-kernel", False, f"no kernel {KERNEL} in {prefix}", "as root: make setup HUB=1")
     program = Path(json.loads(spec.read_text())["argv"][0])
     closed = closed_to_others(spec) or (closed_to_others(program, stat.S_IXOTH) if program.exists() else program)
     if closed is not None:
@@ -82,7 +84,7 @@ def check_kernel(prefix: Path) -> Check:
 
 def check_exchange(exchange: Path) -> Check:
     """nbgrader's exchange: every user may write into it; no learner may list another's submissions."""
-    fix = f"sudo mkdir -p {exchange} && sudo chmod 1777 {exchange}"
+    fix = f"as root: mkdir -p {exchange} && chmod 1777 {exchange}"
     if not exchange.is_dir():
         return Check("exchange", False, f"no exchange at {exchange}", fix)
     mode = exchange.stat().st_mode
@@ -140,13 +142,14 @@ def check_checkouts(checkouts: list[Path]) -> Check:
 
 
 def checkouts(prefix: Path) -> list[Path]:
-    """The checkouts to check: the site's (recorded by setup-hub.sh in PREFIX), this `course`'s, the current folder."""
+    """The checkouts to check: the site's and the instructors' copies (recorded in PREFIX by setup-hub.sh and
+    instructor-copy.sh), this `course`'s, the current folder."""
     from course.grading import ROOT
 
     found = []
-    record = prefix / CHECKOUT_RECORD
-    if record.is_file():
-        found.append(Path(record.read_text().strip()))
+    for record in (prefix / CHECKOUT_RECORD, prefix / COPIES_RECORD):
+        if record.is_file():
+            found += [Path(line.strip()) for line in record.read_text().splitlines() if line.strip()]
     found += [folder for folder in (ROOT, Path.cwd()) if is_checkout(folder)]
     return list(dict.fromkeys(found))
 
