@@ -1,0 +1,323 @@
+"""Notebook 07's checks of the Horovod exercises a learner writes on the notebook's MPI engines (`%%px` cells) and
+of what they then read from the runs: each engine's values are read on the engine itself (its `me`, `lr`, `steps`,
+`callbacks`, `test_accuracy`) and compared with what the notebook's constants make right; the model files each rank
+saved come from the engines (course.checks.saves), not from the folder the ranks share. The script exercise has
+its own module (course.checks.horovod_script), its quiz the key below (course.checks.quiz).
+
+    horovod.me_on_every_rank(cluster.view)                                # None, or what is wrong
+    horovod.learning_rate_and_steps(cluster.view, BASE_LR, BATCH)
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from course.checks import check, expect
+
+WRITERS = ("ModelCheckpoint", "TensorBoard")  # the callbacks that write files: rank 0's alone
+
+
+def on_engine(expression: str) -> Any:
+    """An argument for `view.apply_sync` that each engine evaluates in its own namespace (what its %%px cells
+    defined), e.g. on_engine("callbacks"), on_engine("globals().get('me')")."""
+    from ipyparallel import Reference
+
+    return Reference(expression)
+
+
+def _value(value: object) -> object:
+    return value
+
+
+def engine_values(view: Any, name: str) -> list:
+    """Each engine's value of `name` (None on an engine that has none), in engine order."""
+    return view.apply_sync(_value, on_engine(f"globals().get({name!r})"))
+
+
+def me_kinds(me: object) -> dict[str, str]:
+    """On an engine: the type name of each value of its `me` ({} when `me` is no dict). Read there: a value that is
+    a function cannot be sent back to the notebook."""
+    return {k: type(v).__name__ for k, v in me.items()} if isinstance(me, dict) else {}
+
+
+@check
+def me_on_every_rank(view: Any) -> None:
+    """Exercise 1: every engine's `me` holds its Horovod rank, local rank and size, as numbers; the ranks are
+    0 .. size-1, one per engine, and the size is the number of engines."""
+    kinds = view.apply_sync(me_kinds, on_engine("globals().get('me')"))
+    odd = sorted({f"me[{k!r}] is a {t}" for found in kinds for k, t in found.items() if t != "int"})
+    expect(not odd, f"me should hold numbers: {', '.join(odd)} (call hvd.rank(), hvd.local_rank() and hvd.size())")
+    everyone, n = engine_values(view, "me"), len(view)
+    expect(
+        all(isinstance(m, dict) and {"rank", "local_rank", "size"} <= set(m) for m in everyone),
+        "every engine should define me = {'rank': ..., 'local_rank': ..., 'size': ...}",
+    )
+    expect(
+        all(m["size"] == n for m in everyone), f"Horovod should see all {n} engines: did every engine call hvd.init()?"
+    )
+    expect(sorted(m["rank"] for m in everyone) == list(range(n)), "the ranks should be 0 .. size-1, one per engine")
+
+
+@check
+def learning_rate_and_steps(view: Any, base_lr: float, batch: int) -> None:
+    """Exercise 2: every engine's `lr` is base_lr x size (Goyal et al.'s linear rule, not the square root), and
+    its `steps` a whole number, the same on every rank, such that the ranks together see each training image once
+    per epoch in whole batches."""
+    n = len(view)
+    lrs, all_steps = view["lr"], view["steps"]
+    n_train = view["len(x_train)"][0]
+    expect(
+        n == 1 or not all(abs(v - base_lr * n**0.5) < 1e-12 for v in lrs),
+        "that is square-root scaling (BASE_LR x sqrt(size)); Goyal et al.'s rule scales the rate with the batch: "
+        "BASE_LR x size",
+    )
+    expect(
+        all(abs(v - base_lr * n) < 1e-12 for v in lrs),
+        "the learning rate should grow with the number of processes: BASE_LR x size",
+    )
+    expect(
+        all(isinstance(s, numbers.Integral) for s in all_steps),
+        f"steps is {all_steps[0]!r}, a {type(all_steps[0]).__name__}: Keras takes a whole number of steps (an int; "
+        "round down)",
+    )
+    expect(
+        len(set(all_steps)) == 1, "every rank must take the same number of steps (else the all-reduce waits forever)"
+    )
+    seen = all_steps[0] * batch * n  # images the ranks see together in one epoch
+    expect(
+        seen <= n_train,
+        f"{all_steps[0]} steps x {batch} images x {n} ranks = {seen} images per epoch, more than the {n_train} "
+        "training images: each rank must take fewer steps",
+    )
+    expect(
+        seen + batch * n > n_train,
+        f"{all_steps[0]} steps x {batch} images x {n} ranks = {seen} images per epoch, but {n_train} training "
+        "images: one epoch is one pass over all of them (whole batches, round down)",
+    )
+
+
+def callback_facts(callbacks: Sequence) -> dict[str, Any]:
+    """On an engine: its callbacks' class names in order, the first warm-up callback's initial_lr and length in
+    epochs (None without one), the first callback's root_rank, and where each file-writing callback writes (an
+    absolute path, as that engine resolves it)."""
+    warm = next((c for c in callbacks if type(c).__name__ == "LearningRateWarmupCallback"), None)
+    return {
+        "names": [type(c).__name__ for c in callbacks],
+        "initial_lr": float(warm.initial_lr) if warm is not None else None,
+        "warmup_epochs": int(warm.end_epoch) - int(warm.start_epoch) if warm is not None else None,
+        "root": getattr(callbacks[0], "root_rank", None) if callbacks else None,
+        "writes": {
+            type(c).__name__: os.path.abspath(str(getattr(c, "log_dir", getattr(c, "filepath", ""))))
+            for c in callbacks
+            if type(c).__name__ in WRITERS
+        },
+    }
+
+
+@check
+def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: int) -> None:
+    """Exercise 3: every rank's `callbacks` start with the broadcast from rank 0, average the metrics and warm up
+    for `warmup` epochs to the scaled rate; rank 0 alone writes checkpoints and TensorBoard logs, under `out`."""
+    facts = view.apply_sync(callback_facts, on_engine("callbacks"))
+    names, n = [f["names"] for f in facts], len(view)
+    expect(
+        all(found[:1] == ["BroadcastGlobalVariablesCallback"] for found in names),
+        "the broadcast callback should come first on every rank",
+    )
+    expect(
+        all("MetricAverageCallback" in found and "LearningRateWarmupCallback" in found for found in names),
+        "every rank needs the metric-average and warm-up callbacks",
+    )
+    expect(set(WRITERS) <= set(names[0]), "rank 0 should write checkpoints and TensorBoard logs")
+    expect(all(not set(WRITERS) & set(found) for found in names[1:]), "only rank 0 may write checkpoints and logs")
+    end = [f["initial_lr"] for f in facts]  # Horovod ramps from initial_lr / size to initial_lr
+    expect(
+        all(abs(e - base_lr * n) < 1e-9 for e in end),
+        f"with this initial_lr the warm-up ends at {end[0]}, not at the scaled rate lr = {base_lr * n}: Horovod "
+        "ramps from initial_lr / size up to initial_lr",
+    )
+    roots = [f["root"] for f in facts]
+    expect(
+        all(r == 0 for r in roots),
+        f"the broadcast callback sends rank {roots[0]}'s weights: every rank should start from rank 0's",
+    )
+    where = facts[0]["writes"]
+    expect(
+        where["TensorBoard"] == os.path.abspath(f"{out}/logs"),
+        f"rank 0's TensorBoard writes to {where['TensorBoard']}, not to OUT + '/logs'",
+    )
+    expect(
+        where["ModelCheckpoint"] == os.path.abspath(f"{out}/checkpoints/checkpoint-{{epoch:03d}}.h5"),
+        f"rank 0's checkpoints go to {where['ModelCheckpoint']}, not to OUT + '/checkpoints/checkpoint-{{epoch:03d}}.h5'",
+    )
+    span = [f["warmup_epochs"] for f in facts]
+    expect(all(b == warmup for b in span), f"the warm-up lasts {span[0]} epoch(s), not WARMUP = {warmup}")
+
+
+def rank_saves() -> tuple[int, list[str]]:
+    """On an engine: (its Horovod rank, the model files it saved since it was last asked), forgetting them."""
+    import horovod.tensorflow.keras as hvd
+
+    from course.checks import saves
+
+    return hvd.rank(), saves.saved(forget=True)
+
+
+def saves_by_rank(view: Any) -> dict[int, list[str]]:
+    """rank -> the model files it saved since this was last called (each engine then forgets them: a learner who
+    runs the exercise again is judged by the new run's saves). The engines must have called saves.watch()."""
+    return dict(view.apply_sync(rank_saves))
+
+
+@check
+def evaluated_and_saved(view: Any, out: str | os.PathLike, saved: Mapping[int, list[str]]) -> None:
+    """Exercise 4: every rank holds the same test accuracy, a float in [0, 1]; OUT/model.h5 exists, and no rank
+    but 0 saved it (`saved`: saves_by_rank, read before this check; the ranks share one folder, so the file alone
+    cannot tell)."""
+    accuracies = engine_values(view, "test_accuracy")
+    expect(
+        all(isinstance(a, float) and 0 <= a <= 1 for a in accuracies),
+        "test_accuracy should be a float between 0 and 1 on every rank",
+    )
+    expect(
+        max(accuracies) - min(accuracies) < 1e-6,
+        "all ranks hold the same model, so they should agree on the test accuracy",
+    )
+    model = Path(out) / "model.h5"
+    expect(model.is_file(), "rank 0 should save the model to OUT + '/model.h5'")
+    others = [r for r, paths in sorted(saved.items()) if r != 0 and str(model.resolve()) in paths]
+    expect(
+        not others,
+        f"rank(s) {others} saved model.h5 too: the engines share one folder, so the file looks right, but only "
+        "rank 0 should save (the ranks hold the same model, and several writers of one file can corrupt it)",
+    )
+
+
+@check
+def efficiency_per_ranks(efficiency: object, runs: Mapping[int, Mapping], ranks: Sequence[int]) -> None:
+    """Exercise 6: `efficiency` maps each rank count to (epoch time on 1 / epoch time on n) / n from the runs'
+    steady epoch times (or the same from their throughputs); each plausible slip is named."""
+    expect(
+        isinstance(efficiency, dict) and sorted(efficiency) == sorted(ranks),
+        "efficiency should have one entry per rank count in RANKS",
+    )
+    expect(abs(efficiency[1] - 1.0) < 1e-9, "one rank compared with itself has efficiency 1")
+    n = max(ranks)
+    t1, tn = runs[1]["epoch_time"], runs[n]["epoch_time"]
+    got = efficiency[n]
+    expect(
+        abs(got - t1 / tn) > 1e-9 or n == 1,
+        f"efficiency[{n}] = {got:.3f} is the speedup {t1:.2f} s / {tn:.2f} s itself: share it among the {n} ranks",
+    )
+    expect(
+        abs(got - tn / t1 / n) > 1e-9 or abs(t1 - tn) < 1e-12,
+        f"efficiency[{n}] = {got:.3f} divides the epoch times the wrong way round ({tn:.2f} s / {t1:.2f} s)",
+    )
+    mean1, meann = (sum(runs[k]["epoch_times"]) / len(runs[k]["epoch_times"]) for k in (1, n))
+    expect(
+        abs(got - mean1 / meann / n) > 1e-9 or abs(mean1 / meann - t1 / tn) < 1e-9,
+        f"efficiency[{n}] = {got:.3f} comes from every epoch's time, the first one (which also builds the model) "
+        "included: use runs[n]['epoch_time'], the steady epoch time",
+    )
+    by_throughput = runs[n]["images_per_second"] / runs[1]["images_per_second"] / n
+    expect(
+        min(abs(got - t1 / tn / n), abs(got - by_throughput)) < 1e-9,
+        f"efficiency[{n}] = {got:.3f}, but epochs of {t1:.2f} s on 1 rank and {tn:.2f} s on {n} give another value",
+    )
+
+
+@check
+def collective_share_and_wait(share: float, most_waiting: object, breakdown: Any) -> None:
+    """Exercise 7: `share` is the fraction of the timeline's span with some collective open (1 - compute / span,
+    negotiation included), and `most_waiting` the rank with the longest negotiation wait."""
+    span, compute = breakdown.span, breakdown.compute
+    expect(0 <= share <= 1, f"collective_share = {share}: a share is between 0 and 1")
+    opened, none = 1 - compute / span, compute / span
+    expect(
+        abs(share - none) > 1e-9 or abs(opened - none) < 1e-9,
+        f"collective_share = {share:.3f} is the share with NO collective open ({compute:.2f} s of {span:.2f} s): "
+        "take the rest of the span",
+    )
+    reducing = breakdown.allreduce / span
+    expect(
+        abs(share - reducing) > 1e-9 or abs(opened - reducing) < 1e-9,
+        f"collective_share = {share:.3f} counts only the all-reduce: a tensor negotiating is a collective open too "
+        "(the ranks wait for each other)",
+    )
+    expect(
+        abs(share - opened) < 1e-9,
+        f"collective_share = {share:.3f}, but {compute:.2f} s of the {span:.2f} s span have no collective open",
+    )
+    expect(most_waiting in breakdown.ranks, "most_waiting should be one of the ranks in the timeline")
+    waited = breakdown.ranks[most_waiting]["negotiation"]
+    expect(
+        waited == max(v["negotiation"] for v in breakdown.ranks.values()),
+        f"rank {most_waiting} waited {waited:.2f} s in negotiation; another waited longer",
+    )
+
+
+# Made-up runs: the first epoch is slow (start-up), accuracy is noisy, as in real runs.
+SLOW_START = {"val_accuracy": [0.5, 0.72, 0.69, 0.9], "epoch_time": 2.0, "epoch_times": [9.0, 2.0, 2.1, 1.9]}
+MANY_FAST_EPOCHS = {"val_accuracy": [0.3, 0.5, 0.65, 0.75], "epoch_time": 0.5}  # epoch 4 at 0.5 s: 2.0 s
+FEW_SLOW_EPOCHS = {"val_accuracy": [0.5, 0.8], "epoch_time": 1.5}  # epoch 2 at 1.5 s: 3.0 s
+NEVER = {"val_accuracy": [0.1, 0.2], "epoch_time": 0.1}
+
+
+@check
+def time_to_accuracy_functions(
+    time_to_accuracy: Callable, fastest: Callable, first: object, candidates: Mapping[str, Mapping]
+) -> None:
+    """Exercise 8: time_to_accuracy(run, target) counts the epochs up to the first that reaches the target at the
+    steady epoch time (None if none does); fastest(runs, target) names the run that needs the fewest seconds (None
+    if none reaches it). Tried on made-up runs; `first` (FASTEST) must be a name of `candidates` or None."""
+    got = time_to_accuracy(SLOW_START, 0.7)
+    expect(got is not None, "a run whose accuracy reaches the target in some epoch has a time, not None")
+    expect(
+        abs(got - 11.0) > 1e-9,
+        "your time includes the first epoch's start-up: count every epoch at the steady epoch time run['epoch_time']",
+    )
+    expect(
+        abs(got - 8.0) > 1e-9,
+        "you counted up to the best (or last) epoch; stop at the first epoch that reaches the target",
+    )
+    expect(
+        abs(got - 4.0) < 1e-9,
+        f"a run that first reaches 0.7 in epoch 2 at 2.0 s per epoch needs 2 x 2.0 s; you returned {got}",
+    )
+    expect(
+        time_to_accuracy({"val_accuracy": [0.7], "epoch_time": 3.0}, 0.7) is not None,
+        "an accuracy equal to the target reaches it (at least the target)",
+    )
+    expect(time_to_accuracy(SLOW_START, 0.95) is None, "a run that never reaches the target should give None")
+    winner = fastest({"few slow": FEW_SLOW_EPOCHS, "many fast": MANY_FAST_EPOCHS, "never": NEVER}, 0.7)
+    expect(winner != "few slow", "the run with the fewest epochs is not the first in time: compare the seconds")
+    expect(winner != "never", "a run that never reaches the target cannot be the fastest")
+    expect(
+        winner == "many fast", f"fastest() returned {winner!r} for made-up runs; it should return the name of the run"
+    )
+    expect(fastest({"never": NEVER}, 0.7) is None, "when no run reaches the target, fastest() should return None")
+    expect(first is None or first in candidates, "FASTEST should be a name from candidates (or None)")
+
+
+# Exercise 9, the Intel talk's Horovod questions: course.checks.quiz digests of the right letters (never the letters).
+QUIZ_KEY = {
+    1: "a5bbc0abfbf3c3499f5284151967559658adf1c9d4b9d52ccf258c152caffce3",
+    2: "2dee100e6e2c39c1847e24569472cacc840f6f7a37664275b454a7863c6671b7",
+    3: "cc0a52d792e455071b90856c142355d13d849b47c57e69e8ac9b883bc94df668",
+    4: "43536415dffa79bf2fcd4505686755bbdc98f0ffc00b277f469ae89683b7c6be",
+    5: "0b29c916622ad1d41c4fafca31a1d5a89a0a538c0fd34fcb666bda115347d982",
+    6: "4a3b72df50e8423d03ca55f57638ae5e2448519cb72736fd28cc8e94536d7cf7",
+}
+QUIZ_WHY = {  # shown for a question once its answer is right
+    1: "hvd.init() connects the processes (over MPI or Gloo): rank, size and every collective need it.",
+    2: "Goyal et al. (section 2.1): one step at size x the rate on a size-times-larger batch stands in for the "
+    "size small steps it replaces, so the epochs to converge stay about the same.",
+    3: "Callbacks change the optimizer's rate while fit runs: a warm-up first, then a schedule.",
+    4: "Rank 0 exists once in the whole job; local rank 0 exists once per node.",
+    5: "Every step consumes one batch per rank, so one pass over the same data takes size times fewer steps.",
+    6: "Computed from hvd.size() and the dataset when the job starts, the same script runs on any number of ranks.",
+}

@@ -1,0 +1,197 @@
+"""course.checks.horovod, notebook 07's checks, tried directly on every answer the fixtures hold for its exercises
+(tests/check_cases.py). The `%%px` exercises run on two MPI engines with Horovod, as the notebook's quick profile has
+them, after what the notebook's cells before them define (the data, the model, rank 0's weights on every rank); the
+exercises on the runs get small made-up runs and a made-up timeline breakdown. The script exercise (`ex-script-answer`)
+needs a `horovodrun` of each script (about 25 s each): tests/test_horovod_check.py runs its check on real runs."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from course import cluster, perf
+from course.checks import horovod, quiz
+from course.perf import TimelineBreakdown
+from tests.check_cases import Case, cases, define, judge, solution_answers
+
+NOTEBOOK = "07_horovod"
+COVERED = {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer", "ex5-answer", "ex6-answer", "ex-tta-answer"}
+COVERED |= {"ex7-answer"}
+# the quick profile's constants, as the notebook pushes them to the engines (OUT: the test's own folder)
+CONSTANTS = {"LIMIT": 600, "BATCH": 50, "BASE_LR": 0.05, "WARMUP": 1}
+
+# What the notebook's cells define on the engines before each exercise (its sections 1-4, shortened).
+BEFORE = {
+    "ex2-answer": """
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+from course import data, models, perf, training
+from course.checks import saves
+saves.watch()
+(x_train, y_train), (x_test, y_test) = data.load("mnist", limit=LIMIT)
+x, y = data.shard((x_train, y_train), hvd.rank(), hvd.size())
+""",
+    "ex3-answer": """
+tf.keras.utils.set_random_seed(hvd.rank())
+model = models.mnist_cnn(x.shape[1:], 10)
+model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=lr)),
+              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+""",
+    # instead of the fit: rank 0's weights on every rank, as the broadcast callback leaves them (the check reads the
+    # accuracy's type and the ranks' agreement, not how well the model learnt; tracing a fit takes long)
+    "ex4-answer": """
+import horovod.tensorflow
+horovod.tensorflow.broadcast_variables(model.variables, root_rank=0)
+""",
+}
+ENGINE_ANSWERS = ["ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer"]
+# what each exercise's check reads on the engines: unbound before a case, as in a fresh run of its answer
+OUTPUTS = {"ex1-answer": ["me"], "ex2-answer": ["lr", "steps"], "ex3-answer": ["callbacks"]}
+OUTPUTS["ex4-answer"] = ["test_loss", "test_accuracy"]
+
+
+def px_body(source: str) -> str:
+    """A %%px cell's code, as the engines run it."""
+    first, _, body = source.partition("\n")
+    assert first.strip() == "%%px", f"not a %%px cell: {first!r}"
+    return body
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    """Two MPI engines in a profile of their own, %%px on them in define's IPython shell, and on them what the
+    notebook defines up to exercise 4 (with the solution's answers); yields (the view, OUT)."""
+    out = tmp_path_factory.mktemp("out")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
+        started = cluster.start(2, engines="mpi", cluster_id="t-checks-horovod")
+        try:
+            InteractiveShell.instance()
+            started.view.activate()  # %%px in the shell define runs cells in
+            started.view.push(dict(CONSTANTS, OUT=str(out)))
+            solution = solution_answers(NOTEBOOK, set(ENGINE_ANSWERS))
+            for grade_id in ENGINE_ANSWERS:
+                if grade_id in BEFORE:
+                    started.view.execute(BEFORE[grade_id], block=True).get()
+                started.view.execute(px_body(solution[grade_id]), block=True).get()
+            yield started.view, out
+        finally:
+            started.stop()
+
+
+def defined(case: Case, context: dict) -> dict:
+    """define(case, context); a wrong answer's cell that fails leaves what it bound before failing, as in the
+    notebook, where its check runs next all the same."""
+    try:
+        return define(case, context)
+    except AssertionError:
+        if case.right:
+            raise
+        return dict(InteractiveShell.instance().user_ns)
+
+
+def on_engines(case: Case, grade_id: str, view, check) -> None:
+    """Run the case's %%px answer on the engines (its exercise's outputs unbound first, the saves forgotten), judge
+    it by `check`, then run the solution's answer again: the next case starts where a right answer leaves."""
+    view.execute(f"for _name in {OUTPUTS[grade_id]!r}:\n    globals().pop(_name, None)", block=True).get()
+    horovod.saves_by_rank(view)  # what the solution saved before: the check judges the case's saves
+    try:
+        defined(case, {})
+        judge(case, check)
+    finally:
+        view.execute(px_body(solution_answers(NOTEBOOK, {grade_id})[grade_id]), block=True).get()
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex1-answer"}), ids=str)
+def test_ranks(case, engines):
+    view, _ = engines
+    on_engines(case, "ex1-answer", view, lambda: horovod.me_on_every_rank(view))
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex2-answer"}), ids=str)
+def test_learning_rate_and_steps(case, engines):
+    view, _ = engines
+    check = lambda: horovod.learning_rate_and_steps(view, CONSTANTS["BASE_LR"], CONSTANTS["BATCH"])  # noqa: E731
+    on_engines(case, "ex2-answer", view, check)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex3-answer"}), ids=str)
+def test_callbacks(case, engines):
+    view, out = engines
+    check = lambda: horovod.callback_lists(view, CONSTANTS["BASE_LR"], out, CONSTANTS["WARMUP"])  # noqa: E731
+    on_engines(case, "ex3-answer", view, check)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex4-answer"}), ids=str)
+def test_evaluated_and_saved(case, engines):
+    view, out = engines
+    (out / "model.h5").unlink(missing_ok=True)  # a fresh run: no model saved yet
+
+    def check() -> str | None:
+        saved = horovod.saves_by_rank(view)
+        return horovod.evaluated_and_saved(view, out, saved)
+
+    on_engines(case, "ex4-answer", view, check)
+
+
+# Made-up runs as section 7 leaves them (course.programs.horovod_mnist's SUMMARY): 2 ranks on 2 shared cores
+RUNS = {
+    1: {"epoch_times": [3.9, 1.21, 1.18, 1.2], "epoch_time": 1.2, "images_per_second": 500.0},
+    2: {"epoch_times": [5.2, 0.98, 1.01, 1.0], "epoch_time": 1.0, "images_per_second": 600.0},
+}
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex5-answer"}), ids=str)
+def test_efficiency(case):
+    names = defined(case, {"perf": perf, "runs": RUNS, "RANKS": [1, 2]})
+    judge(case, lambda: horovod.efficiency_per_ranks(names["efficiency"], RUNS, [1, 2]))
+
+
+BREAKDOWN = TimelineBreakdown(  # made-up, as perf.timeline_breakdown reads a 2-rank timeline
+    span=14.2,
+    negotiation=1.9,
+    allreduce=0.8,
+    compute=11.7,
+    ranks={
+        0: {"negotiation": 0.42, "allreduce": 0.8, "no collective open": 11.7},
+        1: {"negotiation": 1.61, "allreduce": 0.8, "no collective open": 11.7},
+    },
+    tensors=8,
+)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex6-answer"}), ids=str)
+def test_collective_share(case):
+    names = defined(case, {"breakdown": BREAKDOWN})
+    judge(
+        case,
+        lambda: horovod.collective_share_and_wait(names["collective_share"], names["most_waiting"], BREAKDOWN),
+    )
+
+
+CANDIDATES = {  # made-up, as section 9 builds them from the runs: 1 rank, and 2 ranks under each rule
+    name: {"val_accuracy": accuracy, "epoch_time": times[1], "epoch_times": times}
+    for name, accuracy, times in (
+        ("1 rank", [0.55, 0.71, 0.8, 0.84], [3.9, 1.2, 1.21, 1.19]),
+        ("2 ranks, none", [0.3, 0.5, 0.62, 0.69], [5.2, 1.0, 1.01, 0.99]),
+        ("2 ranks, linear", [0.45, 0.7, 0.78, 0.83], [5.1, 1.0, 0.98, 1.02]),
+        ("2 ranks, sqrt", [0.4, 0.66, 0.74, 0.8], [5.3, 1.0, 1.0, 1.01]),
+    )
+}
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-tta-answer"}), ids=str)
+def test_time_to_accuracy(case):
+    names = defined(case, {"candidates": CANDIDATES, "TARGET": 0.7, "SCRIPT_EPOCHS": 4})
+    judge(
+        case,
+        lambda: horovod.time_to_accuracy_functions(
+            names["time_to_accuracy"], names["fastest"], names["FASTEST"], CANDIDATES
+        ),
+    )
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex7-answer"}), ids=str)
+def test_quiz(case):
+    names = defined(case, {})
+    judge(case, lambda: quiz.check(names["answers"], horovod.QUIZ_KEY, horovod.QUIZ_WHY))
