@@ -17,16 +17,6 @@ from tests.conftest import ROOT
 LONGEST = 12  # lines of a check cell above its hidden tests
 # Check cells still to move into course/checks/ (issue 48), by notebook: this set only shrinks.
 NOT_YET_MOVED: dict[str, set[str]] = {
-    "04_data_and_model_parallelism": {
-        "ex-cuts-answer",
-        "ex-cuts-check",
-        "ex-kmeans-answer",
-        "ex-kmeans-check",
-        "ex-layout-answer",
-        "ex-layout-check",
-        "ex-pipeline-answer",
-        "ex-pipeline-check",
-    },
     "07_horovod": {
         "ex-script-answer",
         "ex-tta-answer",
