@@ -17,17 +17,6 @@ from tests.conftest import ROOT
 LONGEST = 12  # lines of a check cell above its hidden tests
 # Check cells still to move into course/checks/ (issue 48), by notebook: this set only shrinks.
 NOT_YET_MOVED: dict[str, set[str]] = {
-    "01_task_graphs": {"ex1-answer", "ex1-check", "ex2-answer", "ex3-answer", "ex4-answer", "ex4-check"},
-    "04_data_and_model_parallelism": {
-        "ex-cuts-answer",
-        "ex-cuts-check",
-        "ex-kmeans-answer",
-        "ex-kmeans-check",
-        "ex-layout-answer",
-        "ex-layout-check",
-        "ex-pipeline-answer",
-        "ex-pipeline-check",
-    },
     # ex-script: each answer is a script the check runs with `horovodrun -np 2` (about 25 s a run, six runs):
     # tests/test_horovod_check.py checks course.checks.horovod_script on real runs of the solution and its faults
     "07_horovod": {"ex-script-answer"},

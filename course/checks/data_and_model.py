@@ -1,0 +1,361 @@
+"""Notebook 04's checks of data and model parallelism: the rule of thumb on where to cut a model, a two-stage
+pipeline, a data x model grid of communicators, and one SPMD step of K-Means. The answers run on the notebook's
+MPI engines and on new `mpiexec` jobs of other sizes (`course.comm.on_ranks`); what they send, how often each stage
+runs and how long a batch takes are measured around them (course.comm.CountingComm, counting stages, the clock),
+not taken from the answer.
+
+    cuts(cheaper_cuts, choose, rows)                        # None, or what is wrong
+    pipeline(pipeline, view, x_in, expected)
+    layout(layout)
+    kmeans(kmeans_step, view, all_points, initial, centroids)
+
+The functions the checks send to the ranks (`on_model`, `stages_seen`, `batch_seconds`, `layout_groups`,
+`kmeans_on_ranks`, `kmeans_traffic`) are public, for the notebook's hidden tests too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from course.checks import Wrong, check, expect
+from course.comm import on_ranks
+from course.shortcuts import shortcut
+
+# --- exercise ex-cuts: the rule of thumb ----------------------------------------------------------------------------
+
+
+def cut_problems(got: Any, want: list[str], rows: list[dict]) -> str:
+    """What is wrong in a list of cut names, in words ('' if nothing)."""
+    if not isinstance(got, list):
+        return f"cheaper_cuts should return a list of layer names, got {type(got).__name__}"
+    extra = [name for name in got if name not in want]
+    missing = [name for name in want if name not in got]
+    words = []
+    if extra:
+        last = " (there is no cut after the last layer)" if rows[-1]["layer"] in extra else ""
+        words.append(f"{extra} should not be in it{last}")
+    if missing:
+        words.append(f"{missing} is missing")
+    if not words and got != want:
+        words.append("the names should be in model order, each once")
+    return "; ".join(words)
+
+
+@check
+def cuts(cheaper_cuts: Callable, choose: Callable, rows: list[dict]) -> None:
+    """Exercise `ex-cuts`: the cuts whose activations are fewer than all the gradients (never after the last layer)
+    on two made-up models, one with a huge dense layer and one with ties, and `choose` on those and on `rows`."""
+    big_dense = [
+        {"layer": "embed", "parameters": 0, "activations": 1000},
+        {"layer": "huge_dense", "parameters": 50_000_000, "activations": 400},
+        {"layer": "out", "parameters": 4000, "activations": 10},
+    ]
+    ties = [
+        {"layer": "a", "parameters": 10, "activations": 30},
+        {"layer": "b", "parameters": 20, "activations": 30},
+        {"layer": "c", "parameters": 0, "activations": 5},
+    ]
+    for made_up, want, why in [
+        (big_dense, ["embed", "huge_dense"], "50 million gradients"),
+        (ties, [], "30 gradients: a cut that passes as many values is not cheaper"),
+    ]:
+        problem = cut_problems(cheaper_cuts(made_up), want, made_up)
+        expect(not problem, f"cheaper_cuts on {[r['layer'] for r in made_up]} ({why}): {problem}")
+    expect(choose(big_dense) == "model", "with cheaper cuts available the rule of thumb says model parallelism")
+    expect(choose(ties) == "data", "with no cheaper cut the rule of thumb says data parallelism")
+    expect(choose(rows) == "data", "for the small CNN at this batch, every cut passes more values than the gradients")
+
+
+# --- exercise ex-pipeline: two stages, micro-batches ----------------------------------------------------------------
+
+
+def on_model(pipeline: Callable, front: Any, back: Any, batch: np.ndarray, micro_batches: int) -> Any:
+    """On every engine: `pipeline` with the two halves of the Keras model as NumPy functions (as the notebook's
+    `pipeline_on_model`)."""
+    from mpi4py import MPI
+
+    def as_numpy(model: Any) -> Callable:
+        return lambda x: model(x, training=False).numpy()
+
+    return pipeline(MPI.COMM_WORLD, as_numpy(front), as_numpy(back), batch, micro_batches)
+
+
+def stages_seen(pipeline: Callable, micro_batches: int, samples: int = 12) -> dict[str, list[int]]:
+    """On every rank: how many times, and on how many samples in all, `front` and `back` ran there."""
+    from mpi4py import MPI
+
+    seen = {"front": [0, 0], "back": [0, 0]}
+
+    def stage(name: str) -> Callable:
+        def run(x):
+            seen[name][0] += 1
+            seen[name][1] += len(x)
+            return np.asarray(x) + 1
+
+        return run
+
+    batch = np.arange(float(samples)).reshape(samples, 1)
+    pipeline(MPI.COMM_WORLD, stage("front"), stage("back"), batch, micro_batches)
+    return seen
+
+
+def batch_seconds(
+    pipeline: Callable, micro_batches: int, stage_seconds: float = 0.4, samples: int = 64
+) -> tuple[float, Any]:
+    """On every engine: seconds for one batch through two stages that each sleep `stage_seconds` per whole batch,
+    and what `pipeline` returned (as the notebook's `pipeline_timing`)."""
+    import time
+
+    from mpi4py import MPI
+
+    comm, batch = MPI.COMM_WORLD, np.arange(float(samples)).reshape(samples, 1)
+
+    def stage(x):  # costs in proportion to its share of the batch, however busy the machine
+        time.sleep(stage_seconds * len(x) / samples)
+        return x + 1
+
+    comm.Barrier()
+    start = time.perf_counter()
+    out = pipeline(comm, stage, stage, batch, micro_batches)
+    comm.Barrier()
+    return time.perf_counter() - start, out
+
+
+def _pipeline_output(pipeline: Callable, view: Any, x_in: np.ndarray, expected: np.ndarray) -> None:
+    """The pipeline's output on rank 1 against the unsplit model's, and None on every other rank."""
+    from ipyparallel import Reference
+
+    front, back = Reference("front"), Reference("back")
+    for m in (1, 3, 8):
+        out = view.apply_sync(on_model, pipeline, front, back, x_in, m)[1]
+        expect(
+            out is not None and np.shape(out) == expected.shape,
+            f"with {m} micro-batches rank 1 returned shape {np.shape(out)}; the unsplit model gives {expected.shape}",
+        )
+        expect(
+            np.allclose(out, expected, rtol=1e-5, atol=1e-6),
+            f"with {m} micro-batches the pipeline's output differs from the unsplit model's (are the slices in order?)",
+        )
+    others = [r for i, r in enumerate(view.apply_sync(on_model, pipeline, front, back, x_in, 2)) if i != 1]
+    expect(all(r is None for r in others), "every rank but rank 1 should return None")
+
+
+def _pipeline_stages(pipeline: Callable, view: Any, timeout: float) -> None:
+    """Each stage once per micro-batch, on its own rank, on the engines and on 3 ranks."""
+    seen = view.apply_sync(stages_seen, pipeline, 3)
+    idle = {"front": [0, 0], "back": [0, 0]}
+    want = [{"front": [3, 12], "back": [0, 0]}, {"front": [0, 0], "back": [3, 12]}] + [idle] * (len(seen) - 2)
+    for rank, (got, w) in enumerate(zip(seen, want)):
+        expect(
+            got == w,
+            f"with 3 micro-batches of a batch of 12, rank {rank} ran front {got['front'][0]} time(s) on "
+            f"{got['front'][1]} samples and back {got['back'][0]} time(s) on {got['back'][1]} samples: "
+            "rank 0 runs front once per micro-batch, rank 1 back once per micro-batch",
+        )
+    try:
+        three = on_ranks(stages_seen, 3, pipeline, 3, timeout=timeout)
+    except AssertionError as error:
+        raise Wrong(
+            f"on 3 ranks the pipeline did not finish ({error}): the stages are ranks 0 and 1, and every "
+            "other rank should return None at once"
+        ) from None
+    expect(three[2] == idle, f"on 3 ranks, rank 2 ran {three[2]}: only ranks 0 and 1 are stages")
+
+
+@check
+def pipeline(
+    pipeline: Callable,
+    view: Any,
+    x_in: np.ndarray,
+    expected: np.ndarray,
+    seconds: dict[int, float] | None = None,
+    timeout: float = 30,
+) -> None:
+    """Exercise `ex-pipeline`: on the notebook's engines (holding `front` and `back`) rank 1's output equals the
+    unsplit model's for 1, 3 and 8 micro-batches; each stage runs once per micro-batch on its own rank (also on 3
+    ranks, the third idle); and 8 micro-batches through two sleeping stages take under 0.8 of the time of 1.
+    `seconds`, if given, receives the two timings by number of micro-batches."""
+    _pipeline_output(pipeline, view, x_in, expected)
+    _pipeline_stages(pipeline, view, timeout)
+    one, _ = view.apply_sync(batch_seconds, pipeline, 1)[1]
+    eight, out = view.apply_sync(batch_seconds, pipeline, 8)[1]
+    if seconds is not None:
+        seconds.update({1: one, 8: eight})
+    expect(
+        np.allclose(out.ravel(), np.arange(64.0) + 2),
+        "through two stages that add 1 each, every value should grow by 2",
+    )
+    expect(
+        eight < 0.8 * one,
+        f"one batch took {eight:.2f} s with 8 micro-batches and {one:.2f} s with 1: does rank 0 go "
+        "on with the next micro-batch while rank 1 works on the previous one?",
+    )
+
+
+# --- exercise ex-layout: data x model groups with comm.Split --------------------------------------------------------
+
+# (ranks, model_size) -> the grid, by rows: row d holds the world ranks of copy d of the model
+GRIDS = {(4, 2): [[0, 1], [2, 3]], (6, 3): [[0, 1, 2], [3, 4, 5]], (6, 2): [[0, 1], [2, 3], [4, 5]]}
+
+
+def layout_groups(layout: Callable, model_size: int) -> Any:
+    """On every rank: (the world ranks of its model group, of its data group), each in the group's own rank order;
+    "refused" if `layout` raised ValueError."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    try:
+        model_comm, data_comm = layout(world, model_size)
+    except ValueError:
+        return "refused"
+    return model_comm.allgather(world.Get_rank()), data_comm.allgather(world.Get_rank())
+
+
+def layout_problem(got: list, expected_rows: list[list[int]], ranks: int, model_size: int) -> str:
+    """What is wrong in one run's groups, in words ('' if nothing); the expected grid is written out by rows."""
+    expected_columns = [list(column) for column in zip(*expected_rows)]
+    for rank, groups in enumerate(got):
+        if groups == "refused":
+            return f"on {ranks} ranks with model_size={model_size} your layout raised ValueError, but a grid fits"
+        row = next(r for r in expected_rows if rank in r)
+        column = next(c for c in expected_columns if rank in c)
+        for name, members, want in (("model group", groups[0], row), ("data group", groups[1], column)):
+            if sorted(members) != want:
+                return (
+                    f"on {ranks} ranks with model_size={model_size}, world rank {rank}'s {name} holds world ranks "
+                    f"{sorted(members)}; it should hold {len(want)} ranks: the "
+                    f"{'row' if name == 'model group' else 'column'} of the grid that rank {rank} is in"
+                )
+            if members != want:
+                return (
+                    f"on {ranks} ranks with model_size={model_size}, world rank {rank}'s {name} numbers its ranks "
+                    f"{members}: number them in world order (the key)"
+                )
+    return ""
+
+
+@check
+def layout(layout: Callable) -> None:
+    """Exercise `ex-layout`: every rank's model group is its row of the grid and its data group its column, in
+    world order, on 4 and 6 ranks (and with model_size=1); ValueError on every rank where no grid fits."""
+    for (ranks, model_size), rows in GRIDS.items():
+        problem = layout_problem(
+            on_ranks(layout_groups, ranks, layout, model_size, timeout=60), rows, ranks, model_size
+        )
+        expect(not problem, problem)
+    refused = on_ranks(layout_groups, 6, layout, 4, timeout=60)
+    expect(refused == ["refused"] * 6, "model_size=4 on 6 ranks should raise ValueError on every rank: no grid fits")
+    alone = [[0], [1], [2], [3], [4], [5]]
+    problem = layout_problem(on_ranks(layout_groups, 6, layout, 1, timeout=60), alone, 6, 1)
+    expect(not problem, problem)
+
+
+# --- exercise ex-kmeans: one SPMD step ------------------------------------------------------------------------------
+
+
+def single_process_kmeans(points: np.ndarray, initial: np.ndarray, iterations: int) -> np.ndarray:
+    """scikit-learn's K-Means (Lloyd), from the given centres, for exactly `iterations` steps."""
+    from sklearn.cluster import KMeans
+
+    return (
+        KMeans(n_clusters=len(initial), init=initial, n_init=1, max_iter=iterations, tol=0, algorithm="lloyd")
+        .fit(points)
+        .cluster_centers_
+    )
+
+
+def kmeans_on_ranks(step: Callable, points: np.ndarray, initial: np.ndarray, iterations: int) -> tuple:
+    """On every rank: `iterations` of `step` on this rank's chunk; the centres and the collectives per step."""
+    from mpi4py import MPI
+
+    from course.comm import CountingComm  # counts the collectives asked of it, passes them to MPI
+
+    world = MPI.COMM_WORLD
+    comm = CountingComm(world)
+    chunk = np.array_split(points, world.Get_size())[world.Get_rank()]
+    centres = np.array(initial, dtype=np.float64)
+    for _ in range(iterations):
+        centres = step(comm, chunk, centres)
+    return np.asarray(centres), comm.calls / iterations
+
+
+def kmeans_traffic(step: Callable, points: np.ndarray, initial: np.ndarray) -> dict:
+    """On every rank: what one `step` on this rank's chunk asked of MPI (course.comm.CountingComm)."""
+    from mpi4py import MPI
+
+    from course.comm import CountingComm
+
+    world = MPI.COMM_WORLD
+    counted = CountingComm(world)
+    step(counted, np.array_split(points, world.Get_size())[world.Get_rank()], np.array(initial, dtype=np.float64))
+    return counted.traffic()
+
+
+def _kmeans_messages(kmeans_step: Callable, view: Any, all_points: np.ndarray, initial: np.ndarray) -> None:
+    """One all-reduce per step, of the clusters' sums and counts, not of the points."""
+    k, d = np.shape(initial)
+    for rank, traffic in enumerate(view.apply_sync(kmeans_traffic, kmeans_step, all_points[:600], initial)):
+        other = [name for name in traffic["collectives"] if name not in ("Allreduce", "allreduce")]
+        expect(
+            not other,
+            f"on rank {rank}, kmeans_step asked for comm.{other[0] if other else ''}: every rank needs only the "
+            "sums and counts of all ranks, which one all-reduce gives (no rank needs the points)",
+        )
+        expect(
+            traffic["collective_bytes"] <= 8 * k * (d + 1),
+            f"on rank {rank}, kmeans_step all-reduced {traffic['collective_bytes']:,d} bytes for {k} clusters in "
+            f"{d} dimensions: all-reduce each cluster's sum and count ({k} x {d + 1} values), not the points",
+        )
+
+
+def _kmeans_empty_and_single(kmeans_step: Callable, view: Any, all_points: np.ndarray, initial: np.ndarray) -> None:
+    """A cluster with no points keeps its centre; a cluster of one point moves onto it."""
+    far = np.vstack([initial[:2], [[100.0, 100.0]]])  # a centre no point is nearest to
+    for centres, _ in view.apply_sync(kmeans_on_ranks, kmeans_step, all_points[:300], far, 3):
+        expect(np.all(np.isfinite(centres)), "a cluster with no points should keep its centre, not become NaN")
+        expect(np.allclose(centres[2], [100.0, 100.0]), "a cluster with no points should keep its centre")
+    alone = np.vstack([all_points[:300], [[90.0, 90.0]]])  # one point, alone near the far centre
+    for centres, _ in view.apply_sync(kmeans_on_ranks, kmeans_step, alone, far, 1):
+        expect(np.allclose(centres[2], [90.0, 90.0]), "a cluster of one point should move its centre onto that point")
+
+
+@check
+def kmeans(
+    kmeans_step: Callable, view: Any, all_points: np.ndarray, initial: np.ndarray, centroids: np.ndarray
+) -> None:
+    """Exercise `ex-kmeans`: `centroids`, the notebook's 10 steps on its engines from `initial`, against
+    scikit-learn's K-Means from the same start (the difference printed); the same on 3 ranks with one collective
+    per step; only the sums and counts all-reduced; empty clusters kept, a one-point cluster moved onto it."""
+    ranks = len(view)
+    used = [u for u in view.apply_sync(shortcut, kmeans_step, all_points[:60], initial, collectives=True) if u]
+    expect(
+        not used,
+        f"kmeans_step: {used[0] if used else ''}: write the step yourself (assign, sum and count, one comm.Allreduce)",
+    )
+    single = single_process_kmeans(all_points, initial, 10)
+    expect(
+        np.shape(centroids) == np.shape(initial),
+        f"kmeans_step should return the centres as an array of shape {np.shape(initial)}, like `centroids`",
+    )
+    print("largest difference from single-process K-Means:", float(np.abs(single - centroids).max()))
+    expect(
+        np.allclose(single, centroids, atol=1e-8),
+        f"after 10 steps on {ranks} ranks the centres differ from scikit-learn's K-Means from the same start",
+    )
+    points = all_points[:600]
+    want = single_process_kmeans(points, initial, 10)
+    for rank, (centres, calls) in enumerate(on_ranks(kmeans_on_ranks, 3, kmeans_step, points, initial, 10, timeout=60)):
+        expect(
+            calls == 1,
+            f"on rank {rank}, kmeans_step asked for {calls:g} collective(s) per step: pack the "
+            "sums and the counts into one array and all-reduce it once",
+        )
+        expect(
+            np.allclose(centres, want, atol=1e-8),
+            f"on 3 ranks, rank {rank}'s centres differ from scikit-learn's K-Means from the same start",
+        )
+    _kmeans_messages(kmeans_step, view, all_points, initial)
+    _kmeans_empty_and_single(kmeans_step, view, all_points, initial)
