@@ -16,9 +16,11 @@ immediate feedback catches stays true).
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +82,9 @@ def define(case: Case, context: dict[str, Any]) -> dict[str, Any]:
 
     shell = InteractiveShell.instance()
     shell.user_ns.clear()
-    shell.user_ns.update(context)
+    # The namespace is the module IPython put in sys.modules["__main__"], as a kernel's is; a `__spec__` of None
+    # there lets multiprocessing's spawn start processes later in the run (it reads __main__.__spec__).
+    shell.user_ns.update({"__name__": "__main__", "__spec__": None, "__builtins__": builtins}, **context)
     for grade_id, source in case.answers.items():
         result = shell.run_cell(source, store_history=False, silent=True)
         if not result.success:
@@ -88,6 +92,23 @@ def define(case: Case, context: dict[str, Any]) -> dict[str, Any]:
                 result.error_in_exec or result.error_before_exec
             )
     return dict(shell.user_ns)
+
+
+@contextmanager
+def own_cluster(tmp_path_factory: Any, *args: Any, **options: Any) -> Iterator[Any]:
+    """`course.cluster.start(*args, **options)` in an IPython profile of the test's own, so that stopping it touches
+    no one else's cluster; stopped at the end."""
+    import pytest
+
+    from course import cluster
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
+        started = cluster.start(*args, **options)
+        try:
+            yield started
+        finally:
+            started.stop()
 
 
 def outcome(check: Callable[[], str | None]) -> str | None:

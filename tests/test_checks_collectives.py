@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course import cluster
 from course.checks import collectives
-from tests.check_cases import cases, define, judge
+from tests.check_cases import cases, define, judge, own_cluster
 
 NOTEBOOK = "03_parallelism_and_collectives"
 # the answer cells whose fixture answers this module tries
@@ -18,13 +17,8 @@ COVERED = {"ex1-answer", "ex-predict-answer", "ex2-answer", "ex3-answer", "ex-fu
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two MPI engines in a profile of their own, as the notebook starts them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        engines = cluster.start(2, engines="mpi", cluster_id="t-checks-collectives")
-        try:
-            yield engines.view
-        finally:
-            engines.stop()
+    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-collectives") as engines:
+        yield engines.view
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex1-answer"}), ids=str)

@@ -10,9 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from course import cluster
 from course.checks import data_and_model
-from tests.check_cases import cases, define, judge
+from tests.check_cases import cases, define, judge, own_cluster
 from tests.conftest import ROOT
 
 NOTEBOOK = "04_data_and_model_parallelism"
@@ -55,21 +54,16 @@ def model():
 def view(tmp_path_factory, model):
     """Two MPI engines in a profile of their own, as the notebook starts them, holding `comm`, `rank`, `size` and
     the two halves of the CNN (`front`, `back`)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        engines = cluster.start(2, engines="mpi", cluster_id="t-checks-data-and-model")
-        try:
-            engines.view.execute(px_cell("comm = MPI.COMM_WORLD"), block=True)
-            shipped = {"CONFIG": model["cnn"].to_json(), "WEIGHTS": model["cnn"].get_weights(), "CUT": CUT}
-            engines.view.push({**shipped, "KMEANS_POINTS": KMEANS_POINTS}, block=True)
-            engines.view.execute(
-                "from course import parallelism\n"
-                "front, back = parallelism.split_sequential(parallelism.rebuild(CONFIG, WEIGHTS), CUT)",
-                block=True,
-            )
-            yield engines.view
-        finally:
-            engines.stop()
+    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-data-and-model") as engines:
+        engines.view.execute(px_cell("comm = MPI.COMM_WORLD"), block=True)
+        shipped = {"CONFIG": model["cnn"].to_json(), "WEIGHTS": model["cnn"].get_weights(), "CUT": CUT}
+        engines.view.push({**shipped, "KMEANS_POINTS": KMEANS_POINTS}, block=True)
+        engines.view.execute(
+            "from course import parallelism\n"
+            "front, back = parallelism.split_sequential(parallelism.rebuild(CONFIG, WEIGHTS), CUT)",
+            block=True,
+        )
+        yield engines.view
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-cuts-answer"}), ids=str)

@@ -9,7 +9,7 @@ import pytest
 
 from course import cluster
 from course.checks import engines
-from tests.check_cases import cases, define, judge
+from tests.check_cases import cases, define, judge, own_cluster
 
 NOTEBOOK = "00_environment_and_cluster"
 COVERED = {"ex1-answer", "ex2-answer", "ex3-answer"}  # the answer cells whose fixture answers this module tries
@@ -41,13 +41,8 @@ def stand_in():
 @pytest.fixture(scope="module")
 def engine_cluster(tmp_path_factory):
     """Two MPI engines in a profile of their own, as the notebook starts them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        started = cluster.start(2, engines="mpi", cluster_id="t-checks-engines")
-        try:
-            yield started
-        finally:
-            started.stop()
+    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-engines") as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

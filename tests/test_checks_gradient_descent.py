@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course import cluster, data, nn
+from course import data, nn
 from course.checks import gradient_descent
-from tests.check_cases import cases, define, judge
+from tests.check_cases import cases, define, judge, own_cluster
 
 NOTEBOOK = "02_sgd"
 COVERED = {
@@ -32,13 +32,8 @@ def images():
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two local engines in a profile of their own, as the notebook starts them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        engines = cluster.start(2, cluster_id="t-checks-gradient-descent")
-        try:
-            yield engines.view
-        finally:
-            engines.stop()
+    with own_cluster(tmp_path_factory, 2, cluster_id="t-checks-gradient-descent") as engines:
+        yield engines.view
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex1-answer"}), ids=str)

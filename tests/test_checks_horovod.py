@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from course import cluster, perf
+from course import perf
 from course.checks import horovod, quiz
 from course.perf import TimelineBreakdown
-from tests.check_cases import Case, cases, define, judge, solution_answers
+from tests.check_cases import Case, cases, define, judge, own_cluster, solution_answers
 
 NOTEBOOK = "07_horovod"
 COVERED = {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer", "ex5-answer", "ex6-answer", "ex-tta-answer"}
@@ -62,21 +62,16 @@ def engines(tmp_path_factory):
     """Two MPI engines in a profile of their own, %%px on them in define's IPython shell, and on them what the
     notebook defines up to exercise 4 (with the solution's answers); yields (the view, OUT)."""
     out = tmp_path_factory.mktemp("out")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        started = cluster.start(2, engines="mpi", cluster_id="t-checks-horovod")
-        try:
-            InteractiveShell.instance()
-            started.view.activate()  # %%px in the shell define runs cells in
-            started.view.push(dict(CONSTANTS, OUT=str(out)))
-            solution = solution_answers(NOTEBOOK, set(ENGINE_ANSWERS))
-            for grade_id in ENGINE_ANSWERS:
-                if grade_id in BEFORE:
-                    started.view.execute(BEFORE[grade_id], block=True).get()
-                started.view.execute(px_body(solution[grade_id]), block=True).get()
-            yield started.view, out
-        finally:
-            started.stop()
+    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-horovod") as started:
+        InteractiveShell.instance()
+        started.view.activate()  # %%px in the shell define runs cells in
+        started.view.push(dict(CONSTANTS, OUT=str(out)))
+        solution = solution_answers(NOTEBOOK, set(ENGINE_ANSWERS))
+        for grade_id in ENGINE_ANSWERS:
+            if grade_id in BEFORE:
+                started.view.execute(BEFORE[grade_id], block=True).get()
+            started.view.execute(px_body(solution[grade_id]), block=True).get()
+        yield started.view, out
 
 
 def defined(case: Case, context: dict) -> dict:

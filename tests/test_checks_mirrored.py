@@ -9,8 +9,6 @@ import concurrent.futures
 import dataclasses
 import multiprocessing
 import os
-import sys
-import types
 
 import pytest
 
@@ -90,9 +88,7 @@ def tf_process():
     """One fresh Python process for every loop case: TensorFlow starts there once, with 2 logical CPU devices."""
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        with pytest.MonkeyPatch.context() as patch:  # an IPython shell (define) put a __main__ spawn cannot read
-            patch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
-            pool.submit(os.getpid).result(timeout=120)  # the process starts now
+        pool.submit(os.getpid).result(timeout=120)  # the process starts now
         yield pool
 
 

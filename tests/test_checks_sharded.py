@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from course import cluster, sharding
+from course import sharding
 from course.checks import sharded
 from course.comm import on_ranks
-from tests.check_cases import cases, define, judge
+from tests.check_cases import cases, define, judge, own_cluster
 from tests.conftest import ROOT
 
 NOTEBOOK = "09_sharded_and_tensor_parallelism"
@@ -38,13 +38,8 @@ def notebook_cell(marker: str) -> str:
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two MPI engines in a profile of their own, as the notebook starts them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        engines = cluster.start(QUICK["RANKS"], engines="mpi", cluster_id="t-checks-sharded")
-        try:
-            yield engines.view
-        finally:
-            engines.stop()
+    with own_cluster(tmp_path_factory, QUICK["RANKS"], engines="mpi", cluster_id="t-checks-sharded") as engines:
+        yield engines.view
 
 
 @pytest.fixture(scope="module")
