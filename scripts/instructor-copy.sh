@@ -19,7 +19,10 @@ if [ -e "$dest" ]; then say "$dest exists: remove it first, or name another DEST
 
 install -d -m 700 -o "$user" -g "$(id -gn "$user")" "$dest"  # closed before it holds anything
 git clone -q "$PWD" "$dest"
-if origin=$(git remote get-url origin 2>/dev/null); then git -C "$dest" remote set-url origin "$origin"; fi
+# DEST is the instructor's already: git refuses a root-run command in another user's repository unless told it is safe
+if origin=$(git remote get-url origin 2>/dev/null); then
+  git -c safe.directory="$dest" -C "$dest" remote set-url origin "$origin"
+fi
 chown -R "$user:$(id -gn "$user")" "$dest"
 
 record="${HUB_PREFIX:-/opt/ddl-hpc}/share/ddl-hpc/instructor-copies"
