@@ -42,13 +42,17 @@ SEEDS = PROGRAMS / "pycompss"
 
 
 @pytest.fixture(scope="module")
-def engines():
-    c = cluster.start(2, cluster_id="course-test-tasks", threads=1, quiet=True, persist=False)
-    try:
-        yield c
-    finally:
-        tasks.reset()
-        c.stop()
+def engines(tmp_path_factory):
+    """Two engines in an IPython profile of this module's own: no other cluster's stop (`stop --all`, a job's clean-up
+    under the same user) reaches them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
+        c = cluster.start(2, cluster_id="course-test-tasks", threads=1, quiet=True, persist=False)
+        try:
+            yield c
+        finally:
+            tasks.reset()
+            c.stop()
 
 
 @pytest.fixture
