@@ -5,7 +5,8 @@
 Learner pages come from the student copy (`python -m course student-copy`), never from solutions/, so no answer
 and no hidden test can reach the HTML: one page per notebook, not executed, with a box saying how long it takes,
 what it needs (README's table) and where to launch it. The instructor guide is one page as it is, and the command
-line's reference is printed by its own argparse parser. Where the launch links point is set in one place, `launch()`
+line's reference is printed by its own argparse parser; what each exercise must do, from one data file per
+notebook (website/exercises.py). Where the launch links point is set in one place, `launch()`
 below, from environment variables; website/conf.py gives the same values to the theme's launch buttons.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from course import UserError, contents
+from website import exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "website"
@@ -34,7 +36,8 @@ PAGES = "<!-- pages -->"  # ... and its table of contents' notebook pages
 SOURCES = (
     "Its pages are made from: index.md <- website/index.md; notebooks/NN_name.ipynb <- solutions/ through the "
     "student copy (one cell, the box, added after the first); instructors/guide.md <- docs/instructor-guide.md (the "
-    "same lines); reference/cli.md <- the course's argparse parsers (course/cli.py)."
+    "same lines); reference/cli.md <- the course's argparse parsers (course/cli.py); reference/exercises*.md <- "
+    "solutions/exercises/NN_name.yml and the notebooks' headings (website/exercises.py)."
 )
 OOD_APP = "Distributed Deep Learning on HPC"  # deploy/ondemand/ddl-hpc/manifest.yml's name
 OOD_FOLDER = "~/ddl-hpc"  # where the OnDemand app puts the student copy (its template/before.sh)
@@ -185,6 +188,7 @@ def write_sources(source: Path, student: Path, where: Launch) -> None:
     shutil.copy2(GUIDE, source / "instructors" / "guide.md")
     (source / "reference").mkdir()
     (source / "reference" / "cli.md").write_text(cli_reference(), encoding="utf-8")
+    exercises.write_pages(source)
 
 
 def build(out: Path) -> int:
