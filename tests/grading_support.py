@@ -159,8 +159,6 @@ def combine(answers: list[dict]) -> list[list[int]]:
     return groups
 
 
-
-
 def wrong_answers(notebook: str) -> list[dict]:
     path = WRONG / f"{notebook}.json"
     assert path.is_file(), (
