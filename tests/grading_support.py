@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 
+from course.mutation.semantic import answer_cells  # noqa: F401 (one reader of the fixtures' format, the report's)
 from course.mutation.trials import exercise_checks  # noqa: F401 (the tests import it from here)
 from tests.conftest import ROOT, run_course
 
@@ -156,14 +157,6 @@ def combine(answers: list[dict]) -> list[list[int]]:
         else:
             groups.append([k])
     return groups
-
-
-META = {"why", "hidden_only"}  # a fixture entry's keys that are not answer cells (wrong_answers/README.md)
-
-
-def answer_cells(entry: dict) -> dict[str, str]:
-    """A fixture entry's answer cells: grade_id -> source, without its notes (`why`, `hidden_only`)."""
-    return {g: s for g, s in entry.items() if g not in META}
 
 
 def wrong_answers(notebook: str) -> list[dict]:

@@ -3,10 +3,13 @@ report on the fixture course (tests/fixtures/course/99_fixture.ipynb)."""
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 
-from course.mutation import operators
+from course import UserError
+from course.mutation import operators, semantic
 from course.mutation.report import check_segments
 from tests.conftest import run_course
 from tests.grading_support import FIXTURE_COURSE
@@ -166,6 +169,9 @@ def test_check_cells_run_as_the_learner_has_them_then_their_hidden_tests():
     assert hidden.startswith("### BEGIN HIDDEN TESTS") and "mean_of([0.5])" in hidden
 
 
+HEADER = "notebook exercise mutants equivalent visible hidden hung semantic s-visible s-hidden time".split()
+
+
 @pytest.mark.slow
 def test_the_report_on_the_fixture_course(tmp_path):
     """The command on the fixture (a few seconds: it starts a kernel): a table row per exercise, survivors shown as diffs, the
@@ -173,9 +179,10 @@ def test_the_report_on_the_fixture_course(tmp_path):
     done = run_course("mutation-report", "--solutions", str(FIXTURE_COURSE), "--limit", "5", timeout=600)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["notebook", "exercise", "mutants", "equivalent", "visible", "hidden", "hung", "time"]
+    assert lines[0].split() == HEADER
     rows = {line.split()[1]: line.split() for line in lines[1:3]}
     assert rows["ex2-answer"][2:4] == ["5", "0"] and rows["ex2-answer"][6] == "3/5"
+    assert rows["ex2-answer"][9] == "1", "the fixture's one wrong answer to ex2 is its semantic mutant"
     assert "caught only by the hidden tests (operator): line 2: / -> *" in done.stdout
     assert "survived (statement): line 1: `values = list(values)` removed\n      -values = list(values)" in done.stdout
     assert "99_fixture ex2-answer: 5 mutants, the visible check caught 2, with hidden tests 3" in done.stderr
@@ -219,3 +226,60 @@ def test_a_file_the_solution_left_does_not_answer_for_a_mutant(tmp_path):
     assert done.returncode == 0, done.stderr
     removed = [line for line in done.stderr.splitlines() if "write_text('saved')` removed" in line]
     assert len(removed) == 1 and "caught by the visible check" in removed[0], done.stderr
+
+
+def solution_cells() -> dict[str, str]:
+    """The fixture course's answer cells, in the notebook's order: grade_id -> the solution's source."""
+    nb = nbformat.read(str(FIXTURE_COURSE / "99_fixture.ipynb"), as_version=4)
+    return {c.metadata.nbgrader.grade_id: c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def test_semantic_mutants_are_the_listed_wrong_answers_by_first_exercise(tmp_path):
+    """Each entry of the list is one semantic mutant of the first exercise (in the notebook's order) it writes, with
+    its `why`, the list's `hidden_only`, and a diff against the solution; an entry naming no answer cell is refused."""
+    solution = solution_cells()
+    listed = semantic.mutants("99_fixture", solution)  # the strength test's own list
+    assert [m.what for m in listed["ex1-answer"]] == ["divides by one too many"]
+    assert [m.hidden_only for m in listed["ex2-answer"]] == ["the standard deviation of 1"]
+    both = {"why": "both", "hidden_only": "a case", "ex2-answer": "def standardise(x):\n    return x\n"}
+    both["ex1-answer"] = "def mean_of(values):\n    return 0\n"
+    (tmp_path / "99_fixture.json").write_text(json.dumps([both]))
+    (mutant,) = semantic.mutants("99_fixture", solution, tmp_path)["ex1-answer"]
+    assert mutant.trial == semantic.answer_cells(both) and mutant.hidden_only == "a case"
+    assert (
+        mutant.diff.startswith("ex1-answer:\n-") and "\nex2-answer:\n" in mutant.diff and "+    return 0" in mutant.diff
+    )
+    (tmp_path / "99_fixture.json").write_text(json.dumps([{"why": "?", "ex9-answer": "x = 1"}]))
+    with pytest.raises(UserError, match="entry 0 names cell 'ex9-answer', which is not one of its answer cells"):
+        semantic.mutants("99_fixture", solution, tmp_path)
+    assert semantic.mutants("98_none", solution, tmp_path) == {}
+
+
+@pytest.mark.slow
+def test_the_report_counts_semantic_mutants(tmp_path):
+    """--semantic-only on the fixture course with a list holding one wrong answer the visible check catches, one only
+    the hidden tests catch, one that survives them both, and one that writes both exercises: the table counts them
+    per exercise, and the details name the survivor by its `why`."""
+    entries = json.loads((semantic.FOLDER / "99_fixture.json").read_text())  # ex1: visible; ex2: hidden only
+    median = "def mean_of(values):\n    return float(np.median(list(values)))\n"
+    entries.append({"why": "the median: the same on evenly spaced values", "ex1-answer": median})
+    wrong_mean = "def mean_of(values):\n    return sum(values) / 2\n"
+    both = {"why": "a mean over two", "hidden_only": "?", "ex2-answer": solution_cells()["ex2-answer"]}
+    entries.append({**both, "ex1-answer": wrong_mean})
+    (tmp_path / "99_fixture.json").write_text(json.dumps(entries))
+    done = run_course(
+        "mutation-report", "--solutions", str(FIXTURE_COURSE), "--semantic-only", "--wrong-answers", str(tmp_path),
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == HEADER
+    rows = {line.split()[1]: line.split()[2:] for line in lines[1:3]}
+    assert rows["ex1-answer"][:10] == ["-", "-", "-", "-", "0", "3", "2/3", "(66%)", "2/3", "(66%)"]
+    assert rows["ex2-answer"][:10] == ["-", "-", "-", "-", "0", "1", "0/1", "(0%)", "1/1", "(100%)"]
+    assert "survived (semantic, entry 2): the median: the same on evenly spaced values\n      -" in done.stdout
+    assert "caught only by the hidden tests (semantic, entry 1): centres but does not scale" in done.stdout
+    assert "entry 1: only the hidden tests caught" not in done.stdout, "the list says hidden_only: no disagreement"
+    assert "entry 3: the list says only the hidden tests catch it, but the visible check did" in done.stdout
+    assert "99_fixture ex1-answer: 3 semantic, the visible check caught 2, with hidden tests 2" in done.stderr
+    assert "mutants, the visible check" not in done.stderr, "--semantic-only makes no operator mutants"

@@ -62,6 +62,11 @@ class Mutant:
     outcome: dict = field(default_factory=dict)  # filled in by the report's run
 
     @property
+    def trial(self) -> dict[str, str]:
+        """The answer cells this mutant writes: grade_id -> source."""
+        return {self.exercise: self.source}
+
+    @property
     def key(self) -> str:
         return hashlib.sha1(f"{self.exercise}|{self.region}|{self.diff}".encode()).hexdigest()[:10]
 

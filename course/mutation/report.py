@@ -10,6 +10,10 @@ exercise made are removed before each mutant, as a fresh run has none. A check c
 learner's check fails, "hidden" those the full check cell fails. A mutant that hangs is stopped after a time
 well above the solution's own, counted as caught (grading's timeout fails it), and the kernel and its cluster
 start again from the top of the notebook (as they do when the solution fails right after a mutant).
+
+Beside the operators' single edits, each exercise's semantic mutants (course.mutation.semantic: the plausible wrong
+answers listed for the notebook, what a learner might write instead) are tried the same way, all of them, and
+counted in columns of their own; `semantic_only` runs only those (no probe, no operator mutants).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 import nbformat
 
 from course import UserError
-from course.mutation import operators, trials
+from course.mutation import operators, semantic, trials
 
 LIMIT = 12  # mutants per exercise, by default: spread over the operators
 HIDDEN = "### BEGIN HIDDEN TESTS"
@@ -41,12 +45,15 @@ class Exercise:
     exercise: str
     run: list[operators.Mutant] = field(default_factory=list)
     equivalent: list[operators.Mutant] = field(default_factory=list)
+    semantic: list[semantic.SemanticMutant] = field(default_factory=list)
+    mutated: bool = True  # whether operator mutants were made (not with semantic_only)
     skipped: list[str] = field(default_factory=list)  # regions not mutated (not Python)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def count(self, what: str) -> int:
-        return sum(1 for m in self.run if m.outcome.get(what))
+    def count(self, what: str, kind: str = "run") -> int:
+        """How many mutants of KIND ('run': the operators', or 'semantic') have WHAT in their outcome."""
+        return sum(1 for m in getattr(self, kind) if m.outcome.get(what))
 
 
 def find(names: list[str], solutions: Path) -> list[Path]:
@@ -169,9 +176,9 @@ class NotebookRun:
         failures, _ = trials.detour(self.client, self.cells, {}, first, last)
         return failures
 
-    def probe(self, answer: str, source: str, first: int, last: int, path: Path) -> dict[int, float]:
-        """The solution with probes, cells FIRST..LAST: how long each took (what it reached goes to PATH)."""
-        trial = {answer: operators.probed(source, answer, str(path))}
+    def probe(self, trial: dict[str, str], first: int, last: int) -> dict[int, float]:
+        """The solution's cells FIRST..LAST, with TRIAL's in place (the answer with probes, or none): how long each
+        took."""
         trials.forget(self.client, self.cells, trial, first)
         took = {}
         for index in range(first, last + 1):
@@ -183,7 +190,7 @@ class NotebookRun:
     def mutant(self, mutant: operators.Mutant, first: int, last: int, segments: dict, limits: dict) -> dict:
         """Run MUTANT's cell and the cells after it through LAST: which checks failed, visible and with hidden tests.
         A cell that hangs ends the detour: `hung` says where (the kernel must then start again)."""
-        trial = {mutant.exercise: mutant.source}
+        trial = mutant.trial
         outcome: dict = {"visible_cells": {}, "hidden_cells": {}, "answer": "", "hung": ""}
         trials.forget(self.client, self.cells, trial, first)
         try:
@@ -226,8 +233,16 @@ def _limits(took: dict[int, float]) -> dict[int, float]:
     return {index: max(30.0, 3 * seconds + 30) for index, seconds in took.items()}
 
 
-def measure(source: Path, exercises: list[str] | None = None, limit: int = LIMIT, say=print) -> list[Exercise]:
-    """Mutate and try every chosen exercise of SOURCE in one run of it; SAY reports progress as it goes."""
+def measure(
+    source: Path,
+    exercises: list[str] | None = None,
+    limit: int = LIMIT,
+    say=print,
+    semantic_only: bool = False,
+    wrong_answers: Path = semantic.FOLDER,
+) -> list[Exercise]:
+    """Mutate and try every chosen exercise of SOURCE in one run of it, with its semantic mutants (the list for
+    SOURCE in WRONG_ANSWERS); SEMANTIC_ONLY: those alone. SAY reports progress as it goes."""
     nb = nbformat.read(str(source), as_version=4)
     answers = _answers(nb)
     chosen = exercises or list(answers)
@@ -236,7 +251,9 @@ def measure(source: Path, exercises: list[str] | None = None, limit: int = LIMIT
         raise UserError(f"{source.name} has no answer cell {unknown[0]!r}; its exercises: {', '.join(answers)}")
     checks = trials.exercise_checks(source)
     index = {trials.grade_id(c): i for i, c in enumerate(nb.cells) if trials.grade_id(c)}
-    spans = {a: (answers[a], max([answers[a]] + [index[g] for g in checks[a]])) for a in chosen}
+    last_check = {a: max([answers[a]] + [index[g] for g in checks[a]]) for a in answers}
+    solution = {a: nb.cells[i].source for a, i in sorted(answers.items(), key=lambda item: item[1])}
+    written = semantic.mutants(source.stem, solution, wrong_answers)
     segments = check_segments(source, nb)
     results = []
     with tempfile.TemporaryDirectory(prefix="mut-") as work:  # short: MPI's socket paths are under it
@@ -244,25 +261,33 @@ def measure(source: Path, exercises: list[str] | None = None, limit: int = LIMIT
         try:
             run.start()
             for answer in sorted(chosen, key=lambda a: answers[a]):
-                results.append(_exercise(run, source.stem, answer, spans[answer], segments, limit, say))
+                result = Exercise(source.stem, answer, semantic=written.get(answer, []), mutated=not semantic_only)
+                spans = {m.key: (answers[answer], max(last_check[g] for g in m.trial)) for m in result.semantic}
+                spans[""] = (answers[answer], last_check[answer])  # the exercise's own, the operator mutants'
+                results.append(_exercise(run, result, spans, segments, limit, say))
         finally:
             run.close()
     return results
 
 
-def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limit: int, say) -> Exercise:
-    """One exercise's probe and mutants, with the solution run again after each."""
-    first, last = span
+def _exercise(run: NotebookRun, result: Exercise, spans: dict, segments, limit: int, say) -> Exercise:
+    """One exercise's probe, operator mutants and semantic mutants, with the solution run again after each. SPANS:
+    the cells each mutant runs (by key; '' for the operator mutants: the exercise's answer through its checks)."""
+    notebook, answer = result.notebook, result.exercise
+    first, last = spans[""]
+    reach = max(end for _, end in spans.values())  # a semantic mutant may write later exercises' cells too
     started = time.perf_counter()
     source = run.cells[first].source
-    result = Exercise(notebook, answer)
-    mutants, result.skipped = operators.cell_mutants(answer, source)
-    result.equivalent = [m for m in mutants if m.equivalent]
+    mutants: list[operators.Mutant] = []
+    if result.mutated:
+        mutants, result.skipped = operators.cell_mutants(answer, source)
+        result.equivalent = [m for m in mutants if m.equivalent]
     run.advance(first)
     before = run.files()
     hits = Path(run.workdir) / f"reached-{answer}.txt"
+    probe = {answer: operators.probed(source, answer, str(hits))} if result.mutated else {}
     try:
-        took = run.probe(answer, source, first, last, hits)
+        took = run.probe(probe, first, reach)
     except _Hung as exc:
         raise UserError(f"{notebook}: the solution of {answer} did not finish ({exc})") from None
     reached = set(hits.read_text().split()) if hits.exists() else set()
@@ -273,24 +298,32 @@ def _exercise(run: NotebookRun, notebook: str, answer: str, span, segments, limi
             result.equivalent.append(mutant)
     result.run = operators.select([m for m in mutants if not m.equivalent], limit)
     limits = _limits(took)
-    for k, mutant in enumerate(result.run, 1):
+    tried = [(m, "", f"{k}/{len(result.run)}") for k, m in enumerate(result.run, 1)]
+    tried += [(m, m.key, f"semantic {k}/{len(result.semantic)}") for k, m in enumerate(result.semantic, 1)]
+    for mutant, span, place in tried:
         began = time.perf_counter()
         run.clear(before)  # the files the solution's cells of this exercise made
-        restarted = _try(run, mutant, span, segments, limits, result)
+        restarted = _try(run, mutant, spans[span], segments, limits, result)
         if restarted:  # the notebook ran again from the top, in an emptied folder
             before = run.files()
         spent = f"{time.perf_counter() - began:.0f} s"
-        say(f"  {notebook} {answer} [{k}/{len(result.run)}] {_verdict(mutant.outcome)} ({spent}): {mutant.what}")
-    failures = run.solution_detour(first, last)  # also replaces the probed definitions
+        say(f"  {notebook} {answer} [{place}] {_verdict(mutant.outcome)} ({spent}): {mutant.what}")
+    failures = run.solution_detour(first, reach)  # also replaces the probed definitions
     if failures:
         result.notes.append(f"the solution, run again after the mutants, failed {sorted(failures)}")
-    run.done = last + 1  # the solution's own cells of the exercise have just run
+    run.done = reach + 1  # the solution's own cells through the exercise (and those its semantic mutants wrote)
     result.seconds = time.perf_counter() - started
-    n = len(result.run)
-    say(
-        f"{notebook} {answer}: {n} mutants, the visible check caught {result.count('visible')}, "
-        f"with hidden tests {result.count('hidden')} ({len(result.equivalent)} set aside; {result.seconds:.0f} s)"
+    counts = []
+    if result.mutated:
+        counts.append(
+            f"{len(result.run)} mutants, the visible check caught {result.count('visible')}, "
+            f"with hidden tests {result.count('hidden')} ({len(result.equivalent)} set aside)"
+        )
+    counts.append(
+        f"{len(result.semantic)} semantic, the visible check caught {result.count('visible', 'semantic')}, "
+        f"with hidden tests {result.count('hidden', 'semantic')}"
     )
+    say(f"{notebook} {answer}: {'; '.join(counts)} ({result.seconds:.0f} s)")
     return result
 
 
@@ -326,19 +359,26 @@ def _verdict(outcome: dict) -> str:
 
 
 def table(results: list[Exercise]) -> str:
-    """One row per exercise: mutants run, set aside as equivalent, caught by the visible check, with hidden tests."""
-    rows = [("notebook", "exercise", "mutants", "equivalent", "visible", "hidden", "hung", "time")]
+    """One row per exercise: operator mutants run, set aside as equivalent, caught by the visible check, with hidden
+    tests; those that hung (of both kinds); semantic mutants tried, caught by the visible check, with hidden tests."""
+    rows = [
+        ("notebook", "exercise", "mutants", "equivalent", "visible", "hidden", "hung")
+        + ("semantic", "s-visible", "s-hidden", "time")
+    ]
     for r in results:
-        n = len(r.run)
+        n, k = len(r.run), len(r.semantic)
         rows.append(
             (
                 r.notebook.split("_")[0],
                 r.exercise,
-                str(n),
-                str(len(r.equivalent)),
+                str(n) if r.mutated else "-",
+                str(len(r.equivalent)) if r.mutated else "-",
                 _share(r.count("visible"), n),
                 _share(r.count("hidden"), n),
-                str(r.count("hung")),
+                str(r.count("hung") + r.count("hung", "semantic")),
+                str(k),
+                _share(r.count("visible", "semantic"), k),
+                _share(r.count("hidden", "semantic"), k),
                 f"{r.seconds / 60:.1f} min",
             )
         )
@@ -351,23 +391,40 @@ def _share(caught: int, total: int) -> str:
 
 
 def details(results: list[Exercise]) -> str:
-    """What an instructor should look at: the survivors as diffs, those only hidden tests catch, the equivalents."""
+    """What an instructor should look at: the survivors (diffs; a semantic one with its `why`), those only hidden
+    tests catch, the equivalents, and where the list's `hidden_only` disagrees with what the run found."""
     out = []
     for r in results:
-        survivors = [m for m in r.run if not m.outcome.get("hidden")]
-        hidden_only = [m for m in r.run if m.outcome.get("hidden") and not m.outcome.get("visible")]
+        survivors = [m for m in r.run + r.semantic if not m.outcome.get("hidden")]
+        hidden_only = [m for m in r.run + r.semantic if m.outcome.get("hidden") and not m.outcome.get("visible")]
         if not (survivors or hidden_only or r.equivalent or r.skipped or r.notes):
             continue
         out.append(f"\n{r.notebook} {r.exercise}")
         for m in survivors:
-            out.append(f"  survived ({m.operator}): {m.what}")
+            out.append(f"  survived ({_kind(m)}): {m.what}")
             out.append("\n".join("      " + line for line in _clip(m.diff)))
         for m in hidden_only:
-            out.append(f"  caught only by the hidden tests ({m.operator}): {m.what}")
+            out.append(f"  caught only by the hidden tests ({_kind(m)}): {m.what}")
         for m in r.equivalent:
             out.append(f"  set aside ({m.operator}: {m.what}): {m.equivalent}")
-        out += [f"  {note}" for note in r.skipped + r.notes]
+        out += [f"  {note}" for note in r.skipped + r.notes + _disagreements(r)]
     return "\n".join(out)
+
+
+def _kind(mutant: operators.Mutant) -> str:
+    """The operator, or which entry of the notebook's list of wrong answers a semantic mutant is."""
+    return f"semantic, entry {mutant.number}" if isinstance(mutant, semantic.SemanticMutant) else mutant.operator
+
+
+def _disagreements(result: Exercise) -> list[str]:
+    """The semantic mutants whose list entry says otherwise than the run about which check catches them."""
+    notes = []
+    for m in result.semantic:
+        if m.hidden_only and m.outcome.get("visible"):
+            notes.append(f"entry {m.number}: the list says only the hidden tests catch it, but the visible check did")
+        elif not m.hidden_only and m.outcome.get("hidden") and not m.outcome.get("visible"):
+            notes.append(f"entry {m.number}: only the hidden tests caught it, and the list does not say `hidden_only`")
+    return notes
 
 
 def _clip(diff: str, lines: int = 6) -> list[str]:
@@ -375,12 +432,22 @@ def _clip(diff: str, lines: int = 6) -> list[str]:
     return text[:lines] + ([f"... ({len(text) - lines} more lines)"] if len(text) > lines else [])
 
 
-def main(names: list[str], exercise: str | None = None, limit: int = LIMIT, solutions: str | None = None) -> int:
+def main(
+    names: list[str],
+    exercise: str | None = None,
+    limit: int = LIMIT,
+    solutions: str | None = None,
+    semantic_only: bool = False,
+    wrong_answers: str | None = None,
+) -> int:
     """The command: progress on stderr, then the table and the details on stdout."""
     from course.grading import solutions_dir
 
     if limit < 1:
         raise UserError(f"--limit takes a number of mutants per exercise (1 or more), not {limit}")
+    listed = Path(wrong_answers) if wrong_answers else semantic.FOLDER
+    if wrong_answers and not listed.is_dir():
+        raise UserError(f"--wrong-answers takes a folder of <notebook>.json lists; {listed} is not one")
     sources = find(names, solutions_dir(solutions))
     if exercise and len(sources) != 1:
         raise UserError("--exercise names one answer cell: give the one notebook it is in")
@@ -389,9 +456,12 @@ def main(names: list[str], exercise: str | None = None, limit: int = LIMIT, solu
     results: list[Exercise] = []
     for source in sources:
         started = time.perf_counter()
-        print(f"{source.stem}: running the notebook once, with the mutants of each exercise", file=sys.stderr)
+        which = "its semantic mutants" if semantic_only else "the mutants"
+        print(f"{source.stem}: running the notebook once, with {which} of each exercise", file=sys.stderr)
+        if not (listed / f"{source.stem}.json").is_file():
+            print(f"{source.stem}: no semantic mutants (no {listed / source.stem}.json)", file=sys.stderr)
         say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-        found = measure(source, [exercise] if exercise else None, limit, say)
+        found = measure(source, [exercise] if exercise else None, limit, say, semantic_only, listed)
         results += found
         print(f"{source.stem}: done in {(time.perf_counter() - started) / 60:.1f} min", file=sys.stderr)
     print(table(results))
