@@ -53,7 +53,6 @@ def test_unknown_notebook_is_one_line():
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-
 def test_a_number_names_every_part_of_a_notebook_in_parts(tmp_path):
     from course.run import find
 
@@ -61,6 +60,7 @@ def test_a_number_names_every_part_of_a_notebook_in_parts(tmp_path):
     assert find(["07"], parts) == parts[1:3]  # `course run 07`: both parts, in order
     assert find(["07_horovod"], parts) == [parts[1]] and find(["07_horovod_script"], parts) == [parts[2]]
     assert find(["07", "07_horovod"], parts) == parts[1:3]  # each once
+
 
 def test_dry_run_benchmark_totals_against_the_goal_and_names_the_slowest_cell(tmp_path):
     # benchmarks/dry_run.py: the total beside issue 17's goal and the machine's own speed, the slow cell first
