@@ -20,6 +20,7 @@ TITLE = re.compile(r"^# (\d\d) - (.+)$", re.M)
 TIME = re.compile(r"\*\*Estimated time:\*\* (\d+) minutes")
 HEADER = ("| # | Notebook | Topic | Time | Needs |", "|---|---|---|---|---|")
 TO_WRITE = "?"  # the Topic and Needs of a notebook README has no row for yet
+SESSION = 90  # minutes of a workshop session: no notebook asks more (a longer one is split in parts)
 
 
 @dataclass(frozen=True)

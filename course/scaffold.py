@@ -56,6 +56,9 @@ def find_notebook(root: Path, wanted: str) -> Path:
         raise UserError(f"no solutions/ in {root}: new-exercise works in the instructor's checkout of the course")
     stem = Path(wanted).name.removesuffix(".ipynb")
     found = [p for p in sorted(folder.glob("*.ipynb")) if p.stem == stem or p.stem.split("_", 1)[0] == stem]
+    if len(found) > 1 and stem not in [p.stem for p in found]:
+        raise UserError(f"notebook {wanted!r} is in parts: name one of {', '.join(p.stem for p in found)}")
+    found = [p for p in found if p.stem == stem] or found
     if len(found) != 1:
         names = ", ".join(p.stem for p in sorted(folder.glob("*.ipynb")))
         raise UserError(f"no notebook {wanted!r} in solutions/ (one of: {names})")
@@ -160,9 +163,20 @@ def add_check(root: Path, ex: Exercise) -> Path:
     return path
 
 
-def add_fast_test(root: Path, ex: Exercise) -> Path:
-    """The fast test of the check in tests/test_checks_MODULE.py (the module made if new)."""
+def fast_test_path(root: Path, ex: Exercise) -> Path:
+    """tests/test_checks_MODULE.py, unless it tries another notebook's answers: then the test module that tries this
+    notebook's answers with MODULE's checks (a notebook in parts shares its check module, not its fast test)."""
     path = root / "tests" / f"test_checks_{ex.module}.py"
+    mine = f'NOTEBOOK = "{ex.notebook.stem}"'
+    if not path.exists() or mine in path.read_text():
+        return path
+    others = sorted((root / "tests").glob(f"test_checks_{ex.module}_*.py"))
+    return next((p for p in others if mine in p.read_text()), root / "tests" / f"test_checks_{ex.notebook.stem[3:]}.py")
+
+
+def add_fast_test(root: Path, ex: Exercise) -> Path:
+    """The fast test of the check in tests/test_checks_MODULE.py (the module made if new; see fast_test_path)."""
+    path = fast_test_path(root, ex)
     if not path.exists():
         path.write_text(
             f'"""course.checks.{ex.module}, tried directly on every answer the fixtures hold for its exercises '

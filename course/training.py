@@ -1,7 +1,7 @@
 """Training helpers the notebooks share, one section per way of training in parallel.
 
-- Horovod (notebook 07): `horovod_init` (hvd.init, one GPU per process by local rank with memory growth, or a
-  few CPU threads per rank), rank-0-only output (`is_root`, `root_print`, `horovod_callbacks`), scaled batch and
+- Horovod (notebook 07, both parts): `horovod_init` (hvd.init, one GPU per process by local rank with memory growth,
+  or a few CPU threads per rank), rank-0-only output (`is_root`, `root_print`, `horovod_callbacks`), scaled batch and
   learning rate, steps per epoch, the learning rate in effect per epoch (`learning_rate_log`), resuming from rank
   0's checkpoint with the optimizer's state.
 - MirroredStrategy (notebook 08): one replica per GPU, or per logical CPU device where there is no GPU

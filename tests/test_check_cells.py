@@ -19,7 +19,7 @@ LONGEST = 12  # lines of a check cell above its hidden tests
 NOT_YET_MOVED: dict[str, set[str]] = {
     # ex-script: each answer is a script the check runs with `horovodrun -np 2` (about 25 s a run, six runs):
     # tests/test_horovod_check.py checks course.checks.horovod_script on real runs of the solution and its faults
-    "07_horovod": {"ex-script-answer"},
+    "07_horovod_script": {"ex-script-answer"},
 }
 
 

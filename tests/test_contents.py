@@ -35,6 +35,11 @@ def test_readme_table_says_what_each_notebook_says():
     assert f"| {contents.TO_WRITE} |" not in "\n".join(have.values()), "write the Topic and Needs in README.md"
 
 
+def test_every_notebook_fits_a_workshop_session():
+    longer = [f"{nb.name}: {nb.minutes} min" for nb in contents.notebooks() if nb.minutes > contents.SESSION]
+    assert not longer, f"longer than a {contents.SESSION}-minute session, split or cut: {longer}"
+
+
 def _notebook(folder, name: str, first: str) -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell(first), nbformat.v4.new_code_cell("print(1)")]

@@ -1,6 +1,6 @@
-"""course.checks.horovod_script on real `horovodrun -np 2` runs of the scripts notebook 07 shows (its single-process
-script and the solution of its conversion exercise): the solution passes; a conversion with four faults is told
-each of them by name (what the learner's feedback says)."""
+"""course.checks.horovod_script on real `horovodrun -np 2` runs of the scripts notebook 07's part two shows (its
+single-process script and the solution of its conversion exercise): the solution passes; a conversion with four
+faults is told each of them by name (what the learner's feedback says)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from course import UserError
 from course.checks import horovod_script
 from tests.conftest import ROOT
 
-NOTEBOOK = ROOT / "solutions" / "07_horovod.ipynb"
+NOTEBOOK = ROOT / "solutions" / "07_horovod_script.ipynb"
 
 
 def notebook_scripts() -> tuple[str, str]:
-    """(the single-process script, the solution of the conversion) as notebook 07 writes them."""
+    """(the single-process script, the solution of the conversion) as notebook 07 part two writes them."""
     notebook = json.loads(NOTEBOOK.read_text())
     cells = [("".join(c["source"]), c["metadata"].get("nbgrader", {})) for c in notebook["cells"]]
     single = next(s for s, _ in cells if s.startswith("%%writefile {OUT}/train_single.py"))

@@ -53,6 +53,15 @@ def test_unknown_notebook_is_one_line():
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_number_names_every_part_of_a_notebook_in_parts(tmp_path):
+    from course.run import find
+
+    parts = [tmp_path / f"{stem}.ipynb" for stem in ("06_one", "07_horovod", "07_horovod_script", "08_other")]
+    assert find(["07"], parts) == parts[1:3]  # `course run 07`: both parts, in order
+    assert find(["07_horovod"], parts) == [parts[1]] and find(["07_horovod_script"], parts) == [parts[2]]
+    assert find(["07", "07_horovod"], parts) == parts[1:3]  # each once
+
+
 def test_dry_run_benchmark_totals_against_the_goal_and_names_the_slowest_cell(tmp_path):
     # benchmarks/dry_run.py: the total beside issue 17's goal and the machine's own speed, the slow cell first
     path = notebook(tmp_path / "slow.ipynb", "x = 1", "import time\ntime.sleep(3)", "y = 2")

@@ -143,3 +143,15 @@ def test_joins_the_check_module_the_notebook_already_uses(checkout):
     compile(module, written[1], "exec")
     fast = (checkout / written[2]).read_text()
     assert re.search(r'^COVERED = \{"ex-nesterov-answer"\} \| \{\s*"ex1-answer"', fast, re.M), fast[:800]
+
+
+def test_a_notebook_in_parts_is_named_and_each_part_keeps_its_fast_test_and_data_file(checkout):
+    with pytest.raises(UserError, match="notebook '07' is in parts: name one of 07_horovod, 07_horovod_script"):
+        scaffold.scaffold(checkout, "07", "ex-overlap")
+    written = scaffold.scaffold(checkout, "07_horovod_script", "ex-overlap")
+    # part two's checks live in part one's module; its fast test is its own (NOTEBOOK = "07_horovod_script")
+    assert written[1:3] == ["course/checks/horovod.py", "tests/test_checks_horovod_runs.py"]
+    assert '{"ex-overlap-answer"} | {' in (checkout / written[2]).read_text()
+    assert "ex-overlap" not in (checkout / "tests" / "test_checks_horovod.py").read_text()
+    assert written[4] == "solutions/exercises/07_horovod_script.yml"
+    assert "ex-overlap-check" not in (checkout / "solutions" / "exercises" / "07_horovod.yml").read_text()

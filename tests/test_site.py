@@ -24,6 +24,7 @@ from course import contents
 from tests.conftest import ROOT
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
+from website import exercises
 
 pytestmark = pytest.mark.slow
 REPOSITORY = "https://github.com/example-org/ddl-course"  # where the test's build says the student branch is
@@ -149,19 +150,21 @@ def test_every_notebook_has_its_exercise_reference_page(site):
     """The generated pages of what each exercise must do: one per notebook, each exercise under the notebook's own
     `## Exercise` heading with its graded cell named, and the index page listing them all."""
     index = " ".join(lines_of(site / "reference" / "exercises.html"))
-    for notebook in contents.notebooks():
-        path = site / "reference" / f"exercises-{notebook.number}.html"
-        assert path.is_file(), f"no reference page for notebook {notebook.number}"
+    found = contents.notebooks()
+    for notebook in found:
+        name = exercises.label(notebook, found)  # the number; a notebook in parts: each part's name
+        path = site / "reference" / f"exercises-{name}.html"
+        assert path.is_file(), f"no reference page for notebook {name}"
         shown = " ".join(" ".join(lines_of(path)).translate(SMART).split())
         cells = nbformat.read(str(ROOT / "solutions" / f"{notebook.name}.ipynb"), as_version=4).cells
         for cell in cells:
             for heading in re.findall(r"^## (Exercise\b.*)$", cell.source, re.M):
                 words = " ".join(re.sub(r"[`*]", "", heading).split())
-                assert words in shown, f"exercises-{notebook.number}.html lacks the notebook's heading {words!r}"
+                assert words in shown, f"exercises-{name}.html lacks the notebook's heading {words!r}"
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
             if cell.metadata.get("nbgrader", {}).get("grade"):
-                assert grade_id in shown, f"exercises-{notebook.number}.html does not name the graded cell {grade_id}"
-        assert f"Notebook {notebook.number}: what each exercise must do" in index
+                assert grade_id in shown, f"exercises-{name}.html does not name the graded cell {grade_id}"
+        assert f"Notebook {name}: what each exercise must do" in index
 
 
 def test_the_scan_finds_an_answer_put_in_a_page(tmp_path):

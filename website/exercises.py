@@ -1,7 +1,7 @@
 """The site's reference of what each exercise must do and which check holds each statement, generated from one data
 file per notebook, solutions/exercises/NN_name.yml (instructor-only: solutions/ is not in the student copy).
 
-    write_pages(source)       # SOURCE/reference/exercises.md and one exercises-NN.md per notebook
+    write_pages(source)       # SOURCE/reference/exercises.md and one exercises-NN.md per notebook (label())
 
 A data file lists, per graded cell (its grade_id), the statements an answer must satisfy: their kind (result,
 process, leaves), their words, the checks that hold them (`visible:` or `hidden:`, each a `course.` function the
@@ -82,8 +82,15 @@ def _held_by(items: list[dict[str, str]]) -> str:
     return "; ".join(f"{part} `{_cell(what)}`" for item in items for part, what in item.items())
 
 
-def page(notebook: contents.Notebook, data: dict[str, Any], cells: dict[str, Graded]) -> str:
-    """The Markdown reference page of NOTEBOOK: its exercises in the notebook's order, each with its table."""
+def label(notebook: contents.Notebook, found: list[contents.Notebook]) -> str:
+    """How NOTEBOOK's page is named and headed: its number, or its name where the notebooks FOUND share the number
+    (a notebook in parts, as 07's: exercises-07_horovod, exercises-07_horovod_script)."""
+    return notebook.name if sum(nb.number == notebook.number for nb in found) > 1 else notebook.number
+
+
+def page(notebook: contents.Notebook, data: dict[str, Any], cells: dict[str, Graded], name: str = "") -> str:
+    """The Markdown reference page of NOTEBOOK (headed NAME, its number by default): its exercises in the notebook's
+    order, each with its table."""
     entries = {entry["grade_id"]: entry for entry in data.get("exercises") or []}
     unknown = sorted(set(entries) - set(cells))
     missing = [g for g in cells if g not in entries]
@@ -95,7 +102,7 @@ def page(notebook: contents.Notebook, data: dict[str, Any], cells: dict[str, Gra
             f"{where} has no entry for the graded cell(s) {missing}: python -m course new-exercise writes one"
         )
     lines = [
-        f"# Notebook {notebook.number}: what each exercise must do",
+        f"# Notebook {name or notebook.number}: what each exercise must do",
         "",
         f"The graded exercises of [{notebook.title}](../notebooks/{notebook.name}.ipynb), what must be true of an "
         "answer, which check holds each statement and how it is measured.",
@@ -121,7 +128,7 @@ def page(notebook: contents.Notebook, data: dict[str, Any], cells: dict[str, Gra
 
 def index_page(found: list[contents.Notebook]) -> str:
     """The reference's first page: what the per-notebook pages say, and their table of contents."""
-    toc = [f"exercises-{nb.number}" for nb in found]
+    toc = [f"exercises-{label(nb, found)}" for nb in found]
     return "\n".join(
         ["# What each exercise must do", "", INTRO, "", "```{toctree}", ":maxdepth: 1", "", *toc, "```", ""]
     )
@@ -141,7 +148,7 @@ def write_pages(source: Path, solutions: Path = ROOT / "solutions") -> list[Path
                 f"no solutions/exercises/{notebook.name}.yml: every notebook's exercises are described there"
             )
         cells = graded_cells(solutions / f"{notebook.name}.ipynb")
-        path = folder / f"exercises-{notebook.number}.md"
-        path.write_text(page(notebook, load(data_file), cells), encoding="utf-8")
+        path = folder / f"exercises-{label(notebook, found)}.md"
+        path.write_text(page(notebook, load(data_file), cells, label(notebook, found)), encoding="utf-8")
         written.append(path)
     return written

@@ -1,8 +1,8 @@
-"""Notebook 07's checks of the Horovod exercises a learner writes on the notebook's MPI engines (`%%px` cells) and
-of what they then read from the runs: each engine's values are read on the engine itself (its `me`, `lr`, `steps`,
-`callbacks`, `test_accuracy`) and compared with what the notebook's constants make right; the model files each rank
-saved come from the engines (course.checks.saves), not from the folder the ranks share. The script exercise has
-its own module (course.checks.horovod_script), its quiz the key below (course.checks.quiz).
+"""Notebook 07's checks, both parts: the Horovod exercises a learner writes on part one's MPI engines (`%%px`
+cells) and what part two reads from its `horovodrun` runs: each engine's values are read on the engine itself (its
+`me`, `lr`, `steps`, `callbacks`, `test_accuracy`) and compared with what the notebook's constants make right; the
+model files each rank saved come from the engines (course.checks.saves), not from the folder the ranks share. The
+script exercise has its own module (course.checks.horovod_script), its quiz the key below (course.checks.quiz).
 
     horovod.me_on_every_rank(cluster.view)                                # None, or what is wrong
     horovod.learning_rate_and_steps(cluster.view, BASE_LR, BATCH)
@@ -199,8 +199,8 @@ def evaluated_and_saved(view: Any, out: str | os.PathLike, saved: Mapping[int, l
 
 @check
 def efficiency_per_ranks(efficiency: object, runs: Mapping[int, Mapping], ranks: Sequence[int]) -> None:
-    """Exercise 6: `efficiency` maps each rank count to (epoch time on 1 / epoch time on n) / n from the runs'
-    steady epoch times (or the same from their throughputs); each plausible slip is named."""
+    """Part two, exercise 2: `efficiency` maps each rank count to (epoch time on 1 / epoch time on n) / n from the
+    runs' steady epoch times (or the same from their throughputs); each plausible slip is named."""
     expect(
         isinstance(efficiency, dict) and sorted(efficiency) == sorted(ranks),
         "efficiency should have one entry per rank count in RANKS",
@@ -232,8 +232,8 @@ def efficiency_per_ranks(efficiency: object, runs: Mapping[int, Mapping], ranks:
 
 @check
 def collective_share_and_wait(share: float, most_waiting: object, breakdown: Any) -> None:
-    """Exercise 7: `share` is the fraction of the timeline's span with some collective open (1 - compute / span,
-    negotiation included), and `most_waiting` the rank with the longest negotiation wait."""
+    """Part two, exercise 3: `share` is the fraction of the timeline's span with some collective open (1 - compute
+    / span, negotiation included), and `most_waiting` the rank with the longest negotiation wait."""
     span, compute = breakdown.span, breakdown.compute
     expect(0 <= share <= 1, f"collective_share = {share}: a share is between 0 and 1")
     opened, none = 1 - compute / span, compute / span
@@ -271,9 +271,10 @@ NEVER = {"val_accuracy": [0.1, 0.2], "epoch_time": 0.1}
 def time_to_accuracy_functions(
     time_to_accuracy: Callable, fastest: Callable, first: object, candidates: Mapping[str, Mapping]
 ) -> None:
-    """Exercise 8: time_to_accuracy(run, target) counts the epochs up to the first that reaches the target at the
-    steady epoch time (None if none does); fastest(runs, target) names the run that needs the fewest seconds (None
-    if none reaches it). Tried on made-up runs; `first` (FASTEST) must be a name of `candidates` or None."""
+    """Part two, exercise 4: time_to_accuracy(run, target) counts the epochs up to the first that reaches the
+    target at the steady epoch time (None if none does); fastest(runs, target) names the run that needs the fewest
+    seconds (None if none reaches it). Tried on made-up runs; `first` (FASTEST) must be a name of `candidates` or
+    None."""
     got = time_to_accuracy(SLOW_START, 0.7)
     expect(got is not None, "a run whose accuracy reaches the target in some epoch has a time, not None")
     expect(
@@ -303,7 +304,8 @@ def time_to_accuracy_functions(
     expect(first is None or first in candidates, "FASTEST should be a name from candidates (or None)")
 
 
-# Exercise 9, the Intel talk's Horovod questions: course.checks.quiz digests of the right letters (never the letters).
+# Part two, exercise 5, the Intel talk's Horovod questions: course.checks.quiz digests of the right letters (never
+# the letters).
 QUIZ_KEY = {
     1: "a5bbc0abfbf3c3499f5284151967559658adf1c9d4b9d52ccf258c152caffce3",
     2: "2dee100e6e2c39c1847e24569472cacc840f6f7a37664275b454a7863c6671b7",

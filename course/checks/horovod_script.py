@@ -1,4 +1,4 @@
-"""Check a learner's Horovod training script (notebook 07): run it for real and say what it gets wrong.
+"""Check a learner's Horovod training script (notebook 07, part two): run it for real and say what it gets wrong.
 
 The learner converts a single-process Keras script into a Horovod one. Both are run as they would be on a
 cluster - the original as one process, the conversion with `horovodrun -np 2` - each process in a folder of
