@@ -7,7 +7,8 @@ keeps it (CONTRIBUTING.md walks through filling them in), so that adding an exer
 - the check function's stub in course/checks/MODULE.py (`@check`, raising until it is written);
 - its fast test in tests/test_checks_MODULE.py, which tries the solution and every fixture answer against it;
 - a wrong answer to fill in tests/fixtures/wrong_answers/NOTEBOOK.json;
-- the rows to fill in the instructor guide's section 12, under the notebook's heading.
+- the rows to fill in the instructor guide's exercises page (docs/guide/exercises.md), under the notebook's
+  heading.
 
 Every piece it writes says TODO where a person must write; tests/test_check_cells.py fails while one is left.
 """
@@ -152,7 +153,7 @@ def add_check(root: Path, ex: Exercise) -> Path:
     path.write_text(
         text.rstrip("\n") + "\n\n\n@check\n"
         f"def {ex.check}({ex.function}) -> None:\n"
-        f'    """Exercise `{ex.name}`: {TODO} what must be true of an answer (the guide\'s section 12 rows), each point\n'
+        f'    """Exercise `{ex.name}`: {TODO} what must be true of an answer (the guide\'s exercises page), each point\n'
         '    measured from outside the answer."""\n'
         f'    expect(False, "{TODO}: one expect() per statement, its message saying what is wrong")\n'
     )
@@ -200,13 +201,13 @@ def add_wrong_answer(root: Path, ex: Exercise) -> Path:
 
 
 def add_guide_rows(root: Path, ex: Exercise) -> Path:
-    """Rows to fill in the guide's section 12 table of the notebook (after its last row)."""
-    path = root / "docs" / "instructor-guide.md"
+    """Rows to fill in the notebook's table in the guide's exercises page (after its last row)."""
+    path = root / "docs" / "guide" / "exercises.md"
     lines = path.read_text().splitlines(keepends=True)
     number = ex.notebook.stem[:2]
-    heading = next((i for i, line in enumerate(lines) if re.match(rf"### Notebook {number}\b", line)), None)
+    heading = next((i for i, line in enumerate(lines) if re.match(rf"## Notebook {number}\b", line)), None)
     if heading is None:
-        raise UserError(f"{path.relative_to(root)} has no '### Notebook {number}' heading in section 12")
+        raise UserError(f"{path.relative_to(root)} has no '## Notebook {number}' heading")
     end = heading + 1
     while end < len(lines) and not lines[end].startswith("#"):
         end += 1

@@ -50,7 +50,7 @@ def todos(root: Path = ROOT) -> list[str]:
         *(root / "course" / "checks").glob("*.py"),
         *(root / "tests").glob("test_checks_*.py"),
         *(root / "tests" / "fixtures").glob("*_answers/*.json"),
-        root / "docs" / "instructor-guide.md",
+        *(root / "docs" / "guide").glob("*.md"),
     ]
     return [
         f"{path.relative_to(root)}: {line.strip()[:80]}"

@@ -1,6 +1,7 @@
 """References to exercises that would drift, held to the notebooks: course/answers.py's `ALL` is every answer in it
 and each names its answer cell by grade_id (which stays when exercises are renumbered); the instructor guide's
-section 12 numbers each exercise as its notebook's `## Exercise N` heading does. Fast: no notebook runs."""
+exercises page (docs/guide/exercises.md) numbers each exercise as its notebook's `## Exercise N` heading does. Fast:
+no notebook runs."""
 
 from __future__ import annotations
 
@@ -64,11 +65,10 @@ def test_each_answer_names_an_answer_cell_that_exists():
             )
 
 
-def test_guide_section_12_numbers_each_exercise_as_its_notebook_does():
-    text = (ROOT / "docs" / "instructor-guide.md").read_text()
-    section = text[text.index("## 12.") : text.index("\n## 13.")]
+def test_the_guides_exercises_page_numbers_each_exercise_as_its_notebook_does():
+    section = (ROOT / "docs" / "guide" / "exercises.md").read_text()
     wrong, rows = [], 0
-    for part in re.split(r"^### Notebook ", section, flags=re.M)[1:]:
+    for part in re.split(r"^## Notebook ", section, flags=re.M)[1:]:
         number = part[:2]
         path = _solution(number)
         under, headings = _exercises(path)
@@ -77,5 +77,7 @@ def test_guide_section_12_numbers_each_exercise_as_its_notebook_does():
             if int(row) > headings or (name in under and under[name] != int(row)):
                 said = f"`{name}` is under Exercise {under[name]}" if name in under else f"has {headings} exercises"
                 wrong.append(f"notebook {number}: a row says exercise {row} `{name}`; solutions/{path.name} {said}")
-    assert rows > 100, f"section 12 has {rows} exercise rows this test can read"
-    assert not wrong, "\n".join(wrong) + "\nThe notebook's heading is the source: change section 12's number to it"
+    assert rows > 100, f"docs/guide/exercises.md has {rows} exercise rows this test can read"
+    assert not wrong, (
+        "\n".join(wrong) + "\nThe notebook's heading is the source: change the number in docs/guide/exercises.md to it"
+    )

@@ -46,7 +46,7 @@ def test_writes_every_piece_and_they_fit_together(checkout):
         "course/checks/sgd_steps.py",
         "tests/test_checks_sgd_steps.py",
         "tests/fixtures/wrong_answers/02_sgd.json",
-        "docs/instructor-guide.md",
+        "docs/guide/exercises.md",
     ]
     cells = json.loads((checkout / "solutions" / "02_sgd.ipynb").read_text())["cells"]
     ids = [c["metadata"].get("nbgrader", {}).get("grade_id") for c in cells]

@@ -1,4 +1,4 @@
-"""JupyterHub serving the course to a class (docs/instructor-guide.md, "Deploying on JupyterHub").
+"""JupyterHub serving the course to a class (docs/guide/02-deploy.md, "Deploying on JupyterHub").
 
     make setup HUB=1                                                 # as root: the shared environment, /opt/ddl-hpc
     /opt/ddl-hpc/bin/jupyterhub -f deploy/jupyterhub/jupyterhub_config.py     # as root, from the checkout
