@@ -11,7 +11,7 @@ site usually changes are read from the hub's environment (COURSE_HUB_*), so the 
     COURSE_HUB_LEARNERS, COURSE_HUB_INSTRUCTORS   the Unix groups allowed in (ddl-hpc-learners, ddl-hpc-instructors)
     COURSE_HUB_GRADING                nbgrader's course directory of an instructor (~/ddl-hpc-grading)
     COURSE_NBGRADER_EXCHANGE          nbgrader's exchange (/srv/nbgrader/exchange)
-    COURSE_DATA_DIR, COURSE_OFFLINE, COURSE_PROFILE   passed on to every server (instructor guide, section 1)
+    COURSE_DATA_DIR, COURSE_OFFLINE, COURSE_PROFILE   passed on to every server (docs/guide/01-prepare.md)
 """
 
 import grp
