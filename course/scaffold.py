@@ -7,8 +7,8 @@ keeps it (CONTRIBUTING.md walks through filling them in), so that adding an exer
 - the check function's stub in course/checks/MODULE.py (`@check`, raising until it is written);
 - its fast test in tests/test_checks_MODULE.py, which tries the solution and every fixture answer against it;
 - a wrong answer to fill in tests/fixtures/wrong_answers/NOTEBOOK.json;
-- the rows to fill in the instructor guide's exercises page (docs/guide/exercises.md), under the notebook's
-  heading.
+- the exercise's entry to fill in solutions/exercises/NOTEBOOK.yml: what must be true of an answer, which check
+  holds each statement and how it is measured (the site's reference page of the notebook is made from it).
 
 Every piece it writes says TODO where a person must write; tests/test_check_cells.py fails while one is left.
 """
@@ -153,8 +153,8 @@ def add_check(root: Path, ex: Exercise) -> Path:
     path.write_text(
         text.rstrip("\n") + "\n\n\n@check\n"
         f"def {ex.check}({ex.function}) -> None:\n"
-        f'    """Exercise `{ex.name}`: {TODO} what must be true of an answer (the guide\'s exercises page), each point\n'
-        '    measured from outside the answer."""\n'
+        f'    """Exercise `{ex.name}`: {TODO} what must be true of an answer (its statements in\n'
+        f'    solutions/exercises/{ex.notebook.stem}.yml), each point measured from outside the answer."""\n'
         f'    expect(False, "{TODO}: one expect() per statement, its message saying what is wrong")\n'
     )
     return path
@@ -200,24 +200,29 @@ def add_wrong_answer(root: Path, ex: Exercise) -> Path:
     return path
 
 
-def add_guide_rows(root: Path, ex: Exercise) -> Path:
-    """Rows to fill in the notebook's table in the guide's exercises page (after its last row)."""
-    path = root / "docs" / "guide" / "exercises.md"
-    lines = path.read_text().splitlines(keepends=True)
-    number = ex.notebook.stem[:2]
-    heading = next((i for i, line in enumerate(lines) if re.match(rf"## Notebook {number}\b", line)), None)
-    if heading is None:
-        raise UserError(f"{path.relative_to(root)} has no '## Notebook {number}' heading")
-    end = heading + 1
-    while end < len(lines) and not lines[end].startswith("#"):
-        end += 1
-    last_row = max((i for i in range(heading, end) if lines[i].startswith("|")), default=end - 1)
-    rows = [
-        f"| `{ex.name}` | {kind} | {TODO}: what must be true | {TODO}: visible or hidden |\n"
+def add_entry(root: Path, ex: Exercise) -> Path:
+    """The exercise's entry in solutions/exercises/NOTEBOOK.yml (the file made if new): a result, a process and a
+    leaves statement to fill in, each held by the new check."""
+    path = root / "solutions" / "exercises" / f"{ex.notebook.stem}.yml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"# What each graded exercise of notebook {ex.notebook.stem[:2]} must do, the check that holds each statement "
+            "and how it is measured\n# (website/exercises.py renders it; its format: any other notebook's file).\n"
+            "exercises:\n"
+        )
+    text = path.read_text()
+    if not re.search(r"^exercises:", text, re.M):
+        raise UserError(f"{path.relative_to(root)} has no `exercises:` list to add the exercise to")
+    held = f"course.checks.{ex.module}.{ex.check}"
+    statements = "".join(
+        f"      - kind: {kind}\n"
+        f'        must: "{TODO}: what must be true of the {kind}"\n'
+        f"        held_by:\n          - visible: {held}\n          - hidden: {held}\n"
+        f'        measured: "{TODO}: how the check measures it, from outside the answer (or say it reads the answer\'s own report)"\n'
         for kind in ("result", "process", "leaves")
-    ]
-    lines[last_row + 1 : last_row + 1] = rows
-    path.write_text("".join(lines))
+    )
+    path.write_text(text.rstrip("\n") + f"\n  - grade_id: {ex.check_id}\n    statements:\n{statements}")
     return path
 
 
@@ -230,7 +235,7 @@ def scaffold(root: Path, notebook: str, name: str, function: str | None = None, 
         add_check(root, ex),
         add_fast_test(root, ex),
         add_wrong_answer(root, ex),
-        add_guide_rows(root, ex),
+        add_entry(root, ex),
     ]
     return [str(p.relative_to(root)) for p in written]
 

@@ -44,13 +44,13 @@ def grade_ids(notebook: str) -> set[str]:
 
 def todos(root: Path = ROOT) -> list[str]:
     """Where a TODO the `new-exercise` scaffold writes is left: the notebooks, checks, their fast tests, the
-    fixtures and the guide (file: line)."""
+    fixtures and the exercises' data files, solutions/exercises/*.yml (file: line)."""
     places = [
         *(root / "solutions").glob("*.ipynb"),
         *(root / "course" / "checks").glob("*.py"),
         *(root / "tests").glob("test_checks_*.py"),
         *(root / "tests" / "fixtures").glob("*_answers/*.json"),
-        *(root / "docs" / "guide").glob("*.md"),
+        *(root / "solutions" / "exercises").glob("*.yml"),
     ]
     return [
         f"{path.relative_to(root)}: {line.strip()[:80]}"

@@ -1,21 +1,30 @@
 """References to exercises that would drift, held to the notebooks: course/answers.py's `ALL` is every answer in it
-and each names its answer cell by grade_id (which stays when exercises are renumbered); the instructor guide's
-exercises page (docs/guide/exercises.md) numbers each exercise as its notebook's `## Exercise N` heading does. Fast:
+and each names its answer cell by grade_id (which stays when exercises are renumbered); solutions/exercises/NN.yml,
+what each exercise must do (the site's reference pages), has an entry for every graded cell and none for another,
+and every check it names exists: a function of the course that the cell's part calls, or words of that part. Fast:
 no notebook runs."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from pathlib import Path
 
 import nbformat
+import pytest
+import yaml
 
-from course import answers
+from course import answers, contents
 from tests.conftest import ROOT
+from website import exercises
 
 CITED = re.compile(r"(\d\d)'s `([\w-]+-answer)`")  # how an answer's docstring names its cell: 03's `ex2-answer`
-PART = re.compile(r"-(answer|check|text|instructions|given)$")  # an exercise's cells: ex2-answer, ex2-check, ...
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+DOTTED = re.compile(r"^course(\.\w+)+$")  # a check named by the function that holds it
+FILE_KEYS = {"intro", "not_checked", "exercises"}
+ENTRY_KEYS = {"grade_id", "statements"}
+STATEMENT_KEYS = {"kind", "of", "must", "answer", "held_by", "measured"}
 
 
 def _solution(number: str) -> Path:
@@ -23,18 +32,33 @@ def _solution(number: str) -> Path:
     return path
 
 
-def _exercises(path: Path) -> tuple[dict[str, int], int]:
-    """A solution notebook's exercises: each grade_id's stem (ex2 of ex2-answer) -> the number of the `## Exercise N`
-    heading it is under; and how many exercise headings there are."""
-    under, headings, number = {}, 0, None
-    for cell in nbformat.read(str(path), as_version=4).cells:
-        heading = re.search(r"^## Exercise (\d+)", cell.source, re.M)
-        if heading:
-            number, headings = int(heading.group(1)), headings + 1
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id:
-            under[PART.sub("", grade_id)] = number
-    return under, headings
+def _graded(notebook: str) -> dict[str, dict[str, str]]:
+    """grade_id -> {"visible": the graded cell's source above its hidden tests, "hidden": its hidden tests}."""
+    found = {}
+    for cell in nbformat.read(str(ROOT / "solutions" / f"{notebook}.ipynb"), as_version=4).cells:
+        nbgrader = cell.metadata.get("nbgrader", {})
+        if nbgrader.get("grade"):
+            visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
+            found[nbgrader["grade_id"]] = {"visible": visible, "hidden": hidden}
+    return found
+
+
+def _data(notebook: str) -> dict:
+    return yaml.safe_load((ROOT / "solutions" / "exercises" / f"{notebook}.yml").read_text())
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether DOTTED (course.checks.engines.stopped) is an importable module's attribute."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            found = getattr(found, name, None)
+        return found is not None
+    return False
 
 
 def test_all_is_every_answer_in_the_module():
@@ -65,19 +89,62 @@ def test_each_answer_names_an_answer_cell_that_exists():
             )
 
 
-def test_the_guides_exercises_page_numbers_each_exercise_as_its_notebook_does():
-    section = (ROOT / "docs" / "guide" / "exercises.md").read_text()
-    wrong, rows = [], 0
-    for part in re.split(r"^## Notebook ", section, flags=re.M)[1:]:
-        number = part[:2]
-        path = _solution(number)
-        under, headings = _exercises(path)
-        for row, name in re.findall(r"^\| (\d+)(?: `([^`]+)`)?", part, re.M):
-            rows += 1
-            if int(row) > headings or (name in under and under[name] != int(row)):
-                said = f"`{name}` is under Exercise {under[name]}" if name in under else f"has {headings} exercises"
-                wrong.append(f"notebook {number}: a row says exercise {row} `{name}`; solutions/{path.name} {said}")
-    assert rows > 100, f"docs/guide/exercises.md has {rows} exercise rows this test can read"
-    assert not wrong, (
-        "\n".join(wrong) + "\nThe notebook's heading is the source: change the number in docs/guide/exercises.md to it"
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_graded_cell_has_one_entry_and_every_entry_a_graded_cell(notebook):
+    data, graded = _data(notebook), _graded(notebook)
+    assert set(data) <= FILE_KEYS and data.get("exercises"), f"solutions/exercises/{notebook}.yml: keys {FILE_KEYS}"
+    named = [entry["grade_id"] for entry in data["exercises"]]
+    assert len(named) == len(set(named)), f"{notebook}.yml names a grade_id twice: {sorted(named)}"
+    assert not set(named) - set(graded), (
+        f"{notebook}.yml names {sorted(set(named) - set(graded))}: solutions/{notebook}.ipynb has no such graded cell "
+        "(change the entry's grade_id to the cell's)"
     )
+    assert not set(graded) - set(named), f"{notebook}.yml has no entry for {sorted(set(graded) - set(named))}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_statement_is_held_by_a_check_that_exists(notebook):
+    graded, wrong = _graded(notebook), []
+    for entry in _data(notebook)["exercises"]:
+        assert set(entry) == ENTRY_KEYS, f"{notebook}.yml {entry.get('grade_id')}: keys {sorted(ENTRY_KEYS)}"
+        cell = graded[entry["grade_id"]]
+        for statement in entry["statements"]:
+            said = f"{notebook}.yml {entry['grade_id']} ({statement.get('must', '')[:50]}...)"
+            assert set(statement) <= STATEMENT_KEYS, f"{said}: keys {sorted(set(statement) - STATEMENT_KEYS)}"
+            assert re.match(r"^(result|process|leaves)\b", statement["kind"]), f"{said}: kind {statement['kind']!r}"
+            assert statement["must"].strip() and statement["measured"].strip(), f"{said}: says what and how measured"
+            assert statement["held_by"], f"{said}: name the check that holds it"
+            for item in statement["held_by"]:
+                [(part, what)] = item.items()
+                assert part in ("visible", "hidden"), f"{said}: held_by {part!r} (visible or hidden)"
+                source = " ".join(cell[part].split())
+                if DOTTED.match(what):
+                    if not _resolves(what):
+                        wrong.append(f"{said}: {what} cannot be imported")
+                    elif not re.search(rf"\b{what.rsplit('.', 1)[1]}\b", source):
+                        wrong.append(f"{said}: the cell's {part} part does not call {what}")
+                elif " ".join(what.split()) not in source:
+                    wrong.append(f"{said}: {what!r} is not in the cell's {part} part")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_the_page_takes_its_titles_from_the_notebook_and_shows_no_answer(notebook):
+    data, path = _data(notebook), ROOT / "solutions" / f"{notebook}.ipynb"
+    for entry in data["exercises"]:
+        for statement in entry["statements"]:
+            for value in (statement["must"], statement.get("of") or ""):
+                assert not re.match(r"\s*(## )?Exercise\b", value), f"{notebook}.yml: a title written by hand: {value}"
+    headings = [
+        line
+        for cell in nbformat.read(str(path), as_version=4).cells
+        for line in re.findall(r"^## Exercise\b.*", cell.source, re.M)
+    ]
+    page = exercises.page(contents.read(path), data, exercises.graded_cells(path))
+    assert headings and all(f"\n{heading.strip()}\n" in page for heading in headings), (
+        f"the page of {notebook} should have every `## Exercise` heading of the notebook as it is written there"
+    )
+    for entry in data["exercises"]:
+        for statement in entry["statements"]:
+            if statement.get("answer"):
+                assert " ".join(statement["answer"].split()) not in page, f"{notebook}'s page shows an answer"

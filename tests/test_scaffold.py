@@ -14,11 +14,13 @@ import tarfile
 
 import nbformat
 import pytest
+import yaml
 
-from course import UserError, scaffold
+from course import UserError, contents, scaffold
 from course.grading.release import student_version
 from tests.conftest import ROOT
 from tests.test_check_cells import todos
+from website import exercises
 
 
 @pytest.fixture
@@ -38,6 +40,10 @@ def graded(path):
     }
 
 
+def graded_checks(cells: dict) -> list[str]:
+    return [grade_id for grade_id, cell in cells.items() if cell["metadata"]["nbgrader"].get("grade")]
+
+
 def test_writes_every_piece_and_they_fit_together(checkout):
     before = graded(checkout / "solutions" / "02_sgd.ipynb")
     written = scaffold.scaffold(checkout, "02", "ex-nesterov", module="sgd_steps")
@@ -46,7 +52,7 @@ def test_writes_every_piece_and_they_fit_together(checkout):
         "course/checks/sgd_steps.py",
         "tests/test_checks_sgd_steps.py",
         "tests/fixtures/wrong_answers/02_sgd.json",
-        "docs/guide/exercises.md",
+        "solutions/exercises/02_sgd.yml",
     ]
     cells = json.loads((checkout / "solutions" / "02_sgd.ipynb").read_text())["cells"]
     ids = [c["metadata"].get("nbgrader", {}).get("grade_id") for c in cells]
@@ -69,7 +75,43 @@ def test_writes_every_piece_and_they_fit_together(checkout):
     assert "HIDDEN" not in released["ex-nesterov-check"]
     wrong = json.loads((checkout / "tests" / "fixtures" / "wrong_answers" / "02_sgd.json").read_text())[-1]
     assert set(wrong) == {"why", "ex-nesterov-answer"}
-    assert todos(checkout), "the TODOs the scaffold wrote are what test_check_cells names"
+    entries = yaml.safe_load((checkout / "solutions" / "exercises" / "02_sgd.yml").read_text())["exercises"]
+    assert [e["grade_id"] for e in entries][-1] == "ex-nesterov-check" and len(entries) == len(
+        graded_checks(before)
+    ) + 1
+    statements = entries[-1]["statements"]
+    assert [s["kind"] for s in statements] == ["result", "process", "leaves"]
+    assert all("TODO" in s["must"] and "TODO" in s["measured"] for s in statements), "a person writes what and how"
+    held = {item["visible"] for s in statements for item in s["held_by"] if "visible" in item}
+    assert held == {"course.checks.sgd_steps.nesterov"} and "def nesterov(" in (checkout / written[1]).read_text()
+    page = exercises.page(
+        contents.read(checkout / "solutions" / "02_sgd.ipynb"),
+        yaml.safe_load((checkout / "solutions" / "exercises" / "02_sgd.yml").read_text()),
+        exercises.graded_cells(checkout / "solutions" / "02_sgd.ipynb"),
+    )
+    assert "## Exercise: TODO a title" in page, "the site's page has the new exercise under the notebook's heading"
+    assert any("02_sgd.yml" in todo for todo in todos(checkout)), (
+        "the TODOs the scaffold wrote are what test_check_cells names"
+    )
+    references = subprocess.run(  # the entry names checks that exist, in the cell parts that call them
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_exercise_references.py",
+            "-k",
+            "02_sgd",
+        ],
+        cwd=checkout,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout), "HOME": str(checkout)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert references.returncode == 0, references.stdout[-2000:] + references.stderr[-2000:]
     fast = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_checks_sgd_steps.py"],
         cwd=checkout,

@@ -146,6 +146,28 @@ def test_no_answer_or_hidden_test_is_anywhere_in_the_site(site):
     assert not leaks, "the website gives answers away:\n" + "\n".join(leaks[:20])
 
 
+SMART = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})  # Sphinx's smart quotes, undone
+
+
+def test_every_notebook_has_its_exercise_reference_page(site):
+    """The generated pages of what each exercise must do: one per notebook, each exercise under the notebook's own
+    `## Exercise` heading with its graded cell named, and the index page listing them all."""
+    index = " ".join(lines_of(site / "reference" / "exercises.html"))
+    for notebook in contents.notebooks():
+        path = site / "reference" / f"exercises-{notebook.number}.html"
+        assert path.is_file(), f"no reference page for notebook {notebook.number}"
+        shown = " ".join(" ".join(lines_of(path)).translate(SMART).split())
+        cells = nbformat.read(str(ROOT / "solutions" / f"{notebook.name}.ipynb"), as_version=4).cells
+        for cell in cells:
+            for heading in re.findall(r"^## (Exercise\b.*)$", cell.source, re.M):
+                words = " ".join(re.sub(r"[`*]", "", heading).split())
+                assert words in shown, f"exercises-{notebook.number}.html lacks the notebook's heading {words!r}"
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                assert grade_id in shown, f"exercises-{notebook.number}.html does not name the graded cell {grade_id}"
+        assert f"Notebook {notebook.number}: what each exercise must do" in index
+
+
 def test_the_scan_finds_an_answer_put_in_a_page(tmp_path):
     """The scan reads a page's text through its markup: a solution cell rendered as the site renders code (each
     word in a span of its own) is found."""

@@ -490,6 +490,39 @@ def test_first_task_without_a_cluster_starts_one_and_says_so(tmp_path, monkeypat
             conn.close()
 
 
+def test_waits_end_when_the_cluster_is_stopped_under_them(tmp_path, monkeypatch):
+    """A cluster stopped in this process while its tasks run or wait in the outbox: no answer will ever come, so a
+    barrier (and reset(), which waits for the old graph's tasks) ends with the reason instead of waiting for ever."""
+    monkeypatch.setattr(cluster.lifecycle, "_current", None)  # the module's cluster is set aside, not stopped
+    monkeypatch.setattr(runtime, "_RUNTIME", None)
+    monkeypatch.setattr(worker, "STATE", dict(worker.STATE))
+    monkeypatch.setattr(worker, "_CONNECTIONS", {})
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    c = cluster.start(2, cluster_id="course-test-tasks-stopped", threads=1, quiet=True, persist=False)
+    try:
+
+        @task(returns=1)
+        def slow(x):
+            import time
+
+            time.sleep(600)
+            return x
+
+        pending = [slow(i) for i in range(20)]  # the first two calls per engine are sent, the rest wait in outboxes
+        graph = runtime.current(start=False)
+        assert any(graph.outbox.values()), "some tasks must still wait in the master's outbox"
+        assert graph.tasks[0].target is not None
+        c.stop()
+        with pytest.raises(runtime.TaskError, match="did not finish: its cluster was stopped"):
+            graph.barrier()
+        assert all(t.done() for t in graph.tasks), "every task of the stopped cluster's graph is over"
+        assert len(pending) == len(graph.tasks)
+    finally:
+        c.stop()
+        for conn in worker._CONNECTIONS.values():
+            conn.close()
+
+
 def test_results_move_between_engines_not_through_the_notebook(fresh, monkeypatch):
     @task(returns=1)
     def produce(n):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from course import UserError
 from course.tasks.definition import TaskDefinition
 
 
 IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
+POLL = 1.0  # s between two looks, while a task is waited for, at whether it can still finish (Task.lost)
 
 
 class TaskError(RuntimeError):
@@ -38,6 +39,7 @@ class Task:
         self.files: list[tuple[str, int, str]] = []  # (file name, version, "reads" or "writes")
         self.meta: dict | None = None
         self.error: BaseException | None = None
+        self.lost: Callable[[], str] = lambda: ""  # why it can no longer finish ("" while it can): set by placement
         self.reported = False
 
     def failed(self) -> bool:
@@ -52,13 +54,20 @@ class Task:
         return self.meta is not None or self.error is not None or (self.ar is not None and self.ar.ready())
 
     def wait(self) -> dict | None:
-        """Wait for the task; its metadata (engine, times) or None when ipyparallel itself failed it."""
-        if self.meta is None and self.error is None:
-            self.sent.wait()
-            try:
-                self.meta = self.ar.get()[self.index]
-            except Exception as exc:  # noqa: BLE001 - lost engine, impossible dependency
-                self.error = exc
+        """Wait for the task; its metadata (engine, times) or None when ipyparallel itself failed it, or when it can
+        no longer finish (its cluster was stopped under it: no answer would ever come)."""
+        while self.meta is None and self.error is None:
+            if self.sent.is_set() and self.error is None and self.ar.ready():
+                try:
+                    self.meta = self.ar.get()[self.index]
+                except Exception as exc:  # noqa: BLE001 - lost engine, impossible dependency
+                    self.error = exc
+            elif why := self.lost():
+                self.error = TaskError(why)
+            elif self.sent.is_set():
+                self.ar.wait(POLL)
+            else:
+                self.sent.wait(POLL)
         return self.meta
 
     def engine(self) -> int | None:

@@ -76,7 +76,8 @@ class Placement:
         self.answered = threading.Event()  # an engine answered a message: `_feed` may send the next one
         self.lost: set[int] = set()  # engines a message could not be sent to: no more tasks go there
         self.closed = False
-        threading.Thread(target=self._feed, daemon=True, name="course-tasks-feed").start()
+        self.feeder = threading.Thread(target=self._feed, daemon=True, name="course-tasks-feed")
+        self.feeder.start()
         self._next_upload = itertools.cycle(ids)
 
     def _put(self, engine: int, key: str, value: Any) -> None:
@@ -123,6 +124,7 @@ class Placement:
             where = f"argument {culprit!r}" if culprit else "an argument"
             raise UserError(f"task {fname}: {where} cannot be sent to an engine: {exc}") from None
         task.edges = _unique(call.edges)
+        task.lost = lambda: self._lost(task)
         with self.lock:
             task.target = self._place(call, eligible)
             task.slot = self.sent[task.target]
@@ -161,6 +163,15 @@ class Placement:
             with self.lock:
                 for engine in self.ids:
                     self._send(engine)
+
+    def _lost(self, task: Task) -> str:
+        """Why `task` can never finish ('' while it can): no answer comes to a client that was closed (its cluster
+        stopped in this process), and nothing sends a task left in an outbox once the feeding thread has ended."""
+        if self.client._closed:
+            return "its cluster was stopped before the task finished"
+        if not task.sent.is_set() and not self.feeder.is_alive():
+            return "the runtime stopped sending tasks (reset, or the program's end) before this one was sent"
+        return ""
 
     def _function(self, tf: TaskDefinition) -> str:
         if tf.payload is None:

@@ -94,6 +94,8 @@ class Runtime(Versions, Placement):
             if parent.error is not None or (parent.meta and not parent.meta.get("ok", True)):
                 self._check(parent)
         exc = task.error
+        if isinstance(exc, TaskError):  # it can no longer finish, and says why (Task.lost)
+            raise TaskError(f"task {task} did not finish: {exc}")
         raise TaskError(
             f"task {task} could not run on the cluster: {type(exc).__name__}: {exc} "
             "(an engine may have died: check course.cluster.current().status() and restart it)"
