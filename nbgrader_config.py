@@ -6,7 +6,7 @@ id is `ddl-hpc`. Loading this file only reads settings (course/grading/nbgrader_
 
 nbgrader's course directory is $COURSE_NBGRADER_ROOT (a folder you choose: the checkout may be read only), else
 build/nbgrader here; the exchange is nbgrader's default (/srv/nbgrader/exchange) or $COURSE_NBGRADER_EXCHANGE.
-From the checkout (docs/instructor-guide.md, "The nbgrader route", has the whole walk):
+From the checkout (docs/guide/04-release-collect-grade.md, "The nbgrader route", has the whole walk):
 
     export PATH="$PWD/.venv/bin:$PATH"              # nbgrader and the notebooks need the environment's tools
     python -m course nbgrader-setup                  # source/<assignment>/ -> solutions/, and the gradebook

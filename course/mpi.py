@@ -46,7 +46,8 @@ SETTINGS = {
 # it; left to choose, Open MPI may also pick a transport that listens on the machine's address (UCX's). On one node
 # the ranks use shared memory (vader) and themselves (self), nothing else. In an allocation of several nodes Open
 # MPI chooses as usual: there OMPI_MCA_btl_tcp_if_include /
-# OMPI_MCA_oob_tcp_if_include choose the cluster's internal network (docs/instructor-guide.md, section 6).
+# OMPI_MCA_oob_tcp_if_include choose the cluster's internal network (docs/guide/06-slurm.md, "What changes on a real
+# cluster").
 ONE_NODE = {"OMPI_MCA_btl": "self,vader"}
 # mpiexec's own out-of-band listener (Open MPI 4.1's runtime, ORTE's oob/tcp) is bound to 0.0.0.0 and [::] whatever
 # is set: its create_listen binds INADDR_ANY, and oob_tcp_if_include only chooses the addresses it tells other nodes.

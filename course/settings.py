@@ -1,7 +1,7 @@
 """Every COURSE_* environment variable in one table: its default and its meaning (`python -m course.settings`).
 
-The instructor guide's table is printed from this one (tests/test_settings.py keeps them equal), and a test
-checks that every COURSE_* variable the course reads or sets is listed here, and nothing else.
+The instructor guide's table (docs/guide/01-prepare.md) is printed from this one (tests/test_settings.py keeps them
+equal), and a test checks that every COURSE_* variable the course reads or sets is listed here, and nothing else.
 """
 
 from __future__ import annotations

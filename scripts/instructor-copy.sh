@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# An instructor's own copy of the course, made as root from the site's checkout (docs/instructor-guide.md,
+# An instructor's own copy of the course, made as root from the site's checkout (docs/guide/02-deploy.md,
 # "Deploying on JupyterHub"):  bash scripts/instructor-copy.sh INSTRUCTOR [DEST]   (DEST: ~INSTRUCTOR/ddl-hpc-course)
 # The copy holds every answer (solutions/, the tests, course/answers.py), and the instructor's home may still be
 # open to every user (Debian makes homes 755; the hub closes a home only at its owner's first login). So DEST is made

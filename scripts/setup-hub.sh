@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shared environment a JupyterHub serves the course from (docs/instructor-guide.md, "Deploying on JupyterHub").
+# The shared environment a JupyterHub serves the course from (docs/guide/02-deploy.md, "Deploying on JupyterHub").
 #   make setup HUB=1, as root        (or, as root: bash scripts/setup-hub.sh, after `make setup`)
 # It makes HUB_PREFIX (default /opt/ddl-hpc) from a Python every user can run: HUB_PYTHON, else a Python 3.11 on
 # PATH outside private folders, else a CPython 3.11 that uv installs into HUB_PREFIX-python (/opt/ddl-hpc-python:

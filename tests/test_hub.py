@@ -47,7 +47,7 @@ PASSWORD = "Course-hub-test-1"
 ASSIGNMENT, NB = "02-sgd", "02_sgd"
 NOTEBOOK_00 = "ddl-hpc/notebooks/00_environment_and_cluster.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
-GUIDE = ROOT / "docs" / "instructor-guide.md"
+GUIDE = ROOT / "docs" / "guide" / "02-deploy.md"  # the hub, the Slurm-spawned JupyterLab and Open OnDemand
 SECTION = "## Deploying on JupyterHub"
 # The guide's names, and the test's (a site's real groups are never touched)
 NAMES = {

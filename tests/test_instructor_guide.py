@@ -1,5 +1,5 @@
 """The instructor guide's command blocks run as written: clusters, grading, the class results table and
-cleaning up (docs/instructor-guide.md sections 3, 4, 5 and 7), in the guide's order, on this 2-core machine.
+cleaning up (docs/guide/: their four pages), in the guide's order, on this 2-core machine.
 
 The blocks are read from the guide itself, so this test breaks when the guide changes. Only paths are
 substituted (the shared results folder, the submissions folder, and the checkout, which here is a folder
@@ -23,36 +23,37 @@ from course import cluster, mpi
 from tests.conftest import ROOT
 from tests.grading_support import FIXTURE_COURSE, HOSTILE
 
-GUIDE = ROOT / "docs" / "instructor-guide.md"
-SECTIONS = ("## 3.", "## 4.", "## 5.", "## 7.")
-SKIP_SUBSECTIONS = ("### The nbgrader route",)  # its nbgrader steps are the hub block's, run by tests/test_hub.py
+GUIDE = ROOT / "docs" / "guide"
+PAGES = ("03-engine-clusters.md", "04-release-collect-grade.md", "05-class-results.md", "07-clean-up.md")
+# The nbgrader route's steps are the hub block's (run by tests/test_hub.py); the student copy's, test_student_copy.py's
+SKIP_SUBSECTIONS = ("## The nbgrader route", "## Student copy")
 
 pytestmark = pytest.mark.slow
 
 
 def blocks() -> list[tuple[str, str]]:
-    """(section heading, bash block) for every ```bash block of the sections this test covers, in order."""
-    found, section, skip, inside, lines = [], "", False, False, []
-    for line in GUIDE.read_text().splitlines():
-        stripped = line.strip()
-        if not inside and line.startswith("## "):
-            section, skip = line, False
-        elif not inside and line.startswith("### "):
-            skip = line.startswith(SKIP_SUBSECTIONS)
-        elif stripped.startswith("```bash") and not inside:
-            inside, lines = True, []
-        elif stripped == "```" and inside:
-            inside = False
-            if section.startswith(SECTIONS) and not skip:
-                found.append((section, "\n".join(lines)))
-        elif inside:
-            lines.append(stripped)
+    """(page, bash block) for every ```bash block of the pages this test covers, in order."""
+    found = []
+    for page in PAGES:
+        skip, inside, lines = False, False, []
+        for line in (GUIDE / page).read_text().splitlines():
+            stripped = line.strip()
+            if not inside and line.startswith("## "):
+                skip = line.startswith(SKIP_SUBSECTIONS)
+            elif stripped.startswith("```bash") and not inside:
+                inside, lines = True, []
+            elif stripped == "```" and inside:
+                inside = False
+                if not skip:
+                    found.append((page, "\n".join(lines)))
+            elif inside:
+                lines.append(stripped)
     return found
 
 
 def test_the_guide_has_the_blocks_this_test_expects():
-    sections = [s for s, _ in blocks()]
-    assert [s.split(".")[0] for s in sections] == ["## 3", "## 3", "## 4", "## 5", "## 5", "## 5", "## 7"], sections
+    pages = [page[:2] for page, _ in blocks()]
+    assert pages == ["03", "03", "04", "05", "05", "05", "07"], pages
 
 
 def results_rows(path: Path) -> list[dict]:
@@ -81,7 +82,7 @@ def test_every_command_block_runs_in_order(tmp_path, slurm):
     )
     (tmp_path / "home").mkdir()
     outputs = []
-    for section, block in blocks():
+    for page, block in blocks():
         script = block
         for given, here in paths.items():
             script = re.sub(rf"(?<![\w/]){re.escape(given)}", here, script)
@@ -90,27 +91,27 @@ def test_every_command_block_runs_in_order(tmp_path, slurm):
             ["bash", "-c", shell], cwd=checkout, env=env, capture_output=True, text=True, timeout=1200
         )
         assert done.returncode == 0, (
-            f"{section}\n{script}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+            f"{page}\n{script}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
         )
-        outputs.append((section, script, done.stdout))
+        outputs.append((page, script, done.stdout))
 
-    by_section = {}
-    for section, script, out in outputs:
-        by_section.setdefault(section.split(".")[0], []).append(out)
-    # 3: two clusters side by side, each with its own id, both seen by status; then the Slurm one
-    status = by_section["## 3"][0]
+    by_page = {}
+    for page, script, out in outputs:
+        by_page.setdefault(page[:2], []).append(out)
+    # 03: two clusters side by side, each with its own id, both seen by status; then the Slurm one
+    status = by_page["03"][0]
     assert "course-class-local (local)" in status and "course-class-mpi (mpi)" in status, status
-    # 4: the class graded, with totals
+    # 04: the class graded, with totals
     grades = checkout / "grades"
     totals = {(r["student"], r["notebook"]): r["points"] for r in results_rows(grades / "totals.csv")}
     assert totals[("good", "TOTAL")] == "5" and totals[("unanswered", "TOTAL")] == "0", totals
-    # 5: the folder every learner can write to, four runs appended by this learner, merged and plotted
+    # 05: the folder every learner can write to, four runs appended by this learner, merged and plotted
     assert shared.stat().st_mode & 0o1777 == 0o1777
     merged = results_rows(checkout / "class.csv")
     assert sorted(r["strategy"] for r in merged) == ["async", "horovod", "horovod", "mirrored"], merged
     assert len({r["learner"] for r in merged}) == 1 and merged[0]["learner"]
     assert (checkout / "class.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # 7: nothing left running
+    # 07: nothing left running
     os.environ["IPYTHONDIR"] = env["IPYTHONDIR"]
     try:
         assert cluster.running_ids() == []
@@ -163,7 +164,13 @@ def test_root_is_asked_for_one_way_everywhere():
     """The machines these deployments run on are administered as root (a minimal Debian has no sudo): README, the
     guide, the Makefile, the course's messages (doctor's fixes among them), the scripts and deploy/ say "as root",
     never `sudo COMMAND`. (batchspawner's `sudo -E -u`, a program's own default, is named, not asked for.)"""
-    files = [ROOT / "README.md", GUIDE, ROOT / "Makefile", *ROOT.glob("course/**/*.py"), *ROOT.glob("scripts/*")]
+    files = [
+        ROOT / "README.md",
+        *GUIDE.glob("*.md"),
+        ROOT / "Makefile",
+        *ROOT.glob("course/**/*.py"),
+        *ROOT.glob("scripts/*"),
+    ]
     files += [path for path in ROOT.glob("deploy/**/*") if path.is_file()]
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"

@@ -45,7 +45,7 @@ def test_every_setting_says_its_default_and_meaning():
 
 
 def test_the_instructor_guide_carries_the_table():
-    guide = (ROOT / "docs" / "instructor-guide.md").read_text()
+    guide = (ROOT / "docs" / "guide" / "01-prepare.md").read_text()
     table = settings.table()
     assert table in guide, "regenerate the guide's table: .venv/bin/python -m course.settings"
     rows = table.splitlines()[2:]

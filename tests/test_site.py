@@ -1,5 +1,5 @@
 """The course's website (`make docs`, website/build.py) as a reader meets it: built once, offline, warnings as errors;
-its start page, a notebook's page and the instructor guide opened in Chromium from a local web server; the launch
+its start page, a notebook's page and the instructor guide's pages opened in Chromium from a local web server; the launch
 links followed to the addresses they name (a stub answers there, not Binder or a hub); and not one answer or
 hidden test anywhere in what was built, by the student copy's own scan."""
 
@@ -25,11 +25,14 @@ from tests.conftest import ROOT
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
 from website import exercises
+from website.build import guide_pages
 
 pytestmark = pytest.mark.slow
 REPOSITORY = "https://github.com/example-org/ddl-course"  # where the test's build says the student branch is
 HUB = "https://hub.example.edu"
 NOTEBOOK = "07_horovod"  # the notebook page opened
+GUIDE = ROOT / "docs" / "guide"  # the instructor guide's pages
+GUIDE_PAGE = "06-slurm"  # the guide's page opened from its index
 FIRST = "00_environment_and_cluster"  # the start page's launch links open this one
 
 
@@ -138,7 +141,8 @@ def public_lines() -> set[str]:
 def test_no_answer_or_hidden_test_is_anywhere_in_the_site(site):
     files = {str(p.relative_to(site)): lines_of(p) for p in site.rglob("*") if p.is_file()}
     pages = [name for name in files if name.endswith(".html")]
-    assert f"notebooks/{NOTEBOOK}.html" in pages and "instructors/guide.html" in pages, sorted(pages)
+    guide = {f"instructors/{p.stem}.html" for p in GUIDE.glob("*.md")}
+    assert f"notebooks/{NOTEBOOK}.html" in pages and guide <= set(pages), sorted(pages)
     leaks = answers_in(files, public_lines())
     assert not leaks, "the website gives answers away:\n" + "\n".join(leaks[:20])
 
@@ -257,18 +261,25 @@ def test_a_notebook_page_shows_its_objectives_time_needs_and_launches(served, ch
 def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromium):
     from playwright.sync_api import expect
 
-    guide = re.sub(r"^```.*?^```", "", (ROOT / "docs" / "instructor-guide.md").read_text(), flags=re.M | re.S)
-    sections = re.findall(r"^## (.+)$", guide, re.M)  # its sections, code blocks' comments left out
+    order = guide_pages((GUIDE / "index.md").read_text())
+    source = re.sub(r"^```.*?^```", "", (GUIDE / f"{GUIDE_PAGE}.md").read_text(), flags=re.M | re.S)
+    title = re.search(r"^# (.+)$", source, re.M).group(1)  # code blocks' comments left out
+    sections = re.findall(r"^## (.+)$", source, re.M)
     context, _ = _context(chromium)
     try:
         page = patient(context.new_page())
         page.goto(f"{served}/index.html")
         page.locator(".bd-sidebar-primary").get_by_role("link", name="Instructor guide").click()
-        expect(page).to_have_url(f"{served}/instructors/guide.html")
+        expect(page).to_have_url(f"{served}/instructors/index.html")
         expect(page.locator("article h1")).to_have_text(re.compile("Instructor guide"))
-        headings = page.locator("article h2")
-        expect(headings).to_have_count(len(sections))  # the whole guide, every section
-        expect(headings.last).to_contain_text(sections[-1])
+        listed = page.locator("article a.reference.internal").evaluate_all("links => links.map(a => a.href)")
+        assert [link.rsplit("/", 1)[-1].removesuffix(".html") for link in listed] == order, listed  # in order
+        page.locator("article").get_by_role("link", name=title).click()
+        expect(page).to_have_url(f"{served}/instructors/{GUIDE_PAGE}.html")
+        expect(page.locator("article h1")).to_have_text(re.compile(re.escape(title)))
+        expect(page.locator("article h2")).to_have_count(len(sections))  # the whole page, every section
+        nested = page.locator(".bd-sidebar-primary").get_by_role("link", name=title)
+        expect(nested).to_have_count(1)  # the sidebar lists the guide's pages too
         page.locator(".bd-sidebar-primary").get_by_role("link", name="Command line").click()
         main = page.locator("article")
         expect(main.get_by_text("usage: python -m course grade").first).to_be_visible()

@@ -174,8 +174,8 @@ def test_not_root_is_told_why_with_exit_3():
 
 
 def guide_block(heading: str) -> str:
-    """The first bash block after `heading` in the instructor guide."""
-    text = (ROOT / "docs" / "instructor-guide.md").read_text()
+    """The first bash block after `heading` in the instructor guide's Slurm page."""
+    text = (ROOT / "docs" / "guide" / "06-slurm.md").read_text()
     after = text[text.index(heading) :]
     return after.split("```bash\n", 1)[1].split("```", 1)[0]
 
@@ -183,7 +183,7 @@ def guide_block(heading: str) -> str:
 def test_the_guides_rehearsal_runs_in_order_and_stop_leaves_nothing_behind(virtual_cluster, tmp_path):
     """Last in this file: the guide's block, as written (from a folder with the checkout's scripts/), then
     every daemon (its munged too), namespace, link and /etc/hosts line that start made is gone."""
-    block = guide_block("### Rehearsing a multi-node workshop on one machine")
+    block = guide_block("## Rehearsing a multi-node workshop on one machine")
     (tmp_path / "scripts").symlink_to(ROOT / "scripts")
     env = dict(
         virtual_cluster,

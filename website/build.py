@@ -4,16 +4,17 @@
 
 Learner pages come from the student copy (`python -m course student-copy`), never from solutions/, so no answer
 and no hidden test can reach the HTML: one page per notebook, not executed, with a box saying how long it takes,
-what it needs (README's table) and where to launch it. The instructor guide is one page as it is, and the command
-line's reference is printed by its own argparse parser; what each exercise must do, from one data file per
-notebook (website/exercises.py). Where the launch links point is set in one place, `launch()`
-below, from environment variables; website/conf.py gives the same values to the theme's launch buttons.
+what it needs (README's table) and where to launch it. The instructor guide's pages (docs/guide/) are copied as they
+are, in the order its index lists them; the command line's reference is printed by its own argparse parser; what
+each exercise must do, from one data file per notebook (website/exercises.py). Where the launch links point is set
+in one place, `launch()` below, from environment variables; website/conf.py gives the same values to the theme's launch buttons.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from website import exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "website"
-GUIDE = ROOT / "docs" / "instructor-guide.md"
+GUIDE = ROOT / "docs" / "guide"  # the instructor guide: index.md lists its pages in order
 GITHUB = "https://github.com/"
 NOTEBOOKS = "<!-- notebooks -->"  # where website/index.md gets its table of notebooks
 LAUNCH = "<!-- launch -->"  # ... its links to notebook 00
@@ -35,9 +36,10 @@ PAGES = "<!-- pages -->"  # ... and its table of contents' notebook pages
 # What sphinx-build's messages name: the pages it reads are written in a temporary folder from these
 SOURCES = (
     "Its pages are made from: index.md <- website/index.md; notebooks/NN_name.ipynb <- solutions/ through the "
-    "student copy (one cell, the box, added after the first); instructors/guide.md <- docs/instructor-guide.md (the "
-    "same lines); reference/cli.md <- the course's argparse parsers (course/cli.py); reference/exercises*.md <- "
-    "solutions/exercises/NN_name.yml and the notebooks' headings (website/exercises.py)."
+    "student copy (one cell, the box, added after the first); instructors/*.md <- docs/guide/*.md (the same lines; "
+    "index.md gains a toctree of the pages its list links to); reference/cli.md <- the course's argparse parsers "
+    "(course/cli.py); reference/exercises*.md <- solutions/exercises/NN_name.yml and the notebooks' headings "
+    "(website/exercises.py)."
 )
 OOD_APP = "Distributed Deep Learning on HPC"  # deploy/ondemand/ddl-hpc/manifest.yml's name
 OOD_FOLDER = "~/ddl-hpc"  # where the OnDemand app puts the student copy (its template/before.sh)
@@ -180,12 +182,28 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
+def guide_pages(index: str) -> list[str]:
+    """The guide's pages in the order its index.md (the text INDEX) links to them: their names without `.md`."""
+    linked = re.findall(r"\]\(([\w.-]+)\.md(?:#[\w-]*)?\)", index)
+    return list(dict.fromkeys(linked))
+
+
+def guide_sources(folder: Path) -> None:
+    """The instructor guide's pages in FOLDER, as they are, and its index with a hidden toctree of them in order (so
+    the site's sidebar nests them under it, and a page the index leaves out fails the build)."""
+    folder.mkdir()
+    for page in sorted(GUIDE.glob("*.md")):
+        shutil.copy2(page, folder / page.name)
+    index = (GUIDE / "index.md").read_text(encoding="utf-8")
+    toctree = ["", "```{toctree}", ":hidden:", "", *guide_pages(index), "```", ""]
+    (folder / "index.md").write_text(index.rstrip("\n") + "\n" + "\n".join(toctree), encoding="utf-8")
+
+
 def write_sources(source: Path, student: Path, where: Launch) -> None:
     """Sphinx's source folder SOURCE: the start page, the notebook pages, the instructor guide, the reference."""
     found = notebook_pages(student, source, where)
     (source / "index.md").write_text(start_page(found, where), encoding="utf-8")
-    (source / "instructors").mkdir()
-    shutil.copy2(GUIDE, source / "instructors" / "guide.md")
+    guide_sources(source / "instructors")
     (source / "reference").mkdir()
     (source / "reference" / "cli.md").write_text(cli_reference(), encoding="utf-8")
     exercises.write_pages(source)

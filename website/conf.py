@@ -17,6 +17,9 @@ extensions = ["myst_nb", "sphinx.ext.githubpages"]  # githubpages: a .nojekyll, 
 # The notebooks' $...$ and $$...$$ as JupyterLab shows them: MathJax typesets them in the reader's browser (loaded
 # from its CDN by Sphinx's default math renderer; a reader offline sees the TeX)
 myst_enable_extensions = ["dollarmath", "amsmath"]
+# The instructor guide's links to a heading of another page (06-slurm.md#grading-a-class-on-the-cluster): the same
+# anchors as GitHub makes, so one link works in both
+myst_heading_anchors = 3
 nb_execution_mode = "off"  # the learner's pages show the notebooks as released: no outputs, nothing run here
 language = "en"
 # A cell Pygments cannot colour (a %%writefile of a shell script) is shown plain: no broken page, so no error

@@ -1,4 +1,4 @@
-"""JupyterHub serving the course to a class (docs/instructor-guide.md, "Deploying on JupyterHub").
+"""JupyterHub serving the course to a class (docs/guide/02-deploy.md, "Deploying on JupyterHub").
 
     make setup HUB=1                                                 # as root: the shared environment, /opt/ddl-hpc
     /opt/ddl-hpc/bin/jupyterhub -f deploy/jupyterhub/jupyterhub_config.py     # as root, from the checkout
@@ -11,7 +11,7 @@ site usually changes are read from the hub's environment (COURSE_HUB_*), so the 
     COURSE_HUB_LEARNERS, COURSE_HUB_INSTRUCTORS   the Unix groups allowed in (ddl-hpc-learners, ddl-hpc-instructors)
     COURSE_HUB_GRADING                nbgrader's course directory of an instructor (~/ddl-hpc-grading)
     COURSE_NBGRADER_EXCHANGE          nbgrader's exchange (/srv/nbgrader/exchange)
-    COURSE_DATA_DIR, COURSE_OFFLINE, COURSE_PROFILE   passed on to every server (instructor guide, section 1)
+    COURSE_DATA_DIR, COURSE_OFFLINE, COURSE_PROFILE   passed on to every server (docs/guide/01-prepare.md)
 """
 
 import grp

@@ -1,4 +1,4 @@
-"""JupyterHub serving the course with each user's JupyterLab as a Slurm job (docs/instructor-guide.md, "A
+"""JupyterHub serving the course with each user's JupyterLab as a Slurm job (docs/guide/02-deploy.md, "A
 Slurm-spawned JupyterLab"), the way batchspawner and Open OnDemand's Jupyter app run it at most centres.
 
     make setup HUB=1                                   # as root: the shared environment, with batchspawner
