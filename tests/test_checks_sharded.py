@@ -1,6 +1,6 @@
 """course.checks.sharded, notebook 09's checks, tried directly on every answer the fixtures hold for its exercises
-(tests/check_cases.py): on two MPI engines with the quick profile's sizes, as the notebook runs them, and on a new
-8-rank `mpiexec` job for the grid. Plain data parallelism's training, what ZeRO's is compared with, is the
+(tests/check_cases.py): on two MPI engines with the quick profile's sizes, as the notebook runs them, and on new
+8- and 6-rank `mpiexec` jobs for the grid. Plain data parallelism's training, what ZeRO's is compared with, is the
 notebook's own cell, run once."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import pytest
 
 from course import sharding
 from course.checks import sharded
-from course.comm import on_ranks
 from tests.check_cases import cases, define, judge, own_cluster
 from tests.conftest import ROOT
 
@@ -94,8 +93,8 @@ def test_tensor_parallel(case, view):
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-grid-answer"}), ids=str)
 def test_grid(case):
     def run():
-        found = on_ranks(sharded.grid_groups, 8, define(case, {})["grid"], sharded.LAYOUTS, timeout=120)
-        return sharded.grid_layouts(found, sharded.LAYOUTS[:3] + sharded.LAYOUTS[-1:])
+        found = sharded.grid_found(define(case, {})["grid"])
+        return sharded.grid_cases(found, [c for c in sharded.GRID_CASES if not c.hidden])
 
     judge(case, run)
 

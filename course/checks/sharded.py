@@ -11,6 +11,7 @@ makes on 8 ranks, and the layout quiz. What is compared is measured from outside
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -237,8 +238,32 @@ def tensor_parallel(block: Callable, view: Any, d: int = 16, h: int = 32, batch:
         expect(not problem, problem)
 
 
-# (T, P) tried on 8 ranks; 3 x 1 does not divide 8
-LAYOUTS = [(2, 2), (4, 1), (1, 2), (2, 4), (1, 1), (3, 1)]
+@dataclass(frozen=True)
+class GridCase:
+    """A layout tried: T x P on a job of `ranks` ranks, a name the message cites, hidden or shown."""
+
+    name: str
+    ranks: int
+    tensor: int
+    pipeline: int
+    hidden: bool = False
+
+
+# The layouts exercise 5 is checked on: grids that fit (odd factors, a factor of 1, D = 1) and grids whose factors
+# each divide the ranks while their product does not
+GRID_CASES = (
+    GridCase("2 x 2 x 2", 8, 2, 2),
+    GridCase("tensor groups of 4, no pipeline", 8, 4, 1),
+    GridCase("a pipeline of 2, no tensor parallelism", 8, 1, 2),
+    GridCase("3 does not divide 8", 8, 3, 1),
+    GridCase("4 and 4 each divide 8, their product 16 does not", 8, 4, 4),
+    GridCase("an odd pipeline on 6 ranks, D = 1", 6, 2, 3),
+    GridCase("2 and 2 each divide 6, their product 4 does not", 6, 2, 2),
+    GridCase("tensor 2, pipeline 4, D = 1", 8, 2, 4, hidden=True),
+    GridCase("everything data-parallel", 8, 1, 1, hidden=True),
+    GridCase("tensor groups of 3 on 6 ranks", 6, 3, 2, hidden=True),
+    GridCase("8 divides 8 and 2 divides 8, 16 does not", 8, 8, 2, hidden=True),
+)
 
 
 def grid_groups(grid: Callable, layouts: Iterable[tuple[int, int]]) -> dict:
@@ -257,8 +282,18 @@ def grid_groups(grid: Callable, layouts: Iterable[tuple[int, int]]) -> dict:
     return found
 
 
-def _grid_layout(found: list[dict], tensor_size: int, pipeline_size: int, ranks: int) -> None:
-    layout = f"T={tensor_size}, P={pipeline_size} on {ranks} ranks"
+def grid_found(grid: Callable, cases: Iterable[GridCase] = GRID_CASES, timeout: float = 120) -> dict[int, list]:
+    """`grid_groups` for every layout of `cases`, on one new `mpiexec` job per number of ranks: {ranks: by rank}."""
+    from course.comm import on_ranks
+
+    layouts: dict[int, list[tuple[int, int]]] = {}
+    for case in cases:
+        layouts.setdefault(case.ranks, []).append((case.tensor, case.pipeline))
+    return {ranks: on_ranks(grid_groups, ranks, grid, wanted, timeout=timeout) for ranks, wanted in layouts.items()}
+
+
+def _grid_layout(found: list[dict], tensor_size: int, pipeline_size: int, ranks: int, name: str = "") -> None:
+    layout = f"T={tensor_size}, P={pipeline_size} on {ranks} ranks" + (f" ({name})" if name else "")
     if ranks % (tensor_size * pipeline_size):
         bad = [r for r in range(ranks) if found[r][(tensor_size, pipeline_size)] != "refused"]
         expect(not bad, f"{layout}: no grid fits, but rank(s) {bad} did not raise ValueError")
@@ -291,10 +326,18 @@ def _grid_layout(found: list[dict], tensor_size: int, pipeline_size: int, ranks:
 
 @check
 def grid_layouts(found: list[dict], layouts: Iterable[tuple[int, int]], ranks: int = 8) -> None:
-    """Exercise `ex-grid`: the groups every rank reported (grid_groups, one dict per rank) for each (T, P) of
+    """The groups every rank of a `ranks`-rank job reported (grid_groups, one dict per rank) for each (T, P) of
     `layouts`: the ranks that share the other two coordinates, in world order, or ValueError where no grid fits."""
     for tensor_size, pipeline_size in layouts:
         _grid_layout(found, tensor_size, pipeline_size, ranks)
+
+
+@check
+def grid_cases(found: dict[int, list], cases: Iterable[GridCase]) -> None:
+    """Exercise `ex-grid`: grid_layouts for each case of `cases`, from what grid_found reported; the message names
+    the case that fails."""
+    for case in cases:
+        _grid_layout(found[case.ranks], case.tensor, case.pipeline, case.ranks, case.name)
 
 
 # Digests of the right answers (course.checks.quiz): right or not, without showing them
