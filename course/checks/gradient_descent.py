@@ -12,6 +12,7 @@ learning-rate schedule with warm-up at the steps that tell its mistakes apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -125,10 +126,34 @@ def parallel_gradient(
     )
 
 
+@dataclass(frozen=True)
+class WarmupCase:
+    """One call of lr_schedule, the rate it must give, and a name the message cites."""
+
+    name: str
+    step: int
+    base_lr: float
+    base_batch: int
+    batch: int
+    warmup_steps: int
+    rate: float
+
+
+# Batches that are no whole multiple of the base (larger and smaller), the shortest warm-up and its last step
+WARMUP_CASES = (
+    WarmupCase("a batch 1.5 times the base (96 from 64), after the warm-up", 100, 0.1, 64, 96, 10, 0.15),
+    WarmupCase("a batch half the base (16 from 32), no warm-up", 5, 0.2, 32, 16, 0, 0.1),
+    WarmupCase("a warm-up of one step, at step 0", 0, 0.1, 32, 64, 1, 0.02),
+    WarmupCase("a warm-up of one step, at step 1", 1, 0.1, 32, 64, 1, 0.2),
+    WarmupCase("the last step of a 10-step warm-up, batch 48 from 32", 9, 0.1, 32, 48, 10, 0.1365),
+)
+
+
 @check
 def warmup_schedule(lr_schedule: Callable) -> None:
     """Exercise `ex3`: `lr_schedule(step, base_lr, base_batch, batch, warmup_steps)` scales the rate linearly with
-    the batch and ramps it from a tenth of that target over the warm-up, also when there is none."""
+    the batch and ramps it from a tenth of that target over the warm-up, also when there is none; then the cases of
+    WARMUP_CASES (batches no whole multiple of the base, a one-step warm-up)."""
     expect(abs(lr_schedule(1000, 0.1, 32, 256, 50) - 0.8) < 1e-12, "after warm-up: base_lr * batch / base_batch")
     expect(abs(lr_schedule(0, 0.1, 32, 256, 50) - 0.08) < 1e-12, "warm-up starts at a tenth of the target rate")
     mid = lr_schedule(25, 0.1, 32, 256, 50)
@@ -156,6 +181,13 @@ def warmup_schedule(lr_schedule: Callable) -> None:
             "target from step 0",
         )
     expect(abs(none - 0.8) < 1e-12, "with warmup_steps=0 (no warm-up) the rate should be the target from step 0")
+    for case in WARMUP_CASES:
+        got = lr_schedule(case.step, case.base_lr, case.base_batch, case.batch, case.warmup_steps)
+        expect(
+            abs(got - case.rate) < 1e-12,
+            f"{case.name}: lr_schedule({case.step}, {case.base_lr}, {case.base_batch}, {case.batch}, "
+            f"{case.warmup_steps}) is {got:.6g}, it should be {case.rate:g}",
+        )
 
 
 def _arrays(shapes: list[tuple[int, ...]], seed: int, dtype: type = np.float64) -> list[np.ndarray]:
