@@ -11,6 +11,7 @@ in course.checks.trace_waits.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -123,7 +124,7 @@ def agrees(rows: list[dict]) -> None:
             r["finite"], f"after step {k} the weights hold inf or nan: {event or 'an overflowed update was applied'}"
         )
         expect(
-            np.isclose(r["loss"], r["ref_loss"], rtol=1e-4),
+            np.isclose(r["loss"], r["ref_loss"], rtol=1e-4, equal_nan=True),
             f"step {k}: the loss returned is {r['loss']:.4g}, the loss itself {r['ref_loss']:.4g}: return it unscaled",
         )
         expect(
@@ -143,7 +144,8 @@ def agrees(rows: list[dict]) -> None:
 def loss_scaling(my_scaled_step: Callable, build: Callable, batches: Sequence) -> None:
     """Exercise `ex3`: `my_scaled_step`, written without Keras's loss scaling, agrees with LossScaleOptimizer at
     every step from S = 2^17, doubling after 2 good steps, on `batches` (8 of 32 images: the scale grows until the
-    float16 gradients overflow); prints the scales side by side."""
+    float16 gradients overflow); prints the scales side by side; then on SCALING_CASES, overflows after every
+    number of good steps a growth count holds."""
     from course.shortcuts import names_used
 
     keras = {"LossScaleOptimizer", "get_scaled_loss", "get_unscaled_gradients", "keras_steps"} & names_used(
@@ -159,3 +161,57 @@ def loss_scaling(my_scaled_step: Callable, build: Callable, batches: Sequence) -
     expect(any(r["keras"] < r["before"] for r in rows), "(no step overflowed: the comparison shows nothing)")
     problem = agrees(rows)
     expect(problem is None, problem or "")
+    problem = scaling_cases(my_scaled_step, build, batches)
+    expect(problem is None, problem or "")
+
+
+@dataclass(frozen=True)
+class ScalingCase:
+    """A run of loss scaling: its start and growth, the steps (from 1) whose gradients overflow whatever the scale
+    (their batch holds a nan), how many steps, and a name the message cites."""
+
+    name: str
+    initial: float
+    growth: int
+    overflows: tuple[int, ...]
+    steps: int
+
+
+# Overflows after every number of good steps a growth count can hold (0 to growth - 1), two in a row, none
+SCALING_CASES = (
+    ScalingCase(
+        "growth every 3 good steps, overflows after 0, 2 and 1 good steps (steps 1, 4, 6)", 2.0**10, 3, (1, 4, 6), 9
+    ),
+    ScalingCase("growth every 2 good steps, two overflows in a row (steps 2 and 3)", 2.0**10, 2, (2, 3), 4),
+)
+
+
+def poisoned(batches: Sequence, overflows: Sequence[int], steps: int, images_per_batch: int = 4) -> list:
+    """The first `steps` of `batches` (cycled, the first `images_per_batch` images of each), with a nan in the first
+    image of the steps in `overflows` (from 1): their loss and gradients are nan at any scale: the step is skipped."""
+    import tensorflow as tf
+
+    out = []
+    for k in range(1, steps + 1):
+        images, labels = batches[(k - 1) % len(batches)]
+        images, labels = images[:images_per_batch], labels[:images_per_batch]  # a few: the run is the learner's wait
+        if k in overflows:
+            images = np.array(images)
+            images[0, 0, 0, 0] = np.nan
+            images = tf.constant(images)
+        out.append((images, labels))
+    return out
+
+
+@check
+def scaling_cases(
+    my_scaled_step: Callable, build: Callable, batches: Sequence, cases: Sequence = SCALING_CASES
+) -> None:
+    """Loss scaling beside Keras's LossScaleOptimizer on each case of `cases`, with the overflows where the case puts
+    them (`poisoned`): the scale and the weights after every step; the message names the case."""
+    for case in cases:
+        rows = side_by_side(
+            my_scaled_step, build, case.initial, case.growth, poisoned(batches, case.overflows, case.steps)
+        )
+        problem = agrees(rows)
+        expect(problem is None, f"{case.name}: {problem}")

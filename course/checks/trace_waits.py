@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from course.checks import check, expect
@@ -21,7 +22,11 @@ WAIT = "IteratorGetNextOp::DoCompute"  # the kernel that hands the training loop
 def read(path: str | Path) -> dict[int, tuple[float, float]]:
     """{step number: (the step's milliseconds, the milliseconds its own thread spent in WAIT inside it)}."""
     with gzip.open(path, "rt") as file:
-        spans = [e for e in json.load(file)["traceEvents"] if e.get("ph") == "X"]
+        return steps_of([e for e in json.load(file)["traceEvents"] if e.get("ph") == "X"])
+
+
+def steps_of(spans: list[dict]) -> dict[int, tuple[float, float]]:
+    """`read`'s answer for a list of complete events (the trace file's, or a case made from them)."""
     marks = [e for e in spans if "step_num" in e.get("args", {}) and e["name"].startswith("train")]
     return {int(m["args"]["step_num"]): (m["dur"] / 1000, _waited(spans, m)) for m in marks}
 
@@ -47,7 +52,7 @@ def reading(input_ms: Callable, input_share: Callable, traces: Sequence[tuple[st
 
     for path, events in traces:
         truth = read(path)
-        with Watch([read, _waited]) as seen:
+        with Watch([read, steps_of, _waited]) as seen:
             mine, their_share = input_ms(events), input_share(events)
         expect(
             not seen.called,
@@ -90,3 +95,55 @@ def reading(input_ms: Callable, input_share: Callable, traces: Sequence[tuple[st
         abs(float(input_ms(edge)[1]) - read(path)[1][1]) <= 1e-6,
         "a wait that starts at the same microsecond as its step's marker lies inside the step: count it",
     )
+    for case in TRACE_CASES:
+        made = case.made(events)
+        truth, mine = steps_of(made), input_ms(made)
+        expect(
+            isinstance(mine, dict) and sorted(mine) == sorted(truth),
+            f"{case.name}: input_ms gives the steps {sorted(mine) if isinstance(mine, dict) else mine}, the trace has "
+            f"{sorted(truth)}: one entry per profiled step, whatever it holds",
+        )
+        for n, (_, wait) in sorted(truth.items()):
+            expect(
+                abs(float(mine[n]) - wait) <= 1e-6 + 1e-6 * wait,
+                f"{case.name}: step {n} waited {wait:.3f} ms, your input_ms says {float(mine[n]):.3f}",
+            )
+
+
+@dataclass(frozen=True)
+class TraceCase:
+    """A trace made from a real one by changing the waits of one step: `kind` is 'split' (its waits cut in three,
+    one after the other), 'none' (its waits removed) or 'after' (a wait more, starting the microsecond it ends)."""
+
+    name: str
+    step: int
+    kind: str
+
+    def made(self, events: list[dict]) -> list[dict]:
+        """`events` with this case's change: the step's marker from `args['step_num']`, its waits on its thread."""
+        mark = next(e for e in events if "step_num" in e.get("args", {}) and int(e["args"]["step_num"]) == self.step)
+        end = mark["ts"] + mark["dur"]
+
+        def own(e: dict) -> bool:
+            return (
+                e["name"] == WAIT and (e["pid"], e["tid"]) == (mark["pid"], mark["tid"]) and mark["ts"] <= e["ts"] < end
+            )
+
+        out = [e for e in events if not own(e)]
+        for e in filter(own, events):
+            if self.kind == "split":
+                third = e["dur"] / 3
+                out += [dict(e, ts=e["ts"] + k * third, dur=third) for k in range(3)]
+            elif self.kind == "after":
+                out += [e, dict(e, ts=end)]
+        if self.kind == "after" and not any(map(own, events)):
+            raise ValueError(f"step {self.step} of this trace has no wait to copy")
+        return out
+
+
+# Steps holding several waits, none, and a wait that starts just as its step ends (in the first trace given)
+TRACE_CASES = (
+    TraceCase("a trace whose step 1 waited three times (its wait cut in three)", 1, "split"),
+    TraceCase("a trace whose step 2 never waited (its waits removed)", 2, "none"),
+    TraceCase("a trace with a wait that starts the microsecond step 1 ends", 1, "after"),
+)
