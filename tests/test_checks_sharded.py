@@ -70,7 +70,10 @@ def test_zero_stage2(case, view, trained):
         zero = view.apply_sync(
             trained["train"], names["zero_state"], names["zero_step"], QUICK["SIZES"], QUICK["STEPS"]
         )
-        return sharded.zero_stage2(zero, trained["dp"], trained["n_params"], QUICK["STEPS"])
+        zero_fns, dp_fns = (names["zero_state"], names["zero_step"]), (trained["dp_state"], trained["dp_step"])
+        return sharded.zero_stage2(zero, trained["dp"], trained["n_params"], QUICK["STEPS"]) or sharded.zero_cases(
+            trained["train"], zero_fns, dp_fns, view
+        )
 
     judge(case, run)
 

@@ -112,6 +112,43 @@ def zero_stage2(results: list[dict], reference: list[dict], n_params: int, steps
         )
 
 
+@dataclass(frozen=True)
+class ZeroCase:
+    """A ZeRO training tried beside plain data parallelism's on the engines: the network's widths, its steps, and a
+    name the message cites."""
+
+    name: str
+    sizes: tuple[int, ...]
+    steps: int
+
+
+# Parameter counts the engines' ranks do not divide evenly, and a network of one hidden unit
+ZERO_CASES = (
+    ZeroCase("17 parameters (widths 2, 3, 2): shards of unequal size", (2, 3, 2), 3),
+    ZeroCase("7 parameters (widths 2, 1, 2): one hidden unit", (2, 1, 2), 2),
+)
+
+
+def _last_line(error: Exception) -> str:
+    """The last non-empty line of an error's words (a CompositeError's: one engine's exception)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
+@check
+def zero_cases(train: Callable, zero: tuple[Callable, Callable], dp: tuple[Callable, Callable], view: Any) -> None:
+    """Exercise `ex-zero` on ZERO_CASES: `train(*zero, sizes, steps)` on the engines of `view` against
+    `train(*dp, ...)`, as zero_stage2 compares them; the message names the case."""
+    for case in ZERO_CASES:
+        reference = view.apply_sync(train, *dp, case.sizes, case.steps)
+        try:
+            results = view.apply_sync(train, *zero, case.sizes, case.steps)
+        except Exception as error:  # the learner's code failing on this case: say which case
+            raise Wrong(f"with {case.name} on {len(view)} ranks, training failed: {_last_line(error)}") from None
+        problem = zero_stage2(results, reference, sharding.mlp_size(case.sizes), case.steps)
+        expect(problem is None, f"with {case.name} on {len(view)} ranks: {problem}")
+
+
 def stage3_run(forward: Callable, width: int, layers: int, batch: int = 4, seed: int = 0) -> dict[str, Any]:
     """On every rank: `forward` on this rank's shards of a random network; its output against the unsharded one's,
     the peak memory it allocated (tracemalloc) and what it asked of MPI."""
