@@ -73,6 +73,40 @@ def pipeline(fast: Any, slow: Any, before: Any, train_step: Callable, epochs: in
     )
 
 
+@dataclass(frozen=True)
+class PipelineCase:
+    """A dataset fast_pipeline is tried on: the first `files` of raw in batches of `batch`, and a name to cite."""
+
+    name: str
+    files: int
+    batch: int
+
+
+# Batch sizes that do not divide the files (a short last batch), a batch larger than the files, batches of one
+PIPELINE_CASES = (
+    PipelineCase("50 files in batches of 16 (the last batch holds 2)", 50, 16),
+    PipelineCase("5 files in batches of 8 (one short batch)", 5, 8),
+    PipelineCase("3 files in batches of 1", 3, 1),
+)
+
+
+@check
+def pipeline_cases(fast_pipeline: Callable, raw: Any, decode: Callable) -> None:
+    """Exercise `ex1` on PIPELINE_CASES: `fast_pipeline(raw.take(files), batch)` yields the batches of
+    `raw.take(files).map(decode).batch(batch)`, in order; the message names the case."""
+    from course import input_pipeline
+
+    for case in PIPELINE_CASES:
+        few = raw.take(case.files)
+        want = input_pipeline.fingerprints(few.map(decode).batch(case.batch))
+        got = input_pipeline.fingerprints(fast_pipeline(few, case.batch))
+        expect(
+            len(got) == len(want),
+            f"{case.name}: your pipeline yields {len(got)} batch(es), raw.map(decode).batch({case.batch}) {len(want)}",
+        )
+        expect(got == want, f"{case.name}: the batches differ from raw.map(decode).batch({case.batch})'s")
+
+
 def side_by_side(
     step: Callable, build: Callable, initial: float, growth: int, batches: Sequence, lr: float = 0.05
 ) -> list[dict]:
