@@ -16,6 +16,7 @@ The functions the checks send to the ranks (`on_model`, `stages_seen`, `batch_se
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,28 +45,62 @@ def cut_problems(got: Any, want: list[str], rows: list[dict]) -> str:
     return "; ".join(words)
 
 
+@dataclass(frozen=True)
+class CutCase:
+    """A made-up model for `cheaper_cuts`: its rows and, by the exercise's rule, the cuts that are cheaper."""
+
+    name: str
+    rows: tuple[dict, ...]
+    cuts: tuple[str, ...]
+
+
+def _rows(*layers: tuple[str, int, int]) -> tuple[dict, ...]:
+    return tuple({"layer": n, "parameters": p, "activations": a} for n, p, a in layers)
+
+
+# The boundaries of the rule: one layer holding the gradients, ties, gradients spread over several layers (their
+# sum counts, not the largest), a cheaper cut only in the middle, and models too short to cut.
+CUT_CASES = (
+    CutCase(
+        "a huge dense layer (50 million gradients)",
+        _rows(("embed", 0, 1000), ("huge_dense", 50_000_000, 400), ("out", 4000, 10)),
+        ("embed", "huge_dense"),
+    ),
+    CutCase(
+        "ties (30 gradients: a cut that passes as many values is not cheaper)",
+        _rows(("a", 10, 30), ("b", 20, 30), ("c", 0, 5)),
+        (),
+    ),
+    CutCase(
+        "gradients spread over two layers (600 in all, no layer holds more than 300)",
+        _rows(("a", 300, 500), ("b", 300, 500), ("c", 0, 5)),
+        ("a", "b"),
+    ),
+    CutCase(
+        "a cheaper cut only in the middle (210 gradients)",
+        _rows(("a", 0, 5000), ("b", 100, 50), ("c", 100, 2000), ("d", 10, 10)),
+        ("b",),
+    ),
+    CutCase("one layer (nowhere to cut)", _rows(("only", 10, 1)), ()),
+    CutCase("two layers (one place to cut)", _rows(("a", 4, 3), ("b", 4, 1)), ("a",)),
+)
+
+
 @check
 def cuts(cheaper_cuts: Callable, choose: Callable, rows: list[dict]) -> None:
-    """Exercise `ex-cuts`: the cuts whose activations are fewer than all the gradients (never after the last layer)
-    on two made-up models, one with a huge dense layer and one with ties, and `choose` on those and on `rows`."""
-    big_dense = [
-        {"layer": "embed", "parameters": 0, "activations": 1000},
-        {"layer": "huge_dense", "parameters": 50_000_000, "activations": 400},
-        {"layer": "out", "parameters": 4000, "activations": 10},
-    ]
-    ties = [
-        {"layer": "a", "parameters": 10, "activations": 30},
-        {"layer": "b", "parameters": 20, "activations": 30},
-        {"layer": "c", "parameters": 0, "activations": 5},
-    ]
-    for made_up, want, why in [
-        (big_dense, ["embed", "huge_dense"], "50 million gradients"),
-        (ties, [], "30 gradients: a cut that passes as many values is not cheaper"),
-    ]:
-        problem = cut_problems(cheaper_cuts(made_up), want, made_up)
-        expect(not problem, f"cheaper_cuts on {[r['layer'] for r in made_up]} ({why}): {problem}")
-    expect(choose(big_dense) == "model", "with cheaper cuts available the rule of thumb says model parallelism")
-    expect(choose(ties) == "data", "with no cheaper cut the rule of thumb says data parallelism")
+    """Exercise `ex-cuts`: on every made-up model of CUT_CASES, the cuts whose activations are fewer than all the
+    gradients (never after the last layer), and `choose` on those and on `rows`."""
+    for case in CUT_CASES:
+        made_up = [dict(r) for r in case.rows]
+        problem = cut_problems(cheaper_cuts(made_up), list(case.cuts), made_up)
+        expect(not problem, f"cheaper_cuts on {[r['layer'] for r in made_up]} ({case.name}): {problem}")
+    for case in CUT_CASES:
+        want = "model" if case.cuts else "data"
+        expect(
+            choose([dict(r) for r in case.rows]) == want,
+            f"choose on {case.name}: with {'a cheaper cut' if case.cuts else 'no cheaper cut'} the rule of thumb "
+            f"says {want} parallelism",
+        )
     expect(choose(rows) == "data", "for the small CNN at this batch, every cut passes more values than the gradients")
 
 
