@@ -14,9 +14,10 @@ Each returns None, or what is wrong in words. The functions they send to the ran
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from course.checks import check, expect
+from course.checks import Wrong, check, expect
 from course.comm import on_ranks
 from course.shortcuts import shortcut
 
@@ -66,11 +67,76 @@ def _one_process_smooth(x: Any) -> Any:
     return (padded[:-2] + padded[1:-1] + padded[2:]) / 3
 
 
+@dataclass(frozen=True)
+class SmoothCase:
+    """A decomposition for the halo exchange: how many ranks share how many values (every part holds one or more)."""
+
+    name: str
+    ranks: int
+    values: int
+
+
+# The rule's boundaries where ranks divide an array: even and uneven parts, parts of a single value (the halo is
+# the whole part), two values in all, and one rank alone (no neighbour on either side).
+SMOOTH_CASES = (
+    SmoothCase("parts of 4", 3, 12),
+    SmoothCase("parts of 4, 3 and 3", 3, 10),
+    SmoothCase("one value per rank", 3, 3),
+    SmoothCase("parts of 2, 1 and 1", 3, 4),
+    SmoothCase("parts of 3 and 2", 2, 5),
+    SmoothCase("one value per rank", 2, 2),
+    SmoothCase("one rank alone, no neighbour", 1, 6),
+)
+
+
+def smooth_cases(arrays: list, smooth: Callable) -> list:
+    """On every rank: this rank's part of each array smoothed by `smooth`, or the error it raised, in words; after
+    a case where any rank raised, every rank stops (the ranks' exchanges would no longer match)."""
+    from mpi4py import MPI
+
+    found = []
+    for x in arrays:
+        try:
+            found.append(smooth_part(x, smooth))
+        except Exception as error:  # the learner's code on a part of another size
+            found.append(f"{type(error).__name__}: {error}")
+        if MPI.COMM_WORLD.allreduce(isinstance(found[-1], str), op=MPI.LOR):
+            break
+    return found
+
+
+def _smoothing_cases(smooth_local: Callable) -> None:
+    """Each rank's part against the one-process result, for every case of SMOOTH_CASES (a new mpiexec job per rank
+    count, so that the notebook's engines never wait on a case)."""
+    import numpy as np
+
+    for ranks in sorted({c.ranks for c in SMOOTH_CASES}):
+        table = [c for c in SMOOTH_CASES if c.ranks == ranks]
+        arrays = [np.random.default_rng(c.values).random(c.values) for c in table]
+        try:
+            found = on_ranks(smooth_cases, ranks, arrays, smooth_local, timeout=30)
+        except AssertionError as error:  # a send with no receive: the job did not finish
+            raise Wrong(f"with {ranks} rank(s) and {[c.values for c in table]} values: {error}") from None
+        for case, x, k in zip(table, arrays, range(len(table))):
+            where = f"with {ranks} rank(s) and {case.values} values ({case.name})"
+            for rank, parts in enumerate(found):
+                part = parts[k] if k < len(parts) else "no result (an earlier case failed)"
+                expect(not isinstance(part, str), f"{where}, rank {rank} raised {part}")
+                want = np.array_split(_one_process_smooth(x), ranks)[rank]
+                same_shape = part.shape == want.shape
+                expect(
+                    same_shape and np.allclose(part, want),
+                    f"{where}, rank {rank}'s part differs from the one-process result at its positions "
+                    f"{[int(i) for i in np.flatnonzero(~np.isclose(part, want))] if same_shape else 'all'} "
+                    f"(of 0-{len(want) - 1}): does each rank exchange with both neighbours, whatever its part's size?",
+                )
+
+
 @check
 def smoothing(smooth_local: Callable, view: Any) -> None:
     """Exercise `ex1`: a halo exchange. The decomposed smoothing against the one-process result on the notebook's
-    engines, each rank's part on 3 ranks (where a middle rank has two neighbours), and what each rank sent there:
-    one value to each neighbour, no collective."""
+    engines; each rank's part on every decomposition of SMOOTH_CASES (uneven parts, parts of one value, one rank);
+    and what each rank sent on 3 ranks: one value to each neighbour, no collective."""
     import numpy as np
 
     x = np.random.default_rng(1).random(20)
@@ -79,16 +145,7 @@ def smoothing(smooth_local: Callable, view: Any) -> None:
     want = _one_process_smooth(x)
     expect(np.allclose(got[1:-1], want[1:-1]), "the smoothed values differ from the one-process result")
     expect(np.allclose(got, want), "the two ends of the array should use zeros beyond the border")
-    x = np.random.default_rng(3).random(12)
-    parts = on_ranks(smooth_part, 3, x, smooth_local, timeout=30)
-    for rank, (part, want) in enumerate(zip(parts, np.array_split(_one_process_smooth(x), 3))):
-        same_shape = part.shape == want.shape
-        expect(
-            same_shape and np.allclose(part, want),
-            f"on 3 ranks, rank {rank}'s part differs from the one-process result at its positions "
-            f"{[int(i) for i in np.flatnonzero(~np.isclose(part, want))] if same_shape else 'all'} "
-            f"(of 0-{len(want) - 1}): does a middle rank exchange with both neighbours?",
-        )
+    _smoothing_cases(smooth_local)
     x = np.random.default_rng(4).random(30)
     for rank, traffic in enumerate(on_ranks(halo_traffic, 3, x, smooth_local, timeout=30)):
         neighbours = [r for r in (rank - 1, rank + 1) if 0 <= r < 3]
