@@ -232,8 +232,35 @@ def pipeline(
 
 # --- exercise ex-layout: data x model groups with comm.Split --------------------------------------------------------
 
-# (ranks, model_size) -> the grid, by rows: row d holds the world ranks of copy d of the model
-GRIDS = {(4, 2): [[0, 1], [2, 3]], (6, 3): [[0, 1, 2], [3, 4, 5]], (6, 2): [[0, 1], [2, 3], [4, 5]]}
+
+@dataclass(frozen=True)
+class LayoutCase:
+    """A grid for `layout`: `model_size` on `ranks` ranks; `fits` is False where model_size does not divide them."""
+
+    ranks: int
+    model_size: int
+    fits: bool = True
+
+    def rows(self) -> list[list[int]]:
+        """The grid by rows, as the exercise writes it: row d holds world ranks M d, ..., M d + M - 1."""
+        m = self.model_size
+        return [list(range(m * d, m * d + m)) for d in range(self.ranks // m)]
+
+
+# The rule's boundaries: square and oblong grids, one copy of the model (M = ranks) and no model split (M = 1), an
+# odd number of ranks, and sizes that do not divide the ranks. One mpiexec job per number of ranks.
+LAYOUT_CASES = (
+    LayoutCase(3, 3),
+    LayoutCase(3, 1),
+    LayoutCase(3, 2, fits=False),
+    LayoutCase(4, 2),
+    LayoutCase(4, 4),
+    LayoutCase(6, 3),
+    LayoutCase(6, 2),
+    LayoutCase(6, 1),
+    LayoutCase(6, 6),
+    LayoutCase(6, 4, fits=False),
+)
 
 
 def layout_groups(layout: Callable, model_size: int) -> Any:
@@ -247,6 +274,11 @@ def layout_groups(layout: Callable, model_size: int) -> Any:
     except ValueError:
         return "refused"
     return model_comm.allgather(world.Get_rank()), data_comm.allgather(world.Get_rank())
+
+
+def layout_cases(layout: Callable, model_sizes: list[int]) -> list:
+    """On every rank: `layout_groups` for each model size in turn (one job tries several grids)."""
+    return [layout_groups(layout, m) for m in model_sizes]
 
 
 def layout_problem(got: list, expected_rows: list[list[int]], ranks: int, model_size: int) -> str:
@@ -274,18 +306,25 @@ def layout_problem(got: list, expected_rows: list[list[int]], ranks: int, model_
 
 @check
 def layout(layout: Callable) -> None:
-    """Exercise `ex-layout`: every rank's model group is its row of the grid and its data group its column, in
-    world order, on 4 and 6 ranks (and with model_size=1); ValueError on every rank where no grid fits."""
-    for (ranks, model_size), rows in GRIDS.items():
-        problem = layout_problem(
-            on_ranks(layout_groups, ranks, layout, model_size, timeout=60), rows, ranks, model_size
-        )
-        expect(not problem, problem)
-    refused = on_ranks(layout_groups, 6, layout, 4, timeout=60)
-    expect(refused == ["refused"] * 6, "model_size=4 on 6 ranks should raise ValueError on every rank: no grid fits")
-    alone = [[0], [1], [2], [3], [4], [5]]
-    problem = layout_problem(on_ranks(layout_groups, 6, layout, 1, timeout=60), alone, 6, 1)
-    expect(not problem, problem)
+    """Exercise `ex-layout`: on every grid of LAYOUT_CASES (3, 4 and 6 ranks), every rank's model group is its row
+    of the grid and its data group its column, in world order; ValueError on every rank where no grid fits."""
+    for ranks in sorted({c.ranks for c in LAYOUT_CASES}):
+        table = [c for c in LAYOUT_CASES if c.ranks == ranks]
+        try:
+            found = on_ranks(layout_cases, ranks, layout, [c.model_size for c in table], timeout=60)
+        except AssertionError as error:  # a rank raised, or some ranks split while others refused
+            raise Wrong(f"on {ranks} ranks with model_size {[c.model_size for c in table]} in turn: {error}") from None
+        for k, case in enumerate(table):
+            got = [groups[k] for groups in found]
+            if case.fits:
+                problem = layout_problem(got, case.rows(), ranks, case.model_size)
+                expect(not problem, problem)
+            else:
+                expect(
+                    got == ["refused"] * ranks,
+                    f"model_size={case.model_size} on {ranks} ranks should raise ValueError on every rank: no grid "
+                    "fits",
+                )
 
 
 # --- exercise ex-kmeans: one SPMD step ------------------------------------------------------------------------------
