@@ -368,6 +368,92 @@ def kmeans_traffic(step: Callable, points: np.ndarray, initial: np.ndarray) -> d
     return counted.traffic()
 
 
+@dataclass(frozen=True)
+class KMeansCase:
+    """Made-up points for `kmeans_step`: `clusters` blobs in `dimensions`, started from one point of each blob; run
+    on a new job of `ranks` ranks, or on the notebook's engines (ranks=0)."""
+
+    name: str
+    ranks: int
+    points: int
+    clusters: int
+    dimensions: int
+
+    def data(self) -> tuple[np.ndarray, np.ndarray]:
+        """(points, initial centres), the same every time."""
+        generator = np.random.default_rng([self.points, self.clusters, self.dimensions])
+        centres = generator.uniform(-20, 20, (self.clusters, self.dimensions))
+        labels = generator.permutation(np.arange(self.points) % self.clusters)
+        points = centres[labels] + generator.normal(size=(self.points, self.dimensions))
+        return points, points[[int(np.flatnonzero(labels == c)[0]) for c in range(self.clusters)]].copy()
+
+
+# The rule's boundaries where ranks divide points: uneven chunks, a rank holding none of a cluster's points, other
+# numbers of clusters and dimensions than the notebook's (one cluster, one dimension).
+KMEANS_CASES = (
+    KMeansCase("601 points in uneven chunks", 3, 601, 3, 2),
+    KMeansCase("5 clusters in 3 dimensions", 3, 300, 5, 3),
+    KMeansCase("7 points in 4 clusters (a rank holds none of some clusters)", 3, 7, 4, 2),
+    KMeansCase("2 clusters in 1 dimension, 101 points", 0, 101, 2, 1),
+    KMeansCase("1 cluster in 4 dimensions", 0, 40, 1, 4),
+)
+
+
+def kmeans_cases(step: Callable, datasets: list[tuple], iterations: int) -> list:
+    """On every rank: `kmeans_on_ranks` for each (points, initial) in turn, or the error it raised, in words; after
+    a case where any rank raised, every rank stops (their collectives would no longer match)."""
+    from mpi4py import MPI
+
+    found = []
+    for points, initial in datasets:
+        try:
+            found.append(kmeans_on_ranks(step, points, initial, iterations))
+        except Exception as error:  # the learner's step on other sizes
+            found.append(f"{type(error).__name__}: {error}")
+        if MPI.COMM_WORLD.allreduce(isinstance(found[-1], str), op=MPI.LOR):
+            break
+    return found
+
+
+def _kmeans_results(found: list, cases: list[tuple[str, np.ndarray, np.ndarray]], iterations: int) -> None:
+    """Every rank's centres and collectives per step, case by case, against scikit-learn from the same start."""
+    ranks = len(found)
+    for k, (name, points, initial) in enumerate(cases):
+        where = f"on {ranks} ranks with {name} (chunks of {[len(c) for c in np.array_split(points, ranks)]} points)"
+        want = single_process_kmeans(points, initial, iterations)
+        for rank, results in enumerate(found):
+            got = results[k] if k < len(results) else "no result (an earlier case failed)"
+            expect(not isinstance(got, str), f"{where}, rank {rank} raised {got}")
+            centres, calls = got
+            expect(
+                calls == 1,
+                f"{where}, rank {rank} asked for {calls:g} collective(s) per step: pack the sums and the counts into "
+                "one array and all-reduce it once",
+            )
+            expect(
+                np.shape(centres) == np.shape(initial),
+                f"{where}, rank {rank} returned centres of shape {np.shape(centres)} for {np.shape(initial)}",
+            )
+            expect(
+                np.allclose(centres, want, atol=1e-8),
+                f"{where}, rank {rank}'s centres differ from scikit-learn's K-Means from the same start",
+            )
+
+
+def _kmeans_cases(kmeans_step: Callable, view: Any, notebook: tuple[np.ndarray, np.ndarray]) -> None:
+    """The notebook's points on 3 ranks and every case of KMEANS_CASES, 10 steps each: one mpiexec job for the
+    3-rank cases, the rest on the notebook's engines."""
+    on_three = [("the notebook's first 600 points", *notebook)]
+    on_three += [(c.name, *c.data()) for c in KMEANS_CASES if c.ranks == 3]
+    on_engines = [(c.name, *c.data()) for c in KMEANS_CASES if c.ranks == 0]
+    try:
+        three = on_ranks(kmeans_cases, 3, kmeans_step, [c[1:] for c in on_three], 10, timeout=60)
+    except AssertionError as error:  # a collective that some ranks skipped
+        raise Wrong(f"on 3 ranks: {error}") from None
+    _kmeans_results(three, on_three, 10)
+    _kmeans_results(view.apply_sync(kmeans_cases, kmeans_step, [c[1:] for c in on_engines], 10), on_engines, 10)
+
+
 def _kmeans_messages(kmeans_step: Callable, view: Any, all_points: np.ndarray, initial: np.ndarray) -> None:
     """One all-reduce per step, of the clusters' sums and counts, not of the points."""
     k, d = np.shape(initial)
@@ -402,7 +488,8 @@ def kmeans(
 ) -> None:
     """Exercise `ex-kmeans`: `centroids`, the notebook's 10 steps on its engines from `initial`, against
     scikit-learn's K-Means from the same start (the difference printed); the same on 3 ranks with one collective
-    per step; only the sums and counts all-reduced; empty clusters kept, a one-point cluster moved onto it."""
+    per step, for the notebook's points and every case of KMEANS_CASES (uneven chunks, other numbers of clusters and
+    dimensions); only the sums and counts all-reduced; empty clusters kept, a one-point cluster moved onto it."""
     ranks = len(view)
     used = [u for u in view.apply_sync(shortcut, kmeans_step, all_points[:60], initial, collectives=True) if u]
     expect(
@@ -419,17 +506,6 @@ def kmeans(
         np.allclose(single, centroids, atol=1e-8),
         f"after 10 steps on {ranks} ranks the centres differ from scikit-learn's K-Means from the same start",
     )
-    points = all_points[:600]
-    want = single_process_kmeans(points, initial, 10)
-    for rank, (centres, calls) in enumerate(on_ranks(kmeans_on_ranks, 3, kmeans_step, points, initial, 10, timeout=60)):
-        expect(
-            calls == 1,
-            f"on rank {rank}, kmeans_step asked for {calls:g} collective(s) per step: pack the "
-            "sums and the counts into one array and all-reduce it once",
-        )
-        expect(
-            np.allclose(centres, want, atol=1e-8),
-            f"on 3 ranks, rank {rank}'s centres differ from scikit-learn's K-Means from the same start",
-        )
+    _kmeans_cases(kmeans_step, view, (all_points[:600], initial))
     _kmeans_messages(kmeans_step, view, all_points, initial)
     _kmeans_empty_and_single(kmeans_step, view, all_points, initial)
