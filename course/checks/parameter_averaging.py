@@ -45,21 +45,41 @@ WHY = {
     "train_batch": "a @task runs on a worker, whoever calls it.",
     "fit_sync": "it submits tasks and waits for them: the program that drives the training.",
 }
-COUNT_KEY = {  # BARRIERS(4, 10) and TASKS(4, 10), per strategy
-    "barriers-sync": "a76d1d97a4aa5cef2ac72038740d8f3f9ec99e531ae121eb06275961a2e5d929",
-    "barriers-async": "9ba3130b6d36232bf4bc18754ec7bc83af7e64e13a07268e1270e918e652f311",
-    "barriers-full-async": "f202d1d489c24f379d99bad8bb2557c364986e7487a0f1e652b108e511f647a5",
-    "tasks-sync": "3425e1cc7b432ca54ba0cd14d72c85785d5be1cdddca8f60c27f53a5ef84ecb9",
-    "tasks-async": "94474508d2e37fb7a49bbe428c762dbb38dc2aa2728c296fbf8ae648970a47e5",
-    "tasks-full-async": "49d29d4f5f620285b39f574d69eee3c03ea8f1107d54e27361b1c9caa3ada4ba",
+# Workers x epochs the counts are asked for: the notebook's 4 x 10, one of each, and others where W and E differ.
+COUNT_CASES = ((4, 10), (1, 1), (3, 7), (8, 2))
+COUNT_KEY = {  # BARRIERS(W, E) and TASKS(W, E), per strategy and case
+    "barriers-sync@4,10": "4f2f6951b1ff75eba9d03ad17c61ac097e4e27a3a4930fa4fc4cb0c44329b158",
+    "barriers-async@4,10": "5aaf6256ac0a6d18e0c12e2661ba26471319ea2dfeff594588c574a5c32f66e6",
+    "barriers-full-async@4,10": "0e5b2a2f1542e2fa7ca2195f8da4155ce29b53b8b8d3f16190e3524179e13303",
+    "tasks-sync@4,10": "3a035f701d8f3a1e35a7411d45ddc3ddddfda952881a2e6060d766d6c0d459c6",
+    "tasks-async@4,10": "4d7e0850cac05f9bb859888ce5473440eee73274469086faec1020ae31e6f4f5",
+    "tasks-full-async@4,10": "2a7d351c31ec8221000a6090323be7a9782c122a5010f60ab0168700fc93df3e",
+    "barriers-sync@1,1": "42b1cae73125228c211159316157ac77a413a7cbad30cbbfb97b322e8a0c4d2a",
+    "barriers-async@1,1": "e85544abca880e300b680cc9095aa9c6e2bfe156dcbab791242012df5a595df5",
+    "barriers-full-async@1,1": "d693c136bb9623cdb82b8e456fe8461c23b2f5fdc56a118164abf0a2246e9aa3",
+    "tasks-sync@1,1": "8965053d920b143ec919df3970bcdce6a9011f35f27eab8ebdefbf726f780b24",
+    "tasks-async@1,1": "ad0bfeef1ac09b60e8e64b97089ef7141f8dd09ff52d82552faf7556debc8e3d",
+    "tasks-full-async@1,1": "eb8b76125dc0ddc3e1f5536c0b42c9275aab1b0beaa257f7b7dfa1715b2a29a3",
+    "barriers-sync@3,7": "33a67c8a012faa0419784e7bd80235b641b88d866bfd7f78f7ee73bd0c88010f",
+    "barriers-async@3,7": "e9de249931593d72ccfd7c4525d85706013cc5611ded96b1eec1a0ecaa7192ab",
+    "barriers-full-async@3,7": "47fd3f87c70208becd000cc13f1aa34e68a79a0a426c2bae636b75a48aef6fc6",
+    "tasks-sync@3,7": "900f2d10268509c20561c5822e9ed58d09d1780d521fc1ee230d42582ea1ace2",
+    "tasks-async@3,7": "2eec45d72fd3eb760541d86ac7333970e41fa911a97d76fd05b37c7f1ac3cf44",
+    "tasks-full-async@3,7": "bf30a4d711c903e337b50175b2a9af254b22d5e6fbd59895d375b14d651e5dc4",
+    "barriers-sync@8,2": "af22f3909d9cf97f6762c7a5414dd665804e75960bd9d678400ce89c75ac2cc4",
+    "barriers-async@8,2": "d423d5a720dc816f3f937e1e32444791ff8be75b99a81ec84539d9dd8d5c7bdd",
+    "barriers-full-async@8,2": "4a25f184e3e37320a77d9d9a50a2a392f46f8a4d5f3f348760e89f0f9cfeb575",
+    "tasks-sync@8,2": "fe47b4eeaaf5db90c480572b0e7ce59a937e303c807a1d3d6695800e9d779ed9",
+    "tasks-async@8,2": "bce1dc54ea38d4435b58efdb5421aab8fa30c8b99500447c27dfb146141a7e5a",
+    "tasks-full-async@8,2": "5666336902190c444e95c4c93df6b0a22096aef45aa311bc96e1a3106f495caa",
 }
 
 
 @check
 def placement(where: Any, barriers: Callable, tasks: Callable) -> None:
     """Exercise `ex1`: WHERE places each of the lab's functions on the master or a worker (each entry marked right
-    or not yet, as course.checks.quiz prints), and BARRIERS(4, 10) and TASKS(4, 10) count each strategy's global
-    waits and submitted tasks."""
+    or not yet, as course.checks.quiz prints), and BARRIERS(W, E) and TASKS(W, E) count each strategy's global
+    waits and submitted tasks, for every workers x epochs of COUNT_CASES."""
     expect(isinstance(where, dict), "WHERE should be a dict: function name -> 'master' or 'worker'")
     expect(set(where) == set(FUNCTIONS), "WHERE needs exactly the nine functions of the list as keys")
     expect(all(v in ("master", "worker") for v in where.values()), "every value must be 'master' or 'worker'")
@@ -67,22 +87,27 @@ def placement(where: Any, barriers: Callable, tasks: Callable) -> None:
         quiz.check(where, WHERE_KEY, WHY)
     except AssertionError as not_yet:
         expect(False, str(not_yet))
-    counts = {"barriers": barriers(4, 10), "tasks": tasks(4, 10)}
-    for name, got in counts.items():
-        expect(
-            isinstance(got, dict) and set(got) == set(STRATEGIES),
-            f"{name.upper()}(W, E) should return a dict with the keys 'sync', 'async' and 'full-async'",
-        )
-    wrong = [
-        f"{name.upper()}(4, 10)[{s!r}]"
-        for name, got in counts.items()
-        for s in got
-        if not quiz.is_right(f"{name}-{s}", got[s], COUNT_KEY)
-    ]
+    wrong = []
+    for workers, epochs in COUNT_CASES:
+        counts = {"barriers": barriers(workers, epochs), "tasks": tasks(workers, epochs)}
+        for name, got in counts.items():
+            expect(
+                isinstance(got, dict) and set(got) == set(STRATEGIES),
+                f"{name.upper()}(W, E) should return a dict with the keys 'sync', 'async' and 'full-async'",
+            )
+        wrong += [
+            f"{name.upper()}({workers}, {epochs})[{s!r}]"
+            for name, got in counts.items()
+            for s in got
+            if not quiz.is_right(f"{name}-{s}@{workers},{epochs}", got[s], COUNT_KEY)
+        ]
     expect(
         not wrong,
-        "not right yet: " + ", ".join(wrong) + " - barriers: the compss_wait_on calls that need all "
-        "workers; tasks: every @task call the strategy submits",
+        "not right yet: "
+        + ", ".join(wrong[:6])
+        + (f" (and {len(wrong) - 6} more)" if len(wrong) > 6 else "")
+        + " - barriers: the compss_wait_on calls that need all "
+        "workers; tasks: every @task call the strategy submits, for any number of workers W and epochs E",
     )
 
 
