@@ -428,6 +428,25 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
 FUSION_SHAPES = [(3, 3), (10,), (2, 4, 5), (1,), (7,)]  # like a small network's weights and biases
 
 
+@dataclass(frozen=True)
+class FusionCase:
+    """Tensors to fuse: their shapes and data type."""
+
+    name: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+
+
+# The rule's boundaries: the notebook's float64 tensors, other data types (the buffer keeps the tensors' type), a
+# 0-d tensor (one value, no axis), an empty tensor, and a single tensor.
+FUSION_CASES = (
+    FusionCase("a small network's float64 weights and biases", tuple(FUSION_SHAPES), "float64"),
+    FusionCase("float32 gradients with a 0-d one", ((3, 2), (), (5,)), "float32"),
+    FusionCase("int32 tensors with an empty one", ((2, 2), (0,), (3,)), "int32"),
+    FusionCase("a single tensor", ((6, 1),), "float64"),
+)
+
+
 def fusion_problems(fused_allreduce: Callable, shapes: list[tuple], dtype: Any, seed: int = 0) -> str:
     """On every rank: what differs between fused_allreduce and one MPI.Allreduce per tensor, in words ('' if
     nothing): the collectives it asked for (counted by CountingComm), their bytes, and each tensor's sum, shape and
@@ -483,9 +502,9 @@ def fusion_problems(fused_allreduce: Callable, shapes: list[tuple], dtype: Any, 
 
 @check
 def fusion(fused_allreduce: Callable, view: Any) -> None:
-    """Exercise `ex-fusion`: tensors of a small network's shapes, fused into one all-reduce on the notebook's
-    engines, against one MPI.Allreduce per tensor; the collectives asked for are counted by the communicator."""
-    import numpy as np
-
-    for problem in view.apply_sync(fusion_problems, fused_allreduce, FUSION_SHAPES, np.float64):
-        expect(not problem, problem)
+    """Exercise `ex-fusion`: the tensors of every case of FUSION_CASES (a small network's shapes, float32 and int32,
+    a 0-d and an empty tensor, a single tensor), fused into one all-reduce on the notebook's engines, against one
+    MPI.Allreduce per tensor; the collectives asked for are counted by the communicator."""
+    for case in FUSION_CASES:
+        for problem in view.apply_sync(fusion_problems, fused_allreduce, list(case.shapes), case.dtype):
+            expect(not problem, f"with {case.name} (shapes {list(case.shapes)}): {problem}")
