@@ -11,6 +11,7 @@ tasks counted from the runtime's own history) and the relaxed aggregation task (
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -115,62 +116,94 @@ def _largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.abs(u - v).max()) for u, v in zip(a, b))
 
 
-@check
-def synchronous_loop(
-    my_fit_sync: Callable, network: Any, x: np.ndarray, y: np.ndarray, start_weights: list, batch_size: int
-) -> None:
-    """Exercise `ex2`: `my_fit_sync(network, shards, weights, epochs, batch_size)` on 2 shards of 64 images for 2
-    epochs, written by hand (not course.averaging's strategies), runs one worker_train task per worker and epoch
-    (counted in the task runtime's history), none waiting for another, and returns what fit_sync returns."""
+@dataclass(frozen=True)
+class SyncRun:
+    """A run of `my_fit_sync`: workers (one shard each, cut from the first `images` images), epochs, batch size."""
+
+    name: str
+    workers: int
+    images: int
+    epochs: int
+    batch_size: int = 0  # 0: the notebook's own
+
+
+# The notebook's run, then one that differs in every argument: an odd number of workers with uneven shards, one
+# epoch and another batch size (a loop that reads the notebook's EPOCHS or BATCH, or assumes 2 workers, fails it).
+SYNC_RUNS = (
+    SyncRun("2 workers of 64 images, 2 epochs, the notebook's batch size", 2, 128, 2),
+    SyncRun("3 workers of 43, 43 and 42 images, 1 epoch, batch size 16", 3, 128, 1, 16),
+)
+
+
+def _sync_run(my_fit_sync: Callable, network: Any, x: np.ndarray, y: np.ndarray, weights: list, run: SyncRun) -> None:
+    """One run of SYNC_RUNS: written by hand, one worker_train task per worker and epoch (from the task runtime's
+    history), none waiting for another, and fit_sync's weights."""
     from course import averaging, data, tasks
     from course.shortcuts import Watch
 
-    shards = [data.shard((x[:128], y[:128]), r, 2) for r in range(2)]
+    w, epochs, batch = run.workers, run.epochs, run.batch_size
+    shards = [data.shard((x[: run.images], y[: run.images]), r, w) for r in range(w)]
     first = len(tasks.history())
     with Watch([averaging.fit, averaging.fit_sync, averaging.fit_async, averaging.fit_full_async]) as seen:
-        mine = my_fit_sync(network, shards, start_weights, 2, batch_size)
+        mine = my_fit_sync(network, shards, weights, epochs, batch)
     expect(
         not seen.called,
         f"my_fit_sync calls {seen.called[0] if seen.called else ''}, the course's own version: write the master's "
         "loop yourself (copies, one worker_train task each, compss_wait_on, master_average)",
     )
     trained = [r for r in tasks.history()[first:] if r["name"] == "worker_train"]
-    expect(isinstance(mine, list) and len(mine) == len(start_weights), "return the weights: a list of arrays")
+    where = f"with {run.name}: "
+    expect(isinstance(mine, list) and len(mine) == len(weights), where + "return the weights: a list of arrays")
     expect(
         tasks.synchronised(mine),
-        "the weights returned are still on the engines (Futures, or lists a task updated): wait for them with "
-        "compss_wait_on and use what it returns",
+        where + "the weights returned are still on the engines (Futures, or lists a task updated): wait for them "
+        "with compss_wait_on and use what it returns",
     )
-    expect(trained, "no worker_train task ran: submit one per worker and epoch")
+    expect(trained, where + "no worker_train task ran: submit one per worker and epoch")
     expect(
-        len(trained) == 2 * 2,
-        f"{len(trained)} worker_train tasks ran for 2 workers x 2 epochs: every worker trains as a task of its own, "
-        "once per epoch (training in the notebook's own process does not run on the workers)",
+        len(trained) == w * epochs,
+        where + f"{len(trained)} worker_train tasks ran for {w} workers x {epochs} epoch(s): every worker trains as "
+        "a task of its own, once per epoch (training in the notebook's own process does not run on the workers)",
     )
     expect(
-        not np.allclose(mine[0], start_weights[0]),
-        f"the workers trained ({len(trained)} worker_train tasks ran), but the weights you averaged are the starting "
-        "ones: compss_wait_on returns the trained copies and leaves your lists as they were, so assign its result",
+        not np.allclose(mine[0], weights[0]),
+        where + f"the workers trained ({len(trained)} worker_train tasks ran), but the weights you averaged are the "
+        "starting ones: compss_wait_on returns the trained copies and leaves your lists as they were, so assign its "
+        "result",
     )
     chained = [r for r in trained if r["parents"]]
     expect(
         not chained,
-        f"{len(chained)} training task(s) waited for an earlier one: in synchronous averaging each epoch starts from "
-        "new copies of the averaged weights, one per worker, so no training task waits for another",
+        where + f"{len(chained)} training task(s) waited for an earlier one: in synchronous averaging each epoch "
+        "starts from new copies of the averaged weights, one per worker, so no training task waits for another",
     )
-    options = {"workers": 2, "batch_size": batch_size, "weights": start_weights, "shards": shards}
-    reference = averaging.fit_sync(network, None, None, epochs=2, **options).weights
+    options = {"workers": w, "batch_size": batch, "weights": weights, "shards": shards}
+    reference = averaging.fit_sync(network, None, None, epochs=epochs, **options).weights
     difference = _largest_difference(mine, reference)
-    print(f"largest difference from course.averaging.fit_sync: {difference:.2e}")
-    if difference >= 1e-4:
+    print(f"{run.name}: largest difference from course.averaging.fit_sync: {difference:.2e}")
+    if difference >= 1e-4 and epochs > 1:
         one = averaging.fit_sync(network, None, None, epochs=1, **options).weights
         expect(
             _largest_difference(mine, one) >= 1e-4,
-            "your result is one epoch of averaging: each epoch should start from the previous epoch's average",
+            where + "your result is one epoch of averaging: each epoch should start from the previous epoch's average",
         )
     expect(
-        difference < 1e-4, "the weights differ from synchronous averaging: average after every epoch, from equal copies"
+        difference < 1e-4,
+        where + "the weights differ from synchronous averaging: average after every epoch, from equal copies, "
+        "with the workers, epochs and batch size given",
     )
+
+
+@check
+def synchronous_loop(
+    my_fit_sync: Callable, network: Any, x: np.ndarray, y: np.ndarray, start_weights: list, batch_size: int
+) -> None:
+    """Exercise `ex2`: `my_fit_sync(network, shards, weights, epochs, batch_size)` on every run of SYNC_RUNS (the
+    notebook's 2 workers x 2 epochs at `batch_size`; 3 uneven workers x 1 epoch at 16), written by hand (not
+    course.averaging's strategies), runs one worker_train task per worker and epoch (counted in the task runtime's
+    history), none waiting for another, and returns what fit_sync returns."""
+    for run in SYNC_RUNS:
+        _sync_run(my_fit_sync, network, x, y, start_weights, replace(run, batch_size=run.batch_size or batch_size))
 
 
 @check
