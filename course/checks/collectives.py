@@ -312,17 +312,45 @@ def ring(ring_allreduce: Callable, view: Any) -> None:
 # --- ex3: a parameter-server exchange -----------------------------------------------------------------------
 
 
-def server_matches(ps_allreduce: Callable, server: int, n: int) -> bool:
+def server_matches(ps_allreduce: Callable, server: int, n: int, dtype: Any = "float64") -> bool:
     """On every rank: whether ps_allreduce(comm, x, server=server) equals MPI.Allreduce of a random array."""
     import numpy as np
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    x = np.random.default_rng(world.Get_rank()).random(n)
+    x = (np.random.default_rng(world.Get_rank()).random(n) * 100).astype(dtype)
     want = np.empty_like(x)
     world.Allreduce(x, want, op=MPI.SUM)
     got = np.asarray(ps_allreduce(world, x.copy(), server=server))
-    return got.shape == want.shape and bool(np.allclose(got, want))
+    return got.shape == want.shape and got.dtype == want.dtype and bool(np.allclose(got, want))
+
+
+@dataclass(frozen=True)
+class ServerCase:
+    """A parameter-server exchange to try: which rank serves (negative: from the last), how many values, of what
+    type, on how many ranks (0: the notebook's engines)."""
+
+    name: str
+    ranks: int
+    server: int
+    values: int
+    dtype: str = "float64"
+
+
+# The rule's boundaries: the first, the last and a middle rank serving; integer values (the buffers keep the
+# arrays' type); a single value.
+SERVER_CASES = (
+    ServerCase("rank 0 serving", 0, 0, 1000),
+    ServerCase("the last rank serving", 0, -1, 1000),
+    ServerCase("rank 1 of 3 serving", 3, 1, 1000),
+    ServerCase("rank 2 of 3 serving int64 values", 3, 2, 10, "int64"),
+    ServerCase("rank 0 serving a single int32 value", 3, 0, 1, "int32"),
+)  # integers only in the mpiexec job: a type error on one rank leaves the others waiting, there until a timeout
+
+
+def server_cases(ps_allreduce: Callable, cases: list[tuple[int, int, str]]) -> list[bool]:
+    """On every rank: `server_matches` for each (server, values, dtype) in turn."""
+    return [server_matches(ps_allreduce, server, n, dtype) for server, n, dtype in cases]
 
 
 def first_calls(ps_allreduce: Callable, server: int) -> tuple[int, list[tuple[str, int]]]:
@@ -377,9 +405,10 @@ def _differing(ok: list[bool]) -> list[int]:
 
 @check
 def parameter_server(ps_allreduce: Callable, view: Any) -> None:
-    """Exercise `ex3`: a parameter-server all-reduce written with Send and Recv. Its sum on the notebook's engines
-    with the first and the last rank serving, and on 3 ranks with rank 1 serving; who talks first; and the messages
-    each rank sent on 3 ranks (the server one to each worker, a worker one to the server)."""
+    """Exercise `ex3`: a parameter-server all-reduce written with Send and Recv. Its sum on every case of
+    SERVER_CASES (on the notebook's engines and on 3 ranks: the first, last and a middle rank serving, integer
+    values, a single value); who talks first; and the messages each rank sent on 3 ranks (the server one to each
+    worker, a worker one to the server)."""
     import numpy as np
 
     ranks = len(view)
@@ -389,15 +418,24 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
         f"my_parameter_server_allreduce: {used[0] if used else ''}: write the exchange yourself, "
         "with comm.Send and comm.Recv",
     )
-    for server in (0, ranks - 1):
-        ok = view.apply_sync(server_matches, ps_allreduce, server, 1000)
-        expect(all(ok), f"with server={server}, rank(s) {_differing(ok)} returned a different sum than MPI.Allreduce")
-    ok = on_ranks(server_matches, 3, ps_allreduce, 1, 1000, timeout=30)
-    expect(
-        all(ok),
-        f"on 3 ranks with server=1, rank(s) {_differing(ok)} returned a different sum than "
-        "MPI.Allreduce: does every worker get the sum of all the arrays?",
-    )
+    for where in (0, 3):
+        table = [c for c in SERVER_CASES if c.ranks == where]
+        args = [(c.server % (where or ranks), c.values, c.dtype) for c in table]
+        if where:
+            try:
+                found = on_ranks(server_cases, where, ps_allreduce, args, timeout=30)
+            except AssertionError as error:  # a rank raised, or waits for a message never sent
+                raise Wrong(f"on {where} ranks with {', '.join(c.name for c in table)} in turn: {error}") from None
+        else:
+            found = view.apply_sync(server_cases, ps_allreduce, args)
+        for k, case in enumerate(table):
+            ok = [per_rank[k] for per_rank in found]
+            expect(
+                all(ok),
+                f"on {where or ranks} ranks with {case.name} ({case.values} {case.dtype}), rank(s) {_differing(ok)} "
+                "returned another sum or data type than MPI.Allreduce: does every worker get the sum of all the "
+                "arrays, in their own data type?",
+            )
     for rank, log in view.apply_sync(first_calls, ps_allreduce, ranks - 1):
         if rank == ranks - 1:
             expect(
