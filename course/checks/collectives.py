@@ -14,9 +14,10 @@ Each returns None, or what is wrong in words. The functions they send to the ran
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from course.checks import check, expect
+from course.checks import Wrong, check, expect
 from course.comm import on_ranks
 from course.shortcuts import shortcut
 
@@ -66,11 +67,76 @@ def _one_process_smooth(x: Any) -> Any:
     return (padded[:-2] + padded[1:-1] + padded[2:]) / 3
 
 
+@dataclass(frozen=True)
+class SmoothCase:
+    """A decomposition for the halo exchange: how many ranks share how many values (every part holds one or more)."""
+
+    name: str
+    ranks: int
+    values: int
+
+
+# The rule's boundaries where ranks divide an array: even and uneven parts, parts of a single value (the halo is
+# the whole part), two values in all, and one rank alone (no neighbour on either side).
+SMOOTH_CASES = (
+    SmoothCase("parts of 4", 3, 12),
+    SmoothCase("parts of 4, 3 and 3", 3, 10),
+    SmoothCase("one value per rank", 3, 3),
+    SmoothCase("parts of 2, 1 and 1", 3, 4),
+    SmoothCase("parts of 3 and 2", 2, 5),
+    SmoothCase("one value per rank", 2, 2),
+    SmoothCase("one rank alone, no neighbour", 1, 6),
+)
+
+
+def smooth_cases(arrays: list, smooth: Callable) -> list:
+    """On every rank: this rank's part of each array smoothed by `smooth`, or the error it raised, in words; after
+    a case where any rank raised, every rank stops (the ranks' exchanges would no longer match)."""
+    from mpi4py import MPI
+
+    found = []
+    for x in arrays:
+        try:
+            found.append(smooth_part(x, smooth))
+        except Exception as error:  # the learner's code on a part of another size
+            found.append(f"{type(error).__name__}: {error}")
+        if MPI.COMM_WORLD.allreduce(isinstance(found[-1], str), op=MPI.LOR):
+            break
+    return found
+
+
+def _smoothing_cases(smooth_local: Callable) -> None:
+    """Each rank's part against the one-process result, for every case of SMOOTH_CASES (a new mpiexec job per rank
+    count, so that the notebook's engines never wait on a case)."""
+    import numpy as np
+
+    for ranks in sorted({c.ranks for c in SMOOTH_CASES}):
+        table = [c for c in SMOOTH_CASES if c.ranks == ranks]
+        arrays = [np.random.default_rng(c.values).random(c.values) for c in table]
+        try:
+            found = on_ranks(smooth_cases, ranks, arrays, smooth_local, timeout=30)
+        except AssertionError as error:  # a send with no receive: the job did not finish
+            raise Wrong(f"with {ranks} rank(s) and {[c.values for c in table]} values: {error}") from None
+        for case, x, k in zip(table, arrays, range(len(table))):
+            where = f"with {ranks} rank(s) and {case.values} values ({case.name})"
+            for rank, parts in enumerate(found):
+                part = parts[k] if k < len(parts) else "no result (an earlier case failed)"
+                expect(not isinstance(part, str), f"{where}, rank {rank} raised {part}")
+                want = np.array_split(_one_process_smooth(x), ranks)[rank]
+                same_shape = part.shape == want.shape
+                expect(
+                    same_shape and np.allclose(part, want),
+                    f"{where}, rank {rank}'s part differs from the one-process result at its positions "
+                    f"{[int(i) for i in np.flatnonzero(~np.isclose(part, want))] if same_shape else 'all'} "
+                    f"(of 0-{len(want) - 1}): does each rank exchange with both neighbours, whatever its part's size?",
+                )
+
+
 @check
 def smoothing(smooth_local: Callable, view: Any) -> None:
     """Exercise `ex1`: a halo exchange. The decomposed smoothing against the one-process result on the notebook's
-    engines, each rank's part on 3 ranks (where a middle rank has two neighbours), and what each rank sent there:
-    one value to each neighbour, no collective."""
+    engines; each rank's part on every decomposition of SMOOTH_CASES (uneven parts, parts of one value, one rank);
+    and what each rank sent on 3 ranks: one value to each neighbour, no collective."""
     import numpy as np
 
     x = np.random.default_rng(1).random(20)
@@ -79,16 +145,7 @@ def smoothing(smooth_local: Callable, view: Any) -> None:
     want = _one_process_smooth(x)
     expect(np.allclose(got[1:-1], want[1:-1]), "the smoothed values differ from the one-process result")
     expect(np.allclose(got, want), "the two ends of the array should use zeros beyond the border")
-    x = np.random.default_rng(3).random(12)
-    parts = on_ranks(smooth_part, 3, x, smooth_local, timeout=30)
-    for rank, (part, want) in enumerate(zip(parts, np.array_split(_one_process_smooth(x), 3))):
-        same_shape = part.shape == want.shape
-        expect(
-            same_shape and np.allclose(part, want),
-            f"on 3 ranks, rank {rank}'s part differs from the one-process result at its positions "
-            f"{[int(i) for i in np.flatnonzero(~np.isclose(part, want))] if same_shape else 'all'} "
-            f"(of 0-{len(want) - 1}): does a middle rank exchange with both neighbours?",
-        )
+    _smoothing_cases(smooth_local)
     x = np.random.default_rng(4).random(30)
     for rank, traffic in enumerate(on_ranks(halo_traffic, 3, x, smooth_local, timeout=30)):
         neighbours = [r for r in (rank - 1, rank + 1) if 0 <= r < 3]
@@ -255,17 +312,45 @@ def ring(ring_allreduce: Callable, view: Any) -> None:
 # --- ex3: a parameter-server exchange -----------------------------------------------------------------------
 
 
-def server_matches(ps_allreduce: Callable, server: int, n: int) -> bool:
+def server_matches(ps_allreduce: Callable, server: int, n: int, dtype: Any = "float64") -> bool:
     """On every rank: whether ps_allreduce(comm, x, server=server) equals MPI.Allreduce of a random array."""
     import numpy as np
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    x = np.random.default_rng(world.Get_rank()).random(n)
+    x = (np.random.default_rng(world.Get_rank()).random(n) * 100).astype(dtype)
     want = np.empty_like(x)
     world.Allreduce(x, want, op=MPI.SUM)
     got = np.asarray(ps_allreduce(world, x.copy(), server=server))
-    return got.shape == want.shape and bool(np.allclose(got, want))
+    return got.shape == want.shape and got.dtype == want.dtype and bool(np.allclose(got, want))
+
+
+@dataclass(frozen=True)
+class ServerCase:
+    """A parameter-server exchange to try: which rank serves (negative: from the last), how many values, of what
+    type, on how many ranks (0: the notebook's engines)."""
+
+    name: str
+    ranks: int
+    server: int
+    values: int
+    dtype: str = "float64"
+
+
+# The rule's boundaries: the first, the last and a middle rank serving; integer values (the buffers keep the
+# arrays' type); a single value.
+SERVER_CASES = (
+    ServerCase("rank 0 serving", 0, 0, 1000),
+    ServerCase("the last rank serving", 0, -1, 1000),
+    ServerCase("rank 1 of 3 serving", 3, 1, 1000),
+    ServerCase("rank 2 of 3 serving int64 values", 3, 2, 10, "int64"),
+    ServerCase("rank 0 serving a single int32 value", 3, 0, 1, "int32"),
+)  # integers only in the mpiexec job: a type error on one rank leaves the others waiting, there until a timeout
+
+
+def server_cases(ps_allreduce: Callable, cases: list[tuple[int, int, str]]) -> list[bool]:
+    """On every rank: `server_matches` for each (server, values, dtype) in turn."""
+    return [server_matches(ps_allreduce, server, n, dtype) for server, n, dtype in cases]
 
 
 def first_calls(ps_allreduce: Callable, server: int) -> tuple[int, list[tuple[str, int]]]:
@@ -320,9 +405,10 @@ def _differing(ok: list[bool]) -> list[int]:
 
 @check
 def parameter_server(ps_allreduce: Callable, view: Any) -> None:
-    """Exercise `ex3`: a parameter-server all-reduce written with Send and Recv. Its sum on the notebook's engines
-    with the first and the last rank serving, and on 3 ranks with rank 1 serving; who talks first; and the messages
-    each rank sent on 3 ranks (the server one to each worker, a worker one to the server)."""
+    """Exercise `ex3`: a parameter-server all-reduce written with Send and Recv. Its sum on every case of
+    SERVER_CASES (on the notebook's engines and on 3 ranks: the first, last and a middle rank serving, integer
+    values, a single value); who talks first; and the messages each rank sent on 3 ranks (the server one to each
+    worker, a worker one to the server)."""
     import numpy as np
 
     ranks = len(view)
@@ -332,15 +418,24 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
         f"my_parameter_server_allreduce: {used[0] if used else ''}: write the exchange yourself, "
         "with comm.Send and comm.Recv",
     )
-    for server in (0, ranks - 1):
-        ok = view.apply_sync(server_matches, ps_allreduce, server, 1000)
-        expect(all(ok), f"with server={server}, rank(s) {_differing(ok)} returned a different sum than MPI.Allreduce")
-    ok = on_ranks(server_matches, 3, ps_allreduce, 1, 1000, timeout=30)
-    expect(
-        all(ok),
-        f"on 3 ranks with server=1, rank(s) {_differing(ok)} returned a different sum than "
-        "MPI.Allreduce: does every worker get the sum of all the arrays?",
-    )
+    for where in (0, 3):
+        table = [c for c in SERVER_CASES if c.ranks == where]
+        args = [(c.server % (where or ranks), c.values, c.dtype) for c in table]
+        if where:
+            try:
+                found = on_ranks(server_cases, where, ps_allreduce, args, timeout=30)
+            except AssertionError as error:  # a rank raised, or waits for a message never sent
+                raise Wrong(f"on {where} ranks with {', '.join(c.name for c in table)} in turn: {error}") from None
+        else:
+            found = view.apply_sync(server_cases, ps_allreduce, args)
+        for k, case in enumerate(table):
+            ok = [per_rank[k] for per_rank in found]
+            expect(
+                all(ok),
+                f"on {where or ranks} ranks with {case.name} ({case.values} {case.dtype}), rank(s) {_differing(ok)} "
+                "returned another sum or data type than MPI.Allreduce: does every worker get the sum of all the "
+                "arrays, in their own data type?",
+            )
     for rank, log in view.apply_sync(first_calls, ps_allreduce, ranks - 1):
         if rank == ranks - 1:
             expect(
@@ -369,6 +464,25 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
 # --- ex-fusion: many small tensors in one all-reduce --------------------------------------------------------
 
 FUSION_SHAPES = [(3, 3), (10,), (2, 4, 5), (1,), (7,)]  # like a small network's weights and biases
+
+
+@dataclass(frozen=True)
+class FusionCase:
+    """Tensors to fuse: their shapes and data type."""
+
+    name: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+
+
+# The rule's boundaries: the notebook's float64 tensors, other data types (the buffer keeps the tensors' type), a
+# 0-d tensor (one value, no axis), an empty tensor, and a single tensor.
+FUSION_CASES = (
+    FusionCase("a small network's float64 weights and biases", tuple(FUSION_SHAPES), "float64"),
+    FusionCase("float32 gradients with a 0-d one", ((3, 2), (), (5,)), "float32"),
+    FusionCase("int32 tensors with an empty one", ((2, 2), (0,), (3,)), "int32"),
+    FusionCase("a single tensor", ((6, 1),), "float64"),
+)
 
 
 def fusion_problems(fused_allreduce: Callable, shapes: list[tuple], dtype: Any, seed: int = 0) -> str:
@@ -426,9 +540,9 @@ def fusion_problems(fused_allreduce: Callable, shapes: list[tuple], dtype: Any, 
 
 @check
 def fusion(fused_allreduce: Callable, view: Any) -> None:
-    """Exercise `ex-fusion`: tensors of a small network's shapes, fused into one all-reduce on the notebook's
-    engines, against one MPI.Allreduce per tensor; the collectives asked for are counted by the communicator."""
-    import numpy as np
-
-    for problem in view.apply_sync(fusion_problems, fused_allreduce, FUSION_SHAPES, np.float64):
-        expect(not problem, problem)
+    """Exercise `ex-fusion`: the tensors of every case of FUSION_CASES (a small network's shapes, float32 and int32,
+    a 0-d and an empty tensor, a single tensor), fused into one all-reduce on the notebook's engines, against one
+    MPI.Allreduce per tensor; the collectives asked for are counted by the communicator."""
+    for case in FUSION_CASES:
+        for problem in view.apply_sync(fusion_problems, fused_allreduce, list(case.shapes), case.dtype):
+            expect(not problem, f"with {case.name} (shapes {list(case.shapes)}): {problem}")

@@ -16,6 +16,7 @@ The functions the checks send to the ranks (`on_model`, `stages_seen`, `batch_se
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,28 +45,62 @@ def cut_problems(got: Any, want: list[str], rows: list[dict]) -> str:
     return "; ".join(words)
 
 
+@dataclass(frozen=True)
+class CutCase:
+    """A made-up model for `cheaper_cuts`: its rows and, by the exercise's rule, the cuts that are cheaper."""
+
+    name: str
+    rows: tuple[dict, ...]
+    cuts: tuple[str, ...]
+
+
+def _rows(*layers: tuple[str, int, int]) -> tuple[dict, ...]:
+    return tuple({"layer": n, "parameters": p, "activations": a} for n, p, a in layers)
+
+
+# The boundaries of the rule: one layer holding the gradients, ties, gradients spread over several layers (their
+# sum counts, not the largest), a cheaper cut only in the middle, and models too short to cut.
+CUT_CASES = (
+    CutCase(
+        "a huge dense layer (50 million gradients)",
+        _rows(("embed", 0, 1000), ("huge_dense", 50_000_000, 400), ("out", 4000, 10)),
+        ("embed", "huge_dense"),
+    ),
+    CutCase(
+        "ties (30 gradients: a cut that passes as many values is not cheaper)",
+        _rows(("a", 10, 30), ("b", 20, 30), ("c", 0, 5)),
+        (),
+    ),
+    CutCase(
+        "gradients spread over two layers (600 in all, no layer holds more than 300)",
+        _rows(("a", 300, 500), ("b", 300, 500), ("c", 0, 5)),
+        ("a", "b"),
+    ),
+    CutCase(
+        "a cheaper cut only in the middle (210 gradients)",
+        _rows(("a", 0, 5000), ("b", 100, 50), ("c", 100, 2000), ("d", 10, 10)),
+        ("b",),
+    ),
+    CutCase("one layer (nowhere to cut)", _rows(("only", 10, 1)), ()),
+    CutCase("two layers (one place to cut)", _rows(("a", 4, 3), ("b", 4, 1)), ("a",)),
+)
+
+
 @check
 def cuts(cheaper_cuts: Callable, choose: Callable, rows: list[dict]) -> None:
-    """Exercise `ex-cuts`: the cuts whose activations are fewer than all the gradients (never after the last layer)
-    on two made-up models, one with a huge dense layer and one with ties, and `choose` on those and on `rows`."""
-    big_dense = [
-        {"layer": "embed", "parameters": 0, "activations": 1000},
-        {"layer": "huge_dense", "parameters": 50_000_000, "activations": 400},
-        {"layer": "out", "parameters": 4000, "activations": 10},
-    ]
-    ties = [
-        {"layer": "a", "parameters": 10, "activations": 30},
-        {"layer": "b", "parameters": 20, "activations": 30},
-        {"layer": "c", "parameters": 0, "activations": 5},
-    ]
-    for made_up, want, why in [
-        (big_dense, ["embed", "huge_dense"], "50 million gradients"),
-        (ties, [], "30 gradients: a cut that passes as many values is not cheaper"),
-    ]:
-        problem = cut_problems(cheaper_cuts(made_up), want, made_up)
-        expect(not problem, f"cheaper_cuts on {[r['layer'] for r in made_up]} ({why}): {problem}")
-    expect(choose(big_dense) == "model", "with cheaper cuts available the rule of thumb says model parallelism")
-    expect(choose(ties) == "data", "with no cheaper cut the rule of thumb says data parallelism")
+    """Exercise `ex-cuts`: on every made-up model of CUT_CASES, the cuts whose activations are fewer than all the
+    gradients (never after the last layer), and `choose` on those and on `rows`."""
+    for case in CUT_CASES:
+        made_up = [dict(r) for r in case.rows]
+        problem = cut_problems(cheaper_cuts(made_up), list(case.cuts), made_up)
+        expect(not problem, f"cheaper_cuts on {[r['layer'] for r in made_up]} ({case.name}): {problem}")
+    for case in CUT_CASES:
+        want = "model" if case.cuts else "data"
+        expect(
+            choose([dict(r) for r in case.rows]) == want,
+            f"choose on {case.name}: with {'a cheaper cut' if case.cuts else 'no cheaper cut'} the rule of thumb "
+            f"says {want} parallelism",
+        )
     expect(choose(rows) == "data", "for the small CNN at this batch, every cut passes more values than the gradients")
 
 
@@ -197,8 +232,35 @@ def pipeline(
 
 # --- exercise ex-layout: data x model groups with comm.Split --------------------------------------------------------
 
-# (ranks, model_size) -> the grid, by rows: row d holds the world ranks of copy d of the model
-GRIDS = {(4, 2): [[0, 1], [2, 3]], (6, 3): [[0, 1, 2], [3, 4, 5]], (6, 2): [[0, 1], [2, 3], [4, 5]]}
+
+@dataclass(frozen=True)
+class LayoutCase:
+    """A grid for `layout`: `model_size` on `ranks` ranks; `fits` is False where model_size does not divide them."""
+
+    ranks: int
+    model_size: int
+    fits: bool = True
+
+    def rows(self) -> list[list[int]]:
+        """The grid by rows, as the exercise writes it: row d holds world ranks M d, ..., M d + M - 1."""
+        m = self.model_size
+        return [list(range(m * d, m * d + m)) for d in range(self.ranks // m)]
+
+
+# The rule's boundaries: square and oblong grids, one copy of the model (M = ranks) and no model split (M = 1), an
+# odd number of ranks, and sizes that do not divide the ranks. One mpiexec job per number of ranks.
+LAYOUT_CASES = (
+    LayoutCase(3, 3),
+    LayoutCase(3, 1),
+    LayoutCase(3, 2, fits=False),
+    LayoutCase(4, 2),
+    LayoutCase(4, 4),
+    LayoutCase(6, 3),
+    LayoutCase(6, 2),
+    LayoutCase(6, 1),
+    LayoutCase(6, 6),
+    LayoutCase(6, 4, fits=False),
+)
 
 
 def layout_groups(layout: Callable, model_size: int) -> Any:
@@ -212,6 +274,11 @@ def layout_groups(layout: Callable, model_size: int) -> Any:
     except ValueError:
         return "refused"
     return model_comm.allgather(world.Get_rank()), data_comm.allgather(world.Get_rank())
+
+
+def layout_cases(layout: Callable, model_sizes: list[int]) -> list:
+    """On every rank: `layout_groups` for each model size in turn (one job tries several grids)."""
+    return [layout_groups(layout, m) for m in model_sizes]
 
 
 def layout_problem(got: list, expected_rows: list[list[int]], ranks: int, model_size: int) -> str:
@@ -239,18 +306,25 @@ def layout_problem(got: list, expected_rows: list[list[int]], ranks: int, model_
 
 @check
 def layout(layout: Callable) -> None:
-    """Exercise `ex-layout`: every rank's model group is its row of the grid and its data group its column, in
-    world order, on 4 and 6 ranks (and with model_size=1); ValueError on every rank where no grid fits."""
-    for (ranks, model_size), rows in GRIDS.items():
-        problem = layout_problem(
-            on_ranks(layout_groups, ranks, layout, model_size, timeout=60), rows, ranks, model_size
-        )
-        expect(not problem, problem)
-    refused = on_ranks(layout_groups, 6, layout, 4, timeout=60)
-    expect(refused == ["refused"] * 6, "model_size=4 on 6 ranks should raise ValueError on every rank: no grid fits")
-    alone = [[0], [1], [2], [3], [4], [5]]
-    problem = layout_problem(on_ranks(layout_groups, 6, layout, 1, timeout=60), alone, 6, 1)
-    expect(not problem, problem)
+    """Exercise `ex-layout`: on every grid of LAYOUT_CASES (3, 4 and 6 ranks), every rank's model group is its row
+    of the grid and its data group its column, in world order; ValueError on every rank where no grid fits."""
+    for ranks in sorted({c.ranks for c in LAYOUT_CASES}):
+        table = [c for c in LAYOUT_CASES if c.ranks == ranks]
+        try:
+            found = on_ranks(layout_cases, ranks, layout, [c.model_size for c in table], timeout=60)
+        except AssertionError as error:  # a rank raised, or some ranks split while others refused
+            raise Wrong(f"on {ranks} ranks with model_size {[c.model_size for c in table]} in turn: {error}") from None
+        for k, case in enumerate(table):
+            got = [groups[k] for groups in found]
+            if case.fits:
+                problem = layout_problem(got, case.rows(), ranks, case.model_size)
+                expect(not problem, problem)
+            else:
+                expect(
+                    got == ["refused"] * ranks,
+                    f"model_size={case.model_size} on {ranks} ranks should raise ValueError on every rank: no grid "
+                    "fits",
+                )
 
 
 # --- exercise ex-kmeans: one SPMD step ------------------------------------------------------------------------------
@@ -294,6 +368,92 @@ def kmeans_traffic(step: Callable, points: np.ndarray, initial: np.ndarray) -> d
     return counted.traffic()
 
 
+@dataclass(frozen=True)
+class KMeansCase:
+    """Made-up points for `kmeans_step`: `clusters` blobs in `dimensions`, started from one point of each blob; run
+    on a new job of `ranks` ranks, or on the notebook's engines (ranks=0)."""
+
+    name: str
+    ranks: int
+    points: int
+    clusters: int
+    dimensions: int
+
+    def data(self) -> tuple[np.ndarray, np.ndarray]:
+        """(points, initial centres), the same every time."""
+        generator = np.random.default_rng([self.points, self.clusters, self.dimensions])
+        centres = generator.uniform(-20, 20, (self.clusters, self.dimensions))
+        labels = generator.permutation(np.arange(self.points) % self.clusters)
+        points = centres[labels] + generator.normal(size=(self.points, self.dimensions))
+        return points, points[[int(np.flatnonzero(labels == c)[0]) for c in range(self.clusters)]].copy()
+
+
+# The rule's boundaries where ranks divide points: uneven chunks, a rank holding none of a cluster's points, other
+# numbers of clusters and dimensions than the notebook's (one cluster, one dimension).
+KMEANS_CASES = (
+    KMeansCase("601 points in uneven chunks", 3, 601, 3, 2),
+    KMeansCase("5 clusters in 3 dimensions", 3, 300, 5, 3),
+    KMeansCase("7 points in 4 clusters (a rank holds none of some clusters)", 3, 7, 4, 2),
+    KMeansCase("2 clusters in 1 dimension, 101 points", 0, 101, 2, 1),
+    KMeansCase("1 cluster in 4 dimensions", 0, 40, 1, 4),
+)
+
+
+def kmeans_cases(step: Callable, datasets: list[tuple], iterations: int) -> list:
+    """On every rank: `kmeans_on_ranks` for each (points, initial) in turn, or the error it raised, in words; after
+    a case where any rank raised, every rank stops (their collectives would no longer match)."""
+    from mpi4py import MPI
+
+    found = []
+    for points, initial in datasets:
+        try:
+            found.append(kmeans_on_ranks(step, points, initial, iterations))
+        except Exception as error:  # the learner's step on other sizes
+            found.append(f"{type(error).__name__}: {error}")
+        if MPI.COMM_WORLD.allreduce(isinstance(found[-1], str), op=MPI.LOR):
+            break
+    return found
+
+
+def _kmeans_results(found: list, cases: list[tuple[str, np.ndarray, np.ndarray]], iterations: int) -> None:
+    """Every rank's centres and collectives per step, case by case, against scikit-learn from the same start."""
+    ranks = len(found)
+    for k, (name, points, initial) in enumerate(cases):
+        where = f"on {ranks} ranks with {name} (chunks of {[len(c) for c in np.array_split(points, ranks)]} points)"
+        want = single_process_kmeans(points, initial, iterations)
+        for rank, results in enumerate(found):
+            got = results[k] if k < len(results) else "no result (an earlier case failed)"
+            expect(not isinstance(got, str), f"{where}, rank {rank} raised {got}")
+            centres, calls = got
+            expect(
+                calls == 1,
+                f"{where}, rank {rank} asked for {calls:g} collective(s) per step: pack the sums and the counts into "
+                "one array and all-reduce it once",
+            )
+            expect(
+                np.shape(centres) == np.shape(initial),
+                f"{where}, rank {rank} returned centres of shape {np.shape(centres)} for {np.shape(initial)}",
+            )
+            expect(
+                np.allclose(centres, want, atol=1e-8),
+                f"{where}, rank {rank}'s centres differ from scikit-learn's K-Means from the same start",
+            )
+
+
+def _kmeans_cases(kmeans_step: Callable, view: Any, notebook: tuple[np.ndarray, np.ndarray]) -> None:
+    """The notebook's points on 3 ranks and every case of KMEANS_CASES, 10 steps each: one mpiexec job for the
+    3-rank cases, the rest on the notebook's engines."""
+    on_three = [("the notebook's first 600 points", *notebook)]
+    on_three += [(c.name, *c.data()) for c in KMEANS_CASES if c.ranks == 3]
+    on_engines = [(c.name, *c.data()) for c in KMEANS_CASES if c.ranks == 0]
+    try:
+        three = on_ranks(kmeans_cases, 3, kmeans_step, [c[1:] for c in on_three], 10, timeout=60)
+    except AssertionError as error:  # a collective that some ranks skipped
+        raise Wrong(f"on 3 ranks: {error}") from None
+    _kmeans_results(three, on_three, 10)
+    _kmeans_results(view.apply_sync(kmeans_cases, kmeans_step, [c[1:] for c in on_engines], 10), on_engines, 10)
+
+
 def _kmeans_messages(kmeans_step: Callable, view: Any, all_points: np.ndarray, initial: np.ndarray) -> None:
     """One all-reduce per step, of the clusters' sums and counts, not of the points."""
     k, d = np.shape(initial)
@@ -328,7 +488,8 @@ def kmeans(
 ) -> None:
     """Exercise `ex-kmeans`: `centroids`, the notebook's 10 steps on its engines from `initial`, against
     scikit-learn's K-Means from the same start (the difference printed); the same on 3 ranks with one collective
-    per step; only the sums and counts all-reduced; empty clusters kept, a one-point cluster moved onto it."""
+    per step, for the notebook's points and every case of KMEANS_CASES (uneven chunks, other numbers of clusters and
+    dimensions); only the sums and counts all-reduced; empty clusters kept, a one-point cluster moved onto it."""
     ranks = len(view)
     used = [u for u in view.apply_sync(shortcut, kmeans_step, all_points[:60], initial, collectives=True) if u]
     expect(
@@ -345,17 +506,6 @@ def kmeans(
         np.allclose(single, centroids, atol=1e-8),
         f"after 10 steps on {ranks} ranks the centres differ from scikit-learn's K-Means from the same start",
     )
-    points = all_points[:600]
-    want = single_process_kmeans(points, initial, 10)
-    for rank, (centres, calls) in enumerate(on_ranks(kmeans_on_ranks, 3, kmeans_step, points, initial, 10, timeout=60)):
-        expect(
-            calls == 1,
-            f"on rank {rank}, kmeans_step asked for {calls:g} collective(s) per step: pack the "
-            "sums and the counts into one array and all-reduce it once",
-        )
-        expect(
-            np.allclose(centres, want, atol=1e-8),
-            f"on 3 ranks, rank {rank}'s centres differ from scikit-learn's K-Means from the same start",
-        )
+    _kmeans_cases(kmeans_step, view, (all_points[:600], initial))
     _kmeans_messages(kmeans_step, view, all_points, initial)
     _kmeans_empty_and_single(kmeans_step, view, all_points, initial)

@@ -95,6 +95,11 @@ def reading(input_ms: Callable, input_share: Callable, traces: Sequence[tuple[st
         abs(float(input_ms(edge)[1]) - read(path)[1][1]) <= 1e-6,
         "a wait that starts at the same microsecond as its step's marker lies inside the step: count it",
     )
+    _made_cases(input_ms, events)
+
+
+def _made_cases(input_ms: Callable, events: list[dict]) -> None:
+    """`input_ms` on each trace of TRACE_CASES made from EVENTS: several waits in a step, none, one on its edge."""
     for case in TRACE_CASES:
         made = case.made(events)
         truth, mine = steps_of(made), input_ms(made)
