@@ -97,7 +97,7 @@ def define(case: Case, context: dict[str, Any]) -> dict[str, Any]:
 @contextmanager
 def own_cluster(tmp_path_factory: Any, *args: Any, **options: Any) -> Iterator[Any]:
     """`course.cluster.start(*args, **options)` in an IPython profile of the test's own, so that stopping it touches
-    no one else's cluster; stopped at the end."""
+    no one else's cluster; stopped at the end. For engines no other module may have touched (else shared_cluster)."""
     import pytest
 
     from course import cluster
@@ -109,6 +109,47 @@ def own_cluster(tmp_path_factory: Any, *args: Any, **options: Any) -> Iterator[A
             yield started
         finally:
             started.stop()
+
+
+# The engine clusters the fast tests share, by what they run ("mpi-2": two MPI engines), in one IPython profile of
+# the session's own: each starts once per session (tests/conftest.py stops them at its end), not once per module.
+_SHARED: dict[str, Any] = {}
+_SHARED_PROFILE: list[str] = []
+
+
+@contextmanager
+def shared_cluster(tmp_path_factory: Any, n: int, engines: str = "local") -> Iterator[Any]:
+    """`course.cluster.start(n, engines=engines)` shared by every fast test module that asks for the same: started
+    the first time, then this process's current cluster again (as the task runtime needs), its engines' namespaces
+    cleared before and after, so that a module finds them as the notebook's freshly started engines."""
+    import pytest
+
+    from course import cluster
+
+    if not _SHARED_PROFILE:
+        _SHARED_PROFILE.append(str(tmp_path_factory.mktemp("ipython-shared")))
+    cluster_id = f"t-checks-{engines}-{n}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", _SHARED_PROFILE[0])
+        known = _SHARED.get(cluster_id)
+        if known is None or cluster.current() is not known:
+            known = _SHARED[cluster_id] = cluster.start(n, engines=engines, cluster_id=cluster_id, quiet=True)
+        known.view.clear(block=True)
+        try:
+            yield known
+        finally:
+            known.view.clear(block=True)
+
+
+def stop_shared() -> None:
+    """Stop the clusters shared_cluster started (the session's end)."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as patch:
+        if _SHARED_PROFILE:
+            patch.setenv("IPYTHONDIR", _SHARED_PROFILE[0])
+        while _SHARED:
+            _SHARED.popitem()[1].stop()
 
 
 def outcome(check: Callable[[], str | None]) -> str | None:

@@ -54,6 +54,12 @@ def offline_home(tmp_path, monkeypatch):
     return tmp_path
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session."""
+    if "tests.check_cases" in sys.modules:
+        sys.modules["tests.check_cases"].stop_shared()
+
+
 # Session fixtures any test may ask for by name: a real single-node Slurm, and the two-node virtual cluster beside it
 from tests.jupyterlab_ui import chromium  # noqa: E402, F401
 from tests.slurm import slurm  # noqa: E402, F401

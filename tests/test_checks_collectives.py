@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from course.checks import collectives
-from tests.check_cases import cases, define, judge, own_cluster
+from tests.check_cases import cases, define, judge, shared_cluster
 
 NOTEBOOK = "03_parallelism_and_collectives"
 # the answer cells whose fixture answers this module tries
@@ -17,7 +17,7 @@ COVERED = {"ex1-answer", "ex-predict-answer", "ex2-answer", "ex3-answer", "ex-fu
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two MPI engines in a profile of their own, as the notebook starts them."""
-    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-collectives") as engines:
+    with shared_cluster(tmp_path_factory, 2, engines="mpi") as engines:
         yield engines.view
 
 

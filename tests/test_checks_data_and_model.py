@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from course.checks import data_and_model
-from tests.check_cases import cases, define, judge, own_cluster
+from tests.check_cases import cases, define, judge, shared_cluster
 from tests.conftest import ROOT
 
 NOTEBOOK = "04_data_and_model_parallelism"
@@ -54,7 +54,7 @@ def model():
 def view(tmp_path_factory, model):
     """Two MPI engines in a profile of their own, as the notebook starts them, holding `comm`, `rank`, `size` and
     the two halves of the CNN (`front`, `back`)."""
-    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-data-and-model") as engines:
+    with shared_cluster(tmp_path_factory, 2, engines="mpi") as engines:
         engines.view.execute(px_cell("comm = MPI.COMM_WORLD"), block=True)
         shipped = {"CONFIG": model["cnn"].to_json(), "WEIGHTS": model["cnn"].get_weights(), "CUT": CUT}
         engines.view.push({**shipped, "KMEANS_POINTS": KMEANS_POINTS}, block=True)

@@ -9,7 +9,7 @@ import pytest
 
 from course import cluster
 from course.checks import engines
-from tests.check_cases import cases, define, judge, own_cluster
+from tests.check_cases import cases, define, judge, shared_cluster
 
 NOTEBOOK = "00_environment_and_cluster"
 COVERED = {"ex1-answer", "ex2-answer", "ex3-answer"}  # the answer cells whose fixture answers this module tries
@@ -41,7 +41,7 @@ def stand_in():
 @pytest.fixture(scope="module")
 def engine_cluster(tmp_path_factory):
     """Two MPI engines in a profile of their own, as the notebook starts them."""
-    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-engines") as started:
+    with shared_cluster(tmp_path_factory, 2, engines="mpi") as started:
         yield started
 
 

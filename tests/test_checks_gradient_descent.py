@@ -9,7 +9,7 @@ import pytest
 
 from course import data, nn
 from course.checks import gradient_descent
-from tests.check_cases import cases, define, judge, own_cluster
+from tests.check_cases import cases, define, judge, shared_cluster
 
 NOTEBOOK = "02_sgd"
 COVERED = {
@@ -32,7 +32,7 @@ def images():
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two local engines in a profile of their own, as the notebook starts them."""
-    with own_cluster(tmp_path_factory, 2, cluster_id="t-checks-gradient-descent") as engines:
+    with shared_cluster(tmp_path_factory, 2) as engines:
         yield engines.view
 
 

@@ -9,7 +9,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from course.checks import horovod
-from tests.check_cases import Case, cases, define, judge, own_cluster, solution_answers
+from tests.check_cases import Case, cases, define, judge, shared_cluster, solution_answers
 
 NOTEBOOK = "07_horovod"
 COVERED = {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer"}
@@ -58,7 +58,7 @@ def engines(tmp_path_factory):
     """Two MPI engines in a profile of their own, %%px on them in define's IPython shell, and on them what the
     notebook defines up to exercise 4 (with the solution's answers); yields (the view, OUT)."""
     out = tmp_path_factory.mktemp("out")
-    with own_cluster(tmp_path_factory, 2, engines="mpi", cluster_id="t-checks-horovod") as started:
+    with shared_cluster(tmp_path_factory, 2, engines="mpi") as started:
         InteractiveShell.instance()
         started.view.activate()  # %%px in the shell define runs cells in
         started.view.push(dict(CONSTANTS, OUT=str(out)))

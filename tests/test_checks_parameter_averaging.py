@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course import averaging, cluster, data, tasks
+from course import averaging, data, tasks
 from course.averaging import Network, master_average, worker_train
 from course.checks import parameter_averaging
 from course.tasks import COMMUTATIVE, INOUT, compss_wait_on, task
-from tests.check_cases import cases, define, judge
+from tests.check_cases import cases, define, judge, shared_cluster
 
 NOTEBOOK = "05_parameter_averaging"
 COVERED = {"ex1-answer", "ex2-answer", "ex3-answer"}  # the answer cells whose fixture answers this module tries
@@ -28,9 +28,7 @@ def notebook(tmp_path_factory) -> dict:
     network = Network("simple-mnist", tuple(x_train.shape[1:]), 10)
     tf.keras.utils.set_random_seed(0)
     start_weights = network.build().get_weights()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        engines = cluster.start(2, cluster_id="t-checks-parameter-averaging")
+    with shared_cluster(tmp_path_factory, 2) as engines:
         try:
             tasks.reset()
             averaging.master_build_workers(engines.view, network)
@@ -54,7 +52,6 @@ def notebook(tmp_path_factory) -> dict:
             }
         finally:
             tasks.reset()
-            engines.stop()
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex1-answer"}), ids=str)

@@ -12,7 +12,7 @@ import pytest
 
 from course import sharding
 from course.checks import sharded
-from tests.check_cases import cases, define, judge, own_cluster
+from tests.check_cases import cases, define, judge, shared_cluster
 from tests.conftest import ROOT
 
 NOTEBOOK = "09_sharded_and_tensor_parallelism"
@@ -37,7 +37,7 @@ def notebook_cell(marker: str) -> str:
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two MPI engines in a profile of their own, as the notebook starts them."""
-    with own_cluster(tmp_path_factory, QUICK["RANKS"], engines="mpi", cluster_id="t-checks-sharded") as engines:
+    with shared_cluster(tmp_path_factory, QUICK["RANKS"], engines="mpi") as engines:
         yield engines.view
 
 

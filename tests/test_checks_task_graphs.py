@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course import cluster, tasks
+from course import tasks
 from course.checks import task_graphs
 from course.tasks import IN, INOUT, compss_wait_on, task
-from tests.check_cases import cases, define, judge, solution_answers
+from tests.check_cases import cases, define, judge, shared_cluster, solution_answers
 
 NOTEBOOK = "01_task_graphs"
 COVERED = {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer"}  # the answer cells whose fixture answers it tries
@@ -19,10 +19,9 @@ MSIZE, BSIZE = 3, 8  # the notebook's sizes for exercise 4
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory):
-    """What the notebook defines before its exercises, on two engines of a profile of their own."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
-        engines = cluster.start(2, cluster_id="t-checks-task-graphs", threads=1, quiet=True, persist=False)
+    """What the notebook defines before its exercises, on two local engines (shared with other fast tests)."""
+    with shared_cluster(tmp_path_factory, 2):
+        tasks.reset()  # a task graph of the module's own, on the shared engines
         try:
             names = {
                 "np": np,
@@ -38,7 +37,6 @@ def context(tmp_path_factory):
             yield names
         finally:
             tasks.reset()
-            engines.stop()
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex1-answer"}), ids=str)
