@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+import socket
 import threading
 import time
 from contextlib import redirect_stdout
@@ -521,6 +523,20 @@ def test_waits_end_when_the_cluster_is_stopped_under_them(tmp_path, monkeypatch)
         c.stop()
         for conn in worker._CONNECTIONS.values():
             conn.close()
+
+
+def test_a_closed_data_connection_says_what_its_server_recorded(monkeypatch):
+    """A request whose connection a data server ended says why, as the server recorded it (asked on a new
+    connection): a full run failed once on a bare "the peer closed the connection", with no cause to go on."""
+    monkeypatch.setattr(worker, "STATE", dict(worker.STATE, address=None, authkey=None))
+    monkeypatch.setattr(worker, "_CONNECTIONS", {})
+    address = worker.setup(0, socket.gethostname(), os.urandom(16))["address"]  # a data server in this process
+    assert worker.request(address, "ping") == "pong"
+    with pytest.raises(EOFError, match="the peer closed the connection") as closed:
+        worker.request(address, "no-such-request")
+    notes = "\n".join(getattr(closed.value, "__notes__", []))
+    assert "it recorded: ValueError: unknown request 'no-such-request'" in notes, notes
+    assert worker.request(address, "ping") == "pong", "the next request connects anew"
 
 
 def test_results_move_between_engines_not_through_the_notebook(fresh, monkeypatch):

@@ -195,9 +195,13 @@ def _serve_connection(conn) -> None:
                 conn.send(True)
             elif op == "ping":
                 conn.send("pong")
+            elif op == "error":  # what ended another connection of this server (see `request`)
+                conn.send(STATE.get("server_error"))
+            else:  # no answer would come: end the connection, and say why to whoever asks
+                raise ValueError(f"unknown request {op!r}")
     except (EOFError, OSError):
         pass
-    except BaseException:  # noqa: BLE001 - keep the reason for `diagnose()`
+    except BaseException:  # noqa: BLE001 - kept for the "error" request: the client's EOFError then says why
         STATE["server_error"] = traceback.format_exc()
     finally:
         conn.close()
@@ -292,11 +296,28 @@ def request(address, *message) -> Any:
     try:
         conn.send(message)
         return conn.recv()
-    except (OSError, EOFError):  # the server is gone: forget the connection, so a next request connects anew
+    except (OSError, EOFError) as exc:  # forget the connection, so a next request connects anew, and say why
         with _CONN_LOCK:
             _CONNECTIONS.pop(_connection_key(address), None)
         conn.close()
+        exc.add_note(f"(a request {message[0]!r} to the data server at {address}: {_server_said(address)})")
         raise
+
+
+def _server_said(address) -> str:
+    """Why a data server may have closed a connection: what it recorded, asked on a new connection."""
+    try:
+        probe = Channel(Client(tuple(address) if isinstance(address, list) else address, authkey=STATE["authkey"]))
+    except Exception as exc:  # noqa: BLE001 - a server that is gone, or started with another key
+        return f"it does not answer ({type(exc).__name__}: {exc}): its engine may be gone"
+    try:
+        probe.send(("error",))
+        said = probe.recv()
+    except Exception as exc:  # noqa: BLE001
+        return f"it does not answer ({type(exc).__name__}: {exc})"
+    finally:
+        probe.close()
+    return f"it recorded: {said.strip().splitlines()[-1]}" if said else "it is up and recorded no error"
 
 
 def _fetch(key: str, hint: int | None, keep: bool = True) -> Any:
