@@ -54,6 +54,18 @@ def offline_home(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.hookimpl(trylast=True)  # after the module's own fixtures have let go of the clusters
+def pytest_runtest_teardown(item, nextitem):
+    """The shared engine clusters stop as soon as the next test's module does not use them (idle engines still
+    take CPU: an MPI engine ~10% of a core through the strength test that follows them in a full run); a later
+    module that asks starts them again."""
+    shared = sys.modules.get("tests.check_cases")
+    if shared is None or not shared._SHARED:
+        return
+    if nextitem is None or getattr(nextitem.module, "shared_cluster", None) is not shared.shared_cluster:
+        shared.stop_shared()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session."""
     if "tests.check_cases" in sys.modules:
