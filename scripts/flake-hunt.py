@@ -211,6 +211,20 @@ def report(runs: list[dict], out: Path) -> str:
     return text
 
 
+# What a shell that works on the checkout may have set and a CI machine has not: inherited by a fresh clone's run, they
+# made its kernels and engines import this checkout's course/ instead of the clone's (PYTHONPATH, seen: doctor --hub
+# found the checkout as its `course` and failed two hub tests).
+NOT_IN_CI = ("PYTHONPATH", "VIRTUAL_ENV", "IPYTHONDIR", "COURSE_CLUSTER_ID", "COURSE_PROFILE")
+
+
+def run_env(ci: bool) -> dict[str, str]:
+    """The environment of a run: this one with CI=true; for a fresh clone's run, without what only a shell here sets."""
+    env = {**os.environ, "CI": "true"}
+    for name in NOT_IN_CI if ci else ():
+        env.pop(name, None)
+    return env
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, help="runs per condition (default 5; 1 with --ci)")
@@ -232,7 +246,7 @@ def main() -> int:
         for k in range(1, repeat + 1):
             junit = (args.out / f"{condition}-{k}.xml").resolve()
             log = args.out / f"{condition}-{k}.log"
-            env = {**os.environ, "CI": "true"}
+            env = run_env(args.ci)
             if args.ci:
                 removed = forget() if args.forget else []
                 print(f"[flake-hunt] {condition} {k}: removed {', '.join(removed) or 'nothing'}", flush=True)

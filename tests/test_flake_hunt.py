@@ -97,3 +97,21 @@ def test_busy_processes_run_beside_the_block_only():
         mine = [p for p in psutil.Process().children() if flake_hunt.BUSY in " ".join(p.cmdline())]
         assert len(mine) == 2 and all(p.is_running() for p in mine)
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in mine)
+
+
+def test_a_fresh_clones_run_does_not_import_this_checkout(monkeypatch):
+    """A shell working on the checkout exports PYTHONPATH=$PWD; a fresh clone's run that inherited it imported this
+    checkout's course/ in its kernels and engines (a run of CI's command that did not test the clone)."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("COURSE_PROFILE", "full")
+    fresh, here = flake_hunt.run_env(ci=True), flake_hunt.run_env(ci=False)
+    assert fresh["CI"] == "true" and "PYTHONPATH" not in fresh and "COURSE_PROFILE" not in fresh
+    assert here["PYTHONPATH"] == str(ROOT), "a run in this checkout keeps the shell's environment"
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('PYTHONPATH', 'unset'))"],
+        env=fresh,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "unset"
