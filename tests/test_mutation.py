@@ -209,6 +209,8 @@ def test_the_report_on_the_fixture_course(tmp_path):
     assert "99_fixture ex2-answer: 5 mutants, the visible check caught 2, with hidden tests 3" in done.stderr
     bad = run_course("mutation-report", "--solutions", str(FIXTURE_COURSE), "--exercise", "nope", timeout=60)
     assert bad.returncode != 0 and "has no answer cell 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+    folder = run_course("mutation-report", "--solutions", str(FIXTURE_COURSE), "--json", str(tmp_path), timeout=60)
+    assert folder.returncode == 1 and "--json takes a file name" in folder.stderr, folder.stderr
 
 
 def notebook_with(answer: str, check: str):
