@@ -61,30 +61,24 @@ def newest_reports(found: list[dict[str, Any]]) -> dict[str, tuple[dict, list[di
     return newest
 
 
+def _name_pattern(name: ast.expr) -> re.Pattern:
+    """What a key_figure call's NAME argument can be: a string as it is; an f-string's fields, anything."""
+    parts = name.values if isinstance(name, ast.JoinedStr) else [name]
+    return re.compile("".join(re.escape(p.value) if isinstance(p, ast.Constant) else ".+" for p in parts))
+
+
 def figure_names(notebook: Path) -> list[re.Pattern]:
-    """The names the `key_figure` calls of the notebook at NOTEBOOK can publish: an f-string's fields match anything."""
+    """The names the `key_figure` calls of the notebook at NOTEBOOK can publish (its code cells, magics included)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     patterns = []
-    for cell in cells:
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] != "code" or "key_figure(" not in source:
             continue
         for node in ast.walk(ast.parse(TransformerManager().transform_cell(source))):
-            called = getattr(node, "func", None)
-            if isinstance(node, ast.Call) and getattr(called, "id", getattr(called, "attr", "")) == "key_figure":
-                name = node.args[0]
-                parts = name.values if isinstance(name, ast.JoinedStr) else [name]
-                patterns.append(
-                    re.compile(
-                        "".join(
-                            re.escape(p.value) if isinstance(p, ast.Constant) else ".+"
-                            for p in parts
-                            if not isinstance(p, ast.Constant) or isinstance(p.value, str)
-                        )
-                    )
-                )
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "key_figure":
+                patterns.append(_name_pattern(node.args[0]))
     return patterns
 
 
