@@ -180,6 +180,7 @@ p.fallback{{background:#ffe9b3;padding:.5em}}</style></head>
 <p>{sum(r.ok for r in results)} of {len(results)} notebooks ran; {total:.0f} s in all; highest peak memory \
 {memory.megabytes(max((r.peak_memory for r in results), default=0))} (Binder's limit: 2 GB); {time.strftime("%Y-%m-%d %H:%M")}.</p>
 {warning}
+<p>The same as data (date, commit, machine, figures): <a href="record.json">record.json</a>.</p>
 <table><tr><th>notebook</th><th>status</th><th>time</th><th>peak memory</th><th>data</th><th>key figures</th></tr>{"".join(rows)}</table></body></html>
 """
     index = out / "index.html"

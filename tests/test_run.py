@@ -50,6 +50,7 @@ def test_dry_run_reports_figures_failures_and_the_offline_fallback(tmp_path, off
     assert "stood in for mnist</td>" in index and index.count("as configured") == 1  # bad.ipynb loaded no data
     # the same as data, beside the index and where --record said (the site reads those: website/results.py)
     record = json.loads((out / "record.json").read_text())
+    assert '<a href="record.json">record.json</a>' in index
     assert json.loads(recorded.read_text()) == record and f"record of the run: {recorded}" in result.stdout
     assert (record["schema"], record["kind"], record["profile"]) == (1, "course run", "quick")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
