@@ -375,7 +375,7 @@ def add_job(commands) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from course import run
 
-    return run.main(args.notebooks, profile=args.profile, out=args.out)
+    return run.main(args.notebooks, profile=args.profile, out=args.out, record_to=args.record)
 
 
 def add_run(commands) -> None:
@@ -383,6 +383,12 @@ def add_run(commands) -> None:
     run.add_argument("notebooks", nargs="*", help="names or numbers, e.g. 00 07_horovod (default: all)")
     run.add_argument("--profile", choices=["quick", "full"], default="quick", help="run sizes (default quick)")
     run.add_argument("--out", default="run-output", metavar="DIR", help="where results go (default run-output)")
+    run.add_argument(
+        "--record",
+        default=None,
+        metavar="FILE",
+        help="also write the run's record (OUT/record.json) here, e.g. docs/guide/records/run-DATE.json for the site",
+    )
     run.set_defaults(func=cmd_run)
 
 

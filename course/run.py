@@ -6,7 +6,8 @@ notebook's status, duration and key figures. Notebooks publish key figures with 
 The index also says, per notebook and at the top, when the offline fallback data stood in for a real
 dataset (course.data announces it in the notebook's output), since its figures are then not the real ones,
 and each notebook's peak memory (kernel, engines and their children together; course.memory), flagged above
-Binder's 2 GB.
+Binder's 2 GB. Beside index.html the run leaves record.json, the same as data with the date, commit and machine
+(course.records); `--record FILE` writes it where the course's website reads recorded runs (docs/guide/records/).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from course import UserError, memory
+from course import UserError, memory, records
 
 FIGURE_MIME = "application/vnd.course.key-figure+json"
 KERNEL = "ddl-hpc"
@@ -179,6 +180,7 @@ p.fallback{{background:#ffe9b3;padding:.5em}}</style></head>
 <p>{sum(r.ok for r in results)} of {len(results)} notebooks ran; {total:.0f} s in all; highest peak memory \
 {memory.megabytes(max((r.peak_memory for r in results), default=0))} (Binder's limit: 2 GB); {time.strftime("%Y-%m-%d %H:%M")}.</p>
 {warning}
+<p>The same as data (date, commit, machine, figures): <a href="record.json">record.json</a>.</p>
 <table><tr><th>notebook</th><th>status</th><th>time</th><th>peak memory</th><th>data</th><th>key figures</th></tr>{"".join(rows)}</table></body></html>
 """
     index = out / "index.html"
@@ -186,17 +188,41 @@ p.fallback{{background:#ffe9b3;padding:.5em}}</style></head>
     return index
 
 
-def main(names: list[str], profile: str = "quick", out: str | os.PathLike = "run-output") -> int:
-    """Run the chosen notebooks with a progress bar; write the executed copies and the index; 1 if any failed."""
+def record(results: list[Result], header: dict) -> dict:
+    """The run as data: HEADER (course.records.header, taken as the run started: when, where, at which commit), then
+    per notebook its status, time, peak memory, the datasets the offline fallback stood in for, and its key figures
+    as published."""
+    notebooks = [
+        {
+            "notebook": r.notebook,
+            "status": "ok" if r.ok else "failed",
+            "error": r.error,
+            "seconds": round(r.seconds, 1),
+            "peak_memory_bytes": r.peak_memory,
+            "fallbacks": r.fallbacks,
+            "figures": [{"name": f["name"], "value": f["value"], "unit": f.get("unit", "")} for f in r.figures],
+        }
+        for r in results
+    ]
+    return {**header, "notebooks": notebooks}
+
+
+def main(
+    names: list[str], profile: str = "quick", out: str | os.PathLike = "run-output", record_to: str | None = None
+) -> int:
+    """Run the chosen notebooks with a progress bar; write the executed copies, the index, record.json and the
+    record at RECORD_TO if given; 1 if any failed."""
     from nbconvert import HTMLExporter
     from tqdm import tqdm
 
     if profile not in ("quick", "full"):
         raise UserError(f"unknown profile {profile!r}; use quick or full")
+    if record_to and Path(record_to).expanduser().is_dir():
+        raise UserError(f"--record takes a file name, and {record_to} is a folder: e.g. {record_to}/run.json")
     paths = find(names)
     out_dir = Path(out).expanduser()
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = []
+    results, header = [], records.header(records.RUN, profile)
     for path in paths:
         cells = sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
         with tqdm(total=cells, desc=path.stem, unit="cell") as bar:
@@ -212,6 +238,10 @@ def main(names: list[str], profile: str = "quick", out: str | os.PathLike = "run
             flush=True,
         )
     index = write_index(results, out_dir, profile)
+    data = record(results, header)
+    records.write(out_dir / "record.json", data)
+    if record_to:
+        print(f"record of the run: {records.write(record_to, data)}")
     failed = [r.notebook for r in results if not r.ok]
     print(f"{len(results) - len(failed)} of {len(results)} notebooks ran ({profile} profile); report: {index}")
     return 1 if failed else 0

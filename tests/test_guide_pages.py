@@ -16,7 +16,7 @@ GUIDE = ROOT / "docs" / "guide"
 LONGEST = 300  # lines: a page read at once
 # Reference pages looked up, not read through, which other work generates from data (issue 51): they may be longer
 REFERENCE = {
-    "expected-results.md": "what each notebook printed: to be generated from a recorded run",
+    "expected-results.md": "what each notebook printed besides its key figures (those: website/results.py)",
     "mutation-report-2026-11-27.md": "the mutation report's table of one run: to be generated from its output",
 }
 # The order a workshop runs: prepare a site; deploy; engine clusters; release, collect, grade; the class results

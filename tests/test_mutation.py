@@ -176,11 +176,32 @@ HEADER = "notebook exercise mutants equivalent visible hidden hung semantic s-vi
 def test_the_report_on_the_fixture_course(tmp_path):
     """The command on the fixture (a few seconds: it starts a kernel): a table row per exercise, survivors shown as diffs, the
     mutant that only the hidden tests catch named."""
-    done = run_course("mutation-report", "--solutions", str(FIXTURE_COURSE), "--limit", "5", timeout=600)
+    table = tmp_path / "report.json"
+    done = run_course(
+        "mutation-report", "--solutions", str(FIXTURE_COURSE), "--limit", "5", "--json", str(table), timeout=600
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split() == HEADER
     rows = {line.split()[1]: line.split() for line in lines[1:3]}
+    # the table as data (--json), the same counts, with the record's header (course.records)
+    record = json.loads(table.read_text())
+    assert (record["kind"], record["options"]) == (
+        "mutation report",
+        {"limit": 5, "exercise": None, "semantic_only": False},
+    )
+    assert record["machine"]["cores"] >= 1 and len(record["commit"]) == 40
+    data = {row["exercise"]: row for row in record["exercises"]}
+    assert list(data) == list(rows) and {row["notebook"] for row in data.values()} == {"99_fixture"}
+    for name, row in data.items():
+        shown = [str(row[k]) for k in ("mutants", "equivalent")] + [f"{row['visible']}/{row['mutants']}"]
+        shown += [f"{row['hidden']}/{row['mutants']}", str(row["hung"]), str(row["semantic"])]
+        assert shown == [rows[name][k] for k in (2, 3, 4, 6, 8, 9)], (row, rows[name])
+    survivors = [f"survived ({m['kind']}): {m['what']}" for row in data.values() for m in row["survivors"]]
+    assert "survived (statement): line 1: `values = list(values)` removed" in survivors
+    assert all(line in done.stdout for line in survivors) and len(survivors) == done.stdout.count("  survived ("), (
+        survivors
+    )
     assert rows["ex2-answer"][2:4] == ["5", "0"] and rows["ex2-answer"][6] == "3/5"
     assert rows["ex2-answer"][9] == "1", "the fixture's one wrong answer to ex2 is its semantic mutant"
     assert "caught only by the hidden tests (operator): line 2: / -> *" in done.stdout
@@ -188,6 +209,8 @@ def test_the_report_on_the_fixture_course(tmp_path):
     assert "99_fixture ex2-answer: 5 mutants, the visible check caught 2, with hidden tests 3" in done.stderr
     bad = run_course("mutation-report", "--solutions", str(FIXTURE_COURSE), "--exercise", "nope", timeout=60)
     assert bad.returncode != 0 and "has no answer cell 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+    folder = run_course("mutation-report", "--solutions", str(FIXTURE_COURSE), "--json", str(tmp_path), timeout=60)
+    assert folder.returncode == 1 and "--json takes a file name" in folder.stderr, folder.stderr
 
 
 def notebook_with(answer: str, check: str):

@@ -1,8 +1,12 @@
 """`python -m course run`: the dry run reports each notebook's status, duration and key figures, and fails loudly."""
 
+import json
+import os
+import platform
 import re
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 import nbformat
 import pytest
@@ -28,8 +32,8 @@ def test_dry_run_reports_figures_failures_and_the_offline_fallback(tmp_path, off
         "from course import data\n(x, y), _ = data.load('mnist', limit=64)",
     )
     bad = notebook(tmp_path / "bad.ipynb", "x = 1", "x / 0", "print('never')")
-    out = tmp_path / "out"
-    result = run_course("run", good, bad, "--out", str(out), timeout=600)
+    out, recorded = tmp_path / "out", tmp_path / "records" / "run.json"
+    result = run_course("run", good, bad, "--out", str(out), "--record", str(recorded), timeout=600)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "ok     good" in result.stdout and "FAILED bad" in result.stdout and "ZeroDivisionError" in result.stdout
     index = (out / "index.html").read_text()
@@ -44,6 +48,25 @@ def test_dry_run_reports_figures_failures_and_the_offline_fallback(tmp_path, off
     assert "offline fallback data for mnist" in result.stdout, result.stdout
     assert "the offline fallback (scikit-learn's 8x8 digits) stood in for mnist in 1 notebook(s)" in index
     assert "stood in for mnist</td>" in index and index.count("as configured") == 1  # bad.ipynb loaded no data
+    # the same as data, beside the index and where --record said (the site reads those: website/results.py)
+    record = json.loads((out / "record.json").read_text())
+    assert '<a href="record.json">record.json</a>' in index
+    assert json.loads(recorded.read_text()) == record and f"record of the run: {recorded}" in result.stdout
+    assert (record["schema"], record["kind"], record["profile"]) == (1, "course run", "quick")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert record["commit"] == head and isinstance(record["changed"], bool)
+    started = datetime.fromisoformat(record["date"])
+    assert started.tzinfo is not None and abs(datetime.now(timezone.utc) - started) < timedelta(minutes=10)
+    machine = record["machine"]
+    assert machine["cores"] == os.cpu_count() and machine["python"] == platform.python_version() and machine["cpu"]
+    assert set(machine) == {"cores", "memory_bytes", "cpu", "gpus", "python", "system", "load_average"}
+    first, second = record["notebooks"]
+    assert (first["notebook"], first["status"], first["error"], first["fallbacks"]) == ("good", "ok", "", ["mnist"])
+    assert first["figures"] == [{"name": "speedup", "value": 1.875, "unit": "x"}]  # the value as published
+    assert round(first["peak_memory_bytes"] / 2**20) == peaks[0] and first["seconds"] > 0
+    assert (second["status"], second["figures"]) == ("failed", []) and "ZeroDivisionError" in second["error"]
+    folder = run_course("run", good, "--record", str(tmp_path))
+    assert folder.returncode == 1 and "--record takes a file name" in folder.stderr, folder.stderr
 
 
 def test_unknown_notebook_is_one_line():

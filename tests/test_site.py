@@ -24,7 +24,7 @@ from course import contents
 from tests.conftest import ROOT
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
-from website import exercises
+from website import exercises, results
 from website.build import guide_pages
 
 pytestmark = pytest.mark.slow
@@ -169,6 +169,32 @@ def test_every_notebook_has_its_exercise_reference_page(site):
             if cell.metadata.get("nbgrader", {}).get("grade"):
                 assert grade_id in shown, f"exercises-{name}.html does not name the graded cell {grade_id}"
         assert f"Notebook {name}: what each exercise must do" in index
+
+
+def test_the_recorded_results_pages_show_the_newest_records(site):
+    """The expected results and the mutation report's table, generated from the committed records: per notebook
+    the newest record's commit and date, and every key figure's name and value (each a cell of the page's table),
+    or every exercise measured."""
+    found = results.load_records()
+
+    def shown(page: str) -> set[str]:
+        return {" ".join(line.translate(SMART).split()) for line in lines_of(site / "reference" / page)}
+
+    def recorded(record: dict, lines: set[str]) -> bool:
+        said = f"Recorded {record['date'].replace('T', ' ')} at commit {record['commit'][:12]}"
+        return any(line.startswith(said) for line in lines)
+
+    page = shown("recorded-results.html")
+    for notebook in contents.notebooks():
+        assert f"{notebook.number} {notebook.title}" in page, f"no section for {notebook.name}"
+    for name, (record, entry) in results.newest_runs(found).items():
+        assert recorded(record, page), name
+        for figure in entry["figures"]:
+            assert {figure["name"], results.shown(figure["value"], figure["unit"])} <= page, figure
+    report = shown("mutation-report.html")
+    for name, (record, rows) in results.newest_reports(found).items():
+        assert recorded(record, report), name
+        assert {row["exercise"] for row in rows} <= report, name
 
 
 def test_the_scan_finds_an_answer_put_in_a_page(tmp_path):

@@ -6,7 +6,8 @@ Learner pages come from the student copy (`python -m course student-copy`), neve
 and no hidden test can reach the HTML: one page per notebook, not executed, with a box saying how long it takes,
 what it needs (README's table) and where to launch it. The instructor guide's pages (docs/guide/) are copied as they
 are, in the order its index lists them; the command line's reference is printed by its own argparse parser; what
-each exercise must do, from one data file per notebook (website/exercises.py). Where the launch links point is set
+each exercise must do, from one data file per notebook (website/exercises.py); the expected results and the mutation
+report's table, from recorded runs (website/results.py). Where the launch links point is set
 in one place, `launch()` below, from environment variables; website/conf.py gives the same values to the theme's launch buttons.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from course import UserError, contents
-from website import exercises
+from website import exercises, results
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "website"
@@ -39,7 +40,8 @@ SOURCES = (
     "student copy (one cell, the box, added after the first); instructors/*.md <- docs/guide/*.md (the same lines; "
     "index.md gains a toctree of the pages its list links to); reference/cli.md <- the course's argparse parsers "
     "(course/cli.py); reference/exercises*.md <- solutions/exercises/NN_name.yml and the notebooks' headings "
-    "(website/exercises.py)."
+    "(website/exercises.py); reference/recorded-results.md and reference/mutation-report.md <- docs/guide/records/*.json "
+    "and docs/guide/key-figures.yml (website/results.py)."
 )
 OOD_APP = "Distributed Deep Learning on HPC"  # deploy/ondemand/ddl-hpc/manifest.yml's name
 OOD_FOLDER = "~/ddl-hpc"  # where the OnDemand app puts the student copy (its template/before.sh)
@@ -207,6 +209,7 @@ def write_sources(source: Path, student: Path, where: Launch) -> None:
     (source / "reference").mkdir()
     (source / "reference" / "cli.md").write_text(cli_reference(), encoding="utf-8")
     exercises.write_pages(source)
+    results.write_pages(source)
 
 
 def build(out: Path) -> int:

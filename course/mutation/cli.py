@@ -10,7 +10,9 @@ def cmd_mutation_report(args: argparse.Namespace) -> int:
     from course import from_args
     from course.mutation import report
 
-    return report.main(args.notebooks, **from_args(args, "exercise limit solutions semantic_only wrong_answers"))
+    return report.main(
+        args.notebooks, **from_args(args, "exercise limit solutions semantic_only wrong_answers json_to")
+    )
 
 
 def add_mutation_report(commands) -> None:
@@ -34,5 +36,13 @@ def add_mutation_report(commands) -> None:
         default=None,
         metavar="DIR",
         help="the lists of wrong answers, <notebook>.json (default tests/fixtures/wrong_answers)",
+    )
+    mutation.add_argument(
+        "--json",
+        dest="json_to",
+        default=None,
+        metavar="FILE",
+        help="also write the table as data, with the date, commit and machine "
+        "(docs/guide/records/mutation-DATE.json is what the course's website shows)",
     )
     mutation.set_defaults(func=cmd_mutation_report)

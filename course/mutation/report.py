@@ -13,7 +13,8 @@ start again from the top of the notebook (as they do when the solution fails rig
 
 Beside the operators' single edits, each exercise's semantic mutants (course.mutation.semantic: the plausible wrong
 answers listed for the notebook, what a learner might write instead) are tried the same way, all of them, and
-counted in columns of their own; `semantic_only` runs only those (no probe, no operator mutants).
+counted in columns of their own; `semantic_only` runs only those (no probe, no operator mutants). `json_to` also
+writes the table as data (rows(), in a course.records record) for the course's website.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-from course import UserError
+from course import UserError, profile, records
 from course.mutation import operators, semantic, trials
 
 LIMIT = 12  # mutants per exercise, by default: spread over the operators
@@ -386,6 +387,30 @@ def table(results: list[Exercise]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def rows(results: list[Exercise]) -> list[dict]:
+    """The table's rows as data: per exercise the counts of table() (None where no operator mutants were made),
+    the minutes it took, and the mutants no check caught (their kind and what they change)."""
+    return [
+        {
+            "notebook": r.notebook,
+            "exercise": r.exercise,
+            "mutants": len(r.run) if r.mutated else None,
+            "equivalent": len(r.equivalent) if r.mutated else None,
+            "visible": r.count("visible") if r.mutated else None,
+            "hidden": r.count("hidden") if r.mutated else None,
+            "hung": r.count("hung") + r.count("hung", "semantic"),
+            "semantic": len(r.semantic),
+            "semantic_visible": r.count("visible", "semantic"),
+            "semantic_hidden": r.count("hidden", "semantic"),
+            "minutes": round(r.seconds / 60, 1),
+            "survivors": [
+                {"kind": _kind(m), "what": m.what} for m in r.run + r.semantic if not m.outcome.get("hidden")
+            ],
+        }
+        for r in results
+    ]
+
+
 def _share(caught: int, total: int) -> str:
     return f"{caught}/{total} ({100 * caught // total}%)" if total else "-"
 
@@ -439,8 +464,10 @@ def main(
     solutions: str | None = None,
     semantic_only: bool = False,
     wrong_answers: str | None = None,
+    json_to: str | None = None,
 ) -> int:
-    """The command: progress on stderr, then the table and the details on stdout."""
+    """The command: progress on stderr, then the table and the details on stdout; with JSON_TO, the table as data
+    there too (course.records)."""
     from course.grading import solutions_dir
 
     if limit < 1:
@@ -453,6 +480,10 @@ def main(
         raise UserError("--exercise names one answer cell: give the one notebook it is in")
     if exercise and exercise not in _answers(nbformat.read(str(sources[0]), as_version=4)):
         raise UserError(f"{sources[0].name} has no answer cell {exercise!r}")
+    if json_to and Path(json_to).expanduser().is_dir():
+        raise UserError(f"--json takes a file name, and {json_to} is a folder: e.g. {json_to}/mutation-report.json")
+    header = records.header(records.MUTATION, profile.name())
+    header["options"] = {"limit": limit, "exercise": exercise, "semantic_only": semantic_only}
     results: list[Exercise] = []
     for source in sources:
         started = time.perf_counter()
@@ -466,4 +497,7 @@ def main(
         print(f"{source.stem}: done in {(time.perf_counter() - started) / 60:.1f} min", file=sys.stderr)
     print(table(results))
     print(details(results))
+    if json_to:
+        written = records.write(json_to, {**header, "exercises": rows(results)})
+        print(f"the table as data: {written}", file=sys.stderr)
     return 0
