@@ -6,26 +6,14 @@ script (about 25 s each): tests/test_horovod_check.py runs its check on real run
 from __future__ import annotations
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from course import perf
 from course.checks import horovod, quiz
 from course.perf import TimelineBreakdown
-from tests.check_cases import Case, cases, define, judge
+from tests.check_cases import cases, defined, judge
 
 NOTEBOOK = "07_horovod_script"
 COVERED = {"ex5-answer", "ex6-answer", "ex-tta-answer", "ex7-answer"}
-
-
-def defined(case: Case, context: dict) -> dict:
-    """define(case, context); a wrong answer's cell that fails leaves what it bound before failing, as in the
-    notebook, where its check runs next all the same."""
-    try:
-        return define(case, context)
-    except AssertionError:
-        if case.right:
-            raise
-        return dict(InteractiveShell.instance().user_ns)
 
 
 # Made-up runs as section 2 leaves them (course.programs.horovod_mnist's SUMMARY): 2 ranks on 2 shared cores
