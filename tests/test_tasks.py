@@ -6,6 +6,8 @@ import io
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from contextlib import redirect_stdout
@@ -537,6 +539,48 @@ def test_a_closed_data_connection_says_what_its_server_recorded(monkeypatch):
     notes = "\n".join(getattr(closed.value, "__notes__", []))
     assert "it recorded: ValueError: unknown request 'no-such-request'" in notes, notes
     assert worker.request(address, "ping") == "pong", "the next request connects anew"
+
+
+_SERVER = """
+import sys
+from multiprocessing.connection import Listener
+from course.tasks import worker
+listener = Listener(("127.0.0.1", int(sys.argv[1])), authkey=bytes.fromhex(sys.argv[2]))
+print(listener.address[1], flush=True)
+worker._serve(listener)
+"""
+
+
+def _data_server(port: int, authkey: bytes) -> tuple[subprocess.Popen, tuple]:
+    """A data server in its own process (an engine's, without the engine), listening on `port` (0: any)."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, str(port), authkey.hex()], stdout=subprocess.PIPE, text=True
+    )
+    return server, ("127.0.0.1", int(server.stdout.readline()))  # the port, printed once it listens
+
+
+def test_a_new_task_graph_never_talks_to_an_earlier_graphs_server(monkeypatch):
+    """An engine that stopped frees its data server's port, and the next cluster's server may listen on the same
+    one: a full run failed there, twice, with "the peer closed the connection" (the request went down the
+    connection kept for the server that had stopped). A new graph's key closes what was kept for the last one."""
+    monkeypatch.setattr(worker, "STATE", dict(worker.STATE, address=None, authkey=None))
+    monkeypatch.setattr(worker, "_CONNECTIONS", {})
+    first_key, second_key = os.urandom(16), os.urandom(16)
+    first, address = _data_server(0, first_key)
+    try:
+        worker.use_key(first_key)
+        assert worker.request(address, "ping") == "pong"  # the connection is kept for the next request
+    finally:
+        first.kill()
+        first.wait()
+    second, same = _data_server(address[1], second_key)
+    try:
+        assert same == address
+        worker.use_key(second_key)  # what a new Runtime (and an engine's setup) does
+        assert worker.request(address, "ping") == "pong"
+    finally:
+        second.kill()
+        second.wait()
 
 
 def test_results_move_between_engines_not_through_the_notebook(fresh, monkeypatch):

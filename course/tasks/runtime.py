@@ -50,7 +50,7 @@ class Runtime(Versions, Placement):
         self.client = cluster.client
         self.session = uuid.uuid4().hex[:8]
         self.authkey = os.urandom(16)
-        worker.STATE["authkey"] = self.authkey
+        worker.use_key(self.authkey)
         self.counter = itertools.count()
         self.tasks: list[Task] = []
         self.objects: dict[int, Datum] = {}

@@ -228,7 +228,8 @@ def setup(engine: int, master_host: str, authkey: bytes, bind: str | None = None
         )
         listener = Listener((host, 0), authkey=authkey)
         threading.Thread(target=_serve, args=(listener,), daemon=True, name="course-tasks-data").start()
-        STATE.update(address=listener.address, authkey=authkey)
+        STATE["address"] = listener.address
+        use_key(authkey)  # a new task graph: the peers' servers are new too
     STATE["engine"] = engine
     try:
         cores = len(os.sched_getaffinity(0))
@@ -275,8 +276,21 @@ def configure(peers: dict, threads: int, paths: list | tuple = ()) -> None:
         STATE["threads"] = threads
 
 
+def use_key(authkey: bytes) -> None:
+    """Talk to data servers with `authkey` from now on (a new task graph), closing every connection kept for
+    the last one: its server may be gone and a new server listen on the same port (a full run failed on that,
+    a request sent down a connection to a server that had stopped)."""
+    STATE["authkey"] = authkey
+    with _CONN_LOCK:
+        kept = list(_CONNECTIONS.values())
+        _CONNECTIONS.clear()
+    for conn in kept:
+        conn.close()
+
+
 def _connection_key(address) -> tuple:
-    return (tuple(address) if isinstance(address, (list, tuple)) else address, threading.get_ident())
+    address = tuple(address) if isinstance(address, (list, tuple)) else address
+    return (address, STATE["authkey"], threading.get_ident())
 
 
 def _connection(address) -> Any:
