@@ -8,7 +8,7 @@ PY := .venv/bin/python
 TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs python3.11-venv ruby
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test clean student format docs
+.PHONY: setup lab test clean student format docs publish
 
 # `make setup HUB=1` (as root) also builds the environment a JupyterHub serves the course from (scripts/setup-hub.sh).
 # Debian's python3.11 needs python3.11-venv for it; a host without python3.11 (Ubuntu 24.04) has no such package, and
@@ -39,6 +39,16 @@ format:
 # (environment or make variables) say where its launch links point: make docs DOCS_HUB_URL=https://hub.example.org
 docs: setup
 	@$(PY) -m website.build $(or $(OUT),build/site)
+
+# Publishes the site `make docs` built as the gh-pages branch of REMOTE (a git remote's name; default origin), which
+# GitHub Pages serves, with ghp-import: one commit per publication on top of the branch's history (fetched first).
+SITE = $(or $(OUT),build/site)
+REMOTE ?= origin
+publish:
+	@test -f $(SITE)/index.html || { echo "make publish: no site in $(SITE): run make docs first" >&2; exit 2; }
+	@git fetch -q $(REMOTE) gh-pages 2>/dev/null || true  # none yet: the first publication
+	@$(PY) -m ghp_import --no-jekyll --push --remote $(REMOTE) \
+		--message "The course's website, built from $$(git rev-parse --short HEAD)" $(SITE)
 
 # The course as learners get it (no solutions/ or hidden tests), for a `student` branch: make student OUT=DIR
 student:

@@ -11,6 +11,7 @@ import html.parser
 import http.server
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -195,6 +196,57 @@ def test_the_recorded_results_pages_show_the_newest_records(site):
     for name, (record, rows) in results.newest_reports(found).items():
         assert recorded(record, report), name
         assert {row["exercise"] for row in rows} <= report, name
+
+
+def _git(*args, cwd: Path | None = None) -> str:
+    return subprocess.run(["git", *map(str, args)], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def test_make_publish_pushes_the_site_as_gh_pages_and_keeps_its_history(site, tmp_path):
+    """`make publish` as README's publishing part has an instructor run it, from a checkout whose remote is a real
+    git repository: the built site becomes its gh-pages branch, with .nojekyll (GitHub Pages' Jekyll would hide
+    Sphinx's _static), and a second publication is a commit on top of the first."""
+    remote = tmp_path / "remote.git"
+    _git("init", "-q", "--bare", remote)
+    identity = {"GIT_AUTHOR_NAME": "An Instructor", "GIT_AUTHOR_EMAIL": "instructor@example.edu"}
+    env = {**os.environ, **identity, "GIT_COMMITTER_NAME": "An Instructor", "GIT_COMMITTER_EMAIL": "i@example.edu"}
+
+    def checkout(name: str) -> Path:
+        """A checkout of the course whose origin is the remote (set up: its .venv)."""
+        path = tmp_path / name
+        _git("init", "-q", path)
+        (path / ".venv").symlink_to(ROOT / ".venv")
+        _git("remote", "add", "origin", remote, cwd=path)
+        _git("commit", "-q", "--allow-empty", "-m", "the course", cwd=path)
+        return path
+
+    def publish(out: Path, where: Path) -> subprocess.CompletedProcess:
+        command = ["make", "-s", "-f", str(ROOT / "Makefile"), "publish", f"OUT={out}"]
+        return subprocess.run(command, cwd=where, env=env, capture_output=True, text=True)
+
+    mine = checkout("checkout")
+    built_from = _git("rev-parse", "--short", "HEAD", cwd=mine).strip()
+    first = publish(site, mine)
+    assert first.returncode == 0, first.stdout + first.stderr
+    published = set(_git("ls-tree", "-r", "--name-only", "gh-pages", cwd=remote).split())
+    built = {str(path.relative_to(site)) for path in site.rglob("*") if path.is_file()}
+    assert published == built | {".nojekyll"}, published ^ (built | {".nojekyll"})
+    assert built_from in _git("log", "-1", "--format=%s", "gh-pages", cwd=remote)
+
+    again = tmp_path / "again"
+    shutil.copytree(site, again)
+    (again / "index.html").write_text((site / "index.html").read_text() + "<!-- published again -->")
+    second = publish(again, checkout("another"))  # a fresh checkout: the branch is fetched first
+    assert second.returncode == 0, second.stdout + second.stderr
+    history = _git("rev-list", "gh-pages", cwd=remote).split()
+    assert len(history) == 2, f"a second publication, from another checkout, is a commit on top of the first: {history}"
+    assert _git("show", "gh-pages:index.html", cwd=remote).endswith("<!-- published again -->")
+
+    nothing = publish(tmp_path / "not-built", mine)
+    assert nothing.returncode != 0
+    said = f"make publish: no site in {tmp_path / 'not-built'}: run make docs first"
+    assert nothing.stderr.splitlines()[0] == said, nothing.stderr  # (then make's own "Error 2" line)
+    assert _git("rev-list", "gh-pages", cwd=remote).split() == history, "nothing published without a site"
 
 
 def test_the_scan_finds_an_answer_put_in_a_page(tmp_path):
