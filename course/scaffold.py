@@ -265,5 +265,5 @@ def main(notebook: str, name: str, function: str | None = None, module: str | No
     print(
         f"  python -m pytest tests/test_checks_{Path(written[2]).stem.removeprefix('test_checks_')}.py tests/test_check_cells.py"
     )
-    print(f"  python -m pytest tests/test_checks_strength.py -k {Path(written[0]).stem}")
+    print(f"  python -m pytest tests/test_strength.py -k {Path(written[0]).stem}")
     return 0

@@ -1,4 +1,4 @@
-"""Every trial answer to a notebook's exercises, tried in one run of the notebook (tests/test_checks_strength.py).
+"""Every trial answer to a notebook's exercises, tried in one run of the notebook (tests/test_strength.py).
 
 Grading a submission runs the whole notebook, and a notebook holds one answer per cell: 39 plausible wrong
 answers to 03 made seven submissions, seven full runs. Here the solution notebook runs once, top to bottom, in

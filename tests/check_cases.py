@@ -2,7 +2,7 @@
 solution's, and every right and wrong answer in tests/fixtures/ that writes a cell of the exercise. Each is defined
 in a real IPython shell, as a learner's cells are, so magics and `%%writefile` work; what the notebook defines
 before the exercise is the test's to give (`context`). The strength test stays the proof that the notebook's
-cells and these functions agree (tests/test_checks_strength.py).
+cells and these functions agree (tests/test_strength.py).
 
 A wrong answer that only the hidden tests catch says so in its fixture entry: `"hidden_only": "<which hidden
 case catches it>"`; the fast test then holds that the visible check lets it through (so that the count of what

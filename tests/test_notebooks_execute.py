@@ -5,7 +5,7 @@ Binder's 2 GB. Every student notebook (notebooks/*.ipynb) runs up to its first u
 no cell before it failing, and that exercise, left unanswered, says so.
 
 The notebooks are slow, and each runs once for all of its checks: the strength test's run (tests/answer_trials.py,
-which also tries every answer and released stub in place) is held to the above in tests/test_checks_strength.py.
+which also tries every answer and released stub in place) is held to the above in tests/test_strength.py.
 A student notebook's cells before its first exercise are the solution's (checked here, without a kernel), so the
 solution's run covers them. Here run only the notebooks that act on NBGRADER_EXECUTION (11 submits its Slurm jobs
 only outside grading), solution and student version, as a learner runs them.
