@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -52,17 +53,20 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     answered: list[dict[str, dict]] = [{} for _ in trials]
     solution: dict[str, str] = {}
     retried: dict[int, dict[str, str]] = {}
+    seconds: list[float] = [0.0 for _ in trials]  # each trial's detour with the solution's run after it: the cost
     executed = copy.deepcopy(nb)
     left_running, peak = True, memory.PeakMemory()
     with peak, one_run.notebook_kernel(source, nb, workdir, CELL_TIMEOUT) as client:
         for index in range(len(solution_cells)):
             here = starting.get(index, [])
             for k in here:
+                started = time.monotonic()
                 failed[k], answered[k] = one_run.detour(client, solution_cells, trials[k], *where[k])
                 if k != here[-1]:  # the solution again, so that the next trial starts where a right answer leaves
                     again, _ = one_run.detour(client, solution_cells, {}, *where[k])
                     if again:
                         retried[k] = again
+                seconds[k] = round(time.monotonic() - started, 1)
             cell = one_run.execute(client, copy.deepcopy(solution_cells[index]), index)
             executed.cells[index] = cell
             if one_run.graded(cell) and one_run.failed(cell):
@@ -76,6 +80,7 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
         "retried": retried,
         "peak": peak.peak,
         "left_running": left_running,
+        "seconds": seconds,
     }
 
 

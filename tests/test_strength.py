@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -81,6 +82,7 @@ def _try(source: Path, base: Path) -> dict:
     work = base / source.stem
     work.mkdir()
     (work / "trials.json").write_text(json.dumps([answers for _, answers in trials(source)]))
+    started = time.monotonic()
     done = subprocess.run(
         [
             sys.executable,
@@ -98,7 +100,8 @@ def _try(source: Path, base: Path) -> dict:
         timeout=3000,
     )
     assert done.returncode == 0, f"trying the answers to {source.name} failed:\n{done.stderr[-3000:]}"
-    return {**json.loads((work / "tried.json").read_text()), "executed": work / "executed.ipynb"}
+    wall = round(time.monotonic() - started, 1)
+    return {**json.loads((work / "tried.json").read_text()), "executed": work / "executed.ipynb", "wall": wall}
 
 
 def _try_all(sources: list[Path], base: Path) -> dict[str, dict]:
@@ -137,6 +140,11 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, r
     assert cells, f"{source.name} has no graded cells"
     tried = request.getfixturevalue("tried_fixture" if source == FIXTURE else "tried_course")
     result, labelled = tried[source.stem], trials(source)
+    costly = sorted(zip(result["seconds"], (what for what, _ in labelled)), reverse=True)[:5]
+    request.node.user_properties.append(("trials", len(labelled)))  # in the JUnit XML a full run writes
+    request.node.user_properties.append(("notebook_seconds", result["wall"]))
+    request.node.user_properties.append(("trial_seconds", round(sum(result["seconds"]), 1)))
+    request.node.user_properties.append(("costliest_trials", "; ".join(f"{s:.0f} s {w}" for s, w in costly)))
     retry = "run right after a wrong answer to its exercise: does a learner who retries lose points?"
     assert not result["solution"], f"the solution of {source.name} loses points: {result['solution']} ({retry})"
     for k, again in result["retried"].items():
