@@ -194,6 +194,32 @@ def karp_flatt(serial_fraction: Callable[[float, int], float], f2: float, limit:
     )
 
 
+def _gustafson_cases(
+    scaled_speedup: Callable[[dict[int, float]], Mapping[int, float]],
+    gustafson_serial_share: Callable[[float, int], float],
+) -> None:
+    """Exercise `ex-gustafson`'s two functions on every case of WEAK_CASES and SHARE_CASES, each named if it fails."""
+    for case in WEAK_CASES:
+        got = scaled_speedup(dict(case.times))
+        expect(
+            isinstance(got, Mapping) and set(got) == set(case.times),
+            f"{case.name}: scaled_speedup({case.times}) should have one entry per number of workers",
+        )
+        for n, want in case.want.items():
+            expect(
+                abs(got[n] - want) < 1e-9,
+                f"{case.name}: scaled_speedup({case.times}) gives {n} worker(s) {got[n]:.4g}; the rule gives "
+                f"{want:.4g}: n times the one-worker time over theirs",
+            )
+    for case in SHARE_CASES:
+        got = gustafson_serial_share(case.speedup, case.n)
+        expect(
+            abs(got - case.share) < 1e-9,
+            f"{case.name}: gustafson_serial_share({case.speedup:g}, {case.n}) is {got:.6g}, Gustafson's law gives "
+            f"{case.share:.6g}",
+        )
+
+
 @check
 def gustafson_law(
     scaled_speedup: Callable[[dict[int, float]], Mapping[int, float]],
@@ -230,25 +256,7 @@ def gustafson_law(
         abs(gustafson_serial_share(4, 4)) < 1e-9,
         "a scaled speedup of n on n workers leaves no serial share",
     )
-    for case in WEAK_CASES:
-        got = scaled_speedup(dict(case.times))
-        expect(
-            isinstance(got, Mapping) and set(got) == set(case.times),
-            f"{case.name}: scaled_speedup({case.times}) should have one entry per number of workers",
-        )
-        for n, want in case.want.items():
-            expect(
-                abs(got[n] - want) < 1e-9,
-                f"{case.name}: scaled_speedup({case.times}) gives {n} worker(s) {got[n]:.4g}; the rule gives "
-                f"{want:.4g}: n times the one-worker time over theirs",
-            )
-    for case in SHARE_CASES:
-        got = gustafson_serial_share(case.speedup, case.n)
-        expect(
-            abs(got - case.share) < 1e-9,
-            f"{case.name}: gustafson_serial_share({case.speedup:g}, {case.n}) is {got:.6g}, Gustafson's law gives "
-            f"{case.share:.6g}",
-        )
+    _gustafson_cases(scaled_speedup, gustafson_serial_share)
     most = max(workers)
     expect(
         abs(gustafson[most] - most * weak_time[1] / weak_time[most]) < 1e-9,
