@@ -73,6 +73,7 @@ def loop_check(grade_id: str, case: Case) -> str | None:
 
     def step() -> None:
         mirrored_loop.check_step(names["replica_step"])
+        mirrored_loop.check_step_cases(names["replica_step"])
         mirrored_loop.check_training_mode(names["replica_step"])
 
     def loop() -> None:

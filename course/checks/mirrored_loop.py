@@ -87,27 +87,30 @@ def check_training_mode(replica_step: Callable) -> None:
     )
 
 
-def check_step(replica_step: Callable, learning_rate: float = 0.1, seed: int = 0) -> dict[str, float]:
-    """One call of the learner's step on 8 images of a global batch of 16, outside any strategy: the loss must be
-    the sum of the 8 per-image losses / 16, and the update exactly one SGD step on that loss."""
+def check_step(
+    replica_step: Callable, learning_rate: float = 0.1, seed: int = 0, images: int = 8, global_batch: int = 16
+) -> dict[str, float]:
+    """One call of the learner's step on `images` images of a global batch of `global_batch`, outside any strategy:
+    the loss must be the sum of the per-image losses / global_batch, and the update exactly one SGD step on it."""
     import tensorflow as tf
 
     from course import models
 
+    n, g = images, global_batch
     tf.keras.utils.set_random_seed(seed)
     model = models.mnist_cnn()
     rng = np.random.default_rng(seed)
-    images = rng.random((8, 28, 28, 1), dtype=np.float32)
-    labels = rng.integers(0, 10, 8)
+    pixels = rng.random((n, 28, 28, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, n)
     before = [w.numpy() for w in model.trainable_variables]
     with tf.GradientTape() as tape:
-        probabilities = model(images, training=True)
+        probabilities = model(pixels, training=True)
         total = tf.reduce_sum(tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities))
     gradients = tape.gradient(total, model.trainable_variables)  # of the SUM: the check scales it itself
     correct = float(np.sum(np.argmax(probabilities.numpy(), axis=1) == labels))
     try:
         result = replica_step(
-            model, tf.keras.optimizers.SGD(learning_rate), tf.constant(images), tf.constant(labels), 16
+            model, tf.keras.optimizers.SGD(learning_rate), tf.constant(pixels), tf.constant(labels), g
         )
     except ValueError as exc:
         if "No gradients provided" not in str(exc):
@@ -119,29 +122,60 @@ def check_step(replica_step: Callable, learning_rate: float = 0.1, seed: int = 0
     assert isinstance(result, (tuple, list)) and len(result) == 2, "replica_step should return (loss, correct)"
     loss, got_correct = float(result[0]), float(result[1])
     total = float(total)
-    assert not np.isclose(loss, total / 8, rtol=1e-4), (
-        f"your loss {loss:.4f} is the mean over the replica's own 8 images; MirroredStrategy adds the gradients of "
-        f"all replicas, so with 2 replicas that step would be twice too large. Divide the sum of the per-image "
-        f"losses by the GLOBAL batch (16 here): tf.nn.compute_average_loss(..., global_batch_size=global_batch)"
+    assert not np.isclose(loss, total / n, rtol=1e-4), (
+        f"your loss {loss:.4f} is the mean over the replica's own {n} images; MirroredStrategy adds the gradients "
+        f"of all replicas, so its step would be {g / n:.3g} times too large. Divide the sum of the per-image losses "
+        f"by the GLOBAL batch ({g} here): "
+        "tf.nn.compute_average_loss(..., global_batch_size=global_batch)"
     )
-    assert np.isclose(loss, total / 16, rtol=1e-4), (
-        f"the loss should be the sum of the 8 per-image cross-entropies divided by the global batch 16 "
-        f"({total / 16:.4f}), not {loss:.4f}"
+    assert np.isclose(loss, total / g, rtol=1e-4), (
+        f"the loss should be the sum of the {n} per-image cross-entropies divided by the global batch {g} "
+        f"({total / g:.4f}), not {loss:.4f}"
     )
     moved = max(float(np.abs(w.numpy() - b).max()) for w, b in zip(model.trainable_variables, before))
     assert moved > 0, "the weights did not change: apply the gradients with optimizer.apply_gradients"
     wrong = max(
-        float(np.abs(w.numpy() - (b - learning_rate * g.numpy() / 16)).max())
-        for w, b, g in zip(model.trainable_variables, before, gradients)
+        float(np.abs(w.numpy() - (b - learning_rate * d.numpy() / g)).max())
+        for w, b, d in zip(model.trainable_variables, before, gradients)
     )
     assert wrong < TOLERANCE, (
         f"the update differs from one SGD step on your loss by {wrong:.2e}: take the "
         f"gradients of the scaled loss with respect to model.trainable_variables"
     )
     assert got_correct == correct, (
-        f"correct should count this replica's right predictions ({correct:.0f} of 8), not {got_correct:g}"
+        f"correct should count this replica's right predictions ({correct:.0f} of {n}), not {got_correct:g}"
     )
     return {"loss": loss, "correct": got_correct}
+
+
+@dataclass(frozen=True)
+class StepCase:
+    """One replica's part of a global batch, for `check_step`, and a name the message cites."""
+
+    name: str
+    images: int
+    global_batch: int
+
+
+# Exercise 3 beyond the notebook's even split (8 of 16): tf.nn.compute_average_loss divides the sum of the
+# per-example losses by global_batch_size whatever the replica's own share, and a global batch the replicas do not
+# divide evenly gives them unequal parts (TensorFlow's custom training tutorial: divide by the global batch, not
+# the replica's own).
+STEP_CASES = (
+    StepCase("one replica of 4 (8 images of a global batch of 32)", 8, 32),
+    StepCase("the larger part of a global batch of 17 on 2 replicas (9 images)", 9, 17),
+    StepCase("the smaller part of a last, short global batch of 5 on 2 replicas (2 images)", 2, 5),
+)
+
+
+def check_step_cases(replica_step: Callable, cases: Sequence[StepCase] = STEP_CASES) -> None:
+    """`check_step` on every case of STEP_CASES (other shares of the global batch, uneven ones); the message names
+    the case."""
+    for case in cases:
+        try:
+            check_step(replica_step, images=case.images, global_batch=case.global_batch)
+        except AssertionError as wrong:
+            raise AssertionError(f"{case.name}: {wrong}") from None
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Notebook 08's checks of the numbers around a MirroredStrategy loop (the loop itself: course.checks.mirrored_loop):
-the global batch and learning rate planned for a number of replicas, the speedup read from the measured epoch times,
-and the global batch that gives every replica the largest batch one device holds.
+the global batch and learning rate planned for a number of replicas (also on a table of counts, PLAN_CASES), the
+speedup read from the measured epoch times, and the global batch that gives every replica the largest batch one
+device holds.
 
     mirrored_scaling.plan_for_replicas(plan, PER_REPLICA_BATCH, BASE_LR)    # None, or what is wrong
 """
@@ -13,10 +14,20 @@ from typing import Any
 from course.checks import check, expect
 
 
+# Exercise 1 beyond the notebook's 1 and 2 replicas: the rule holds for every count (replicas, name)
+PLAN_CASES = (
+    (3, "3 replicas (an odd count)"),
+    (4, "4 replicas"),
+    (8, "8 replicas (a node of 8 GPUs)"),
+    (64, "64 replicas (8 nodes of 8 GPUs)"),
+)
+
+
 @check
 def plan_for_replicas(plan: Callable[[int], Mapping], per_replica_batch: int, base_lr: float) -> None:
     """Exercise 1: plan(replicas) gives the global batch (per-replica batch x replicas) and the learning rate scaled
-    linearly with the replicas from base_lr (not kept, not by the square root)."""
+    linearly with the replicas from base_lr (not kept, not by the square root), on 1 and 2 replicas and every count
+    of PLAN_CASES (odd, a node, several nodes)."""
     one = plan(1)
     expect(
         isinstance(one, dict) and {"global_batch", "learning_rate"} <= set(one),
@@ -35,6 +46,14 @@ def plan_for_replicas(plan: Callable[[int], Mapping], per_replica_batch: int, ba
         abs(lr2 - 2 * base_lr) < 1e-12,
         f"plan(2) gives learning rate {lr2}: with twice the global batch, the linear rule doubles BASE_LR = {base_lr}",
     )
+    for replicas, name in PLAN_CASES:
+        got = plan(replicas)
+        batch, rate = per_replica_batch * replicas, base_lr * replicas
+        expect(
+            got["global_batch"] == batch and abs(got["learning_rate"] - rate) < 1e-12,
+            f"{name}: plan({replicas}) gives global batch {got['global_batch']} and learning rate "
+            f"{got['learning_rate']:.6g}; the rule gives {batch} and {rate:.6g} (each {replicas} times one replica's)",
+        )
 
 
 @check

@@ -1,8 +1,10 @@
 """Notebook 10's checks of what a learner computes from run times: speedup and efficiency, Amdahl's serial fraction
 (Karp-Flatt), Gustafson's scaled speedup, the faster-device study, and why speedups stay below n. The functions a
-learner writes are tried on made-up times whose results are plain; the values they store, against the notebook's
-own measurements (`weak_time`, `step_time`, `compute_time`); the numbers and letters that would give the answer
-away, against salted digests (course.checks.quiz), so that neither the notebook nor this module shows them.
+learner writes are tried on made-up times whose results are plain and on named tables of the cases their rule
+covers beyond the notebook's own run (SCALING_CASES, SERIAL_CASES, WEAK_CASES, SHARE_CASES); the values they
+store, against the notebook's own measurements (`weak_time`, `step_time`, `compute_time`); the numbers and letters
+that would give the answer away, against salted digests (course.checks.quiz), so that neither the notebook nor
+this module shows them.
 
     speedup.speedup_and_efficiency(scaling, bsc)      # None, or what is wrong
 """
@@ -10,6 +12,7 @@ away, against salted digests (course.checks.quiz), so that neither the notebook 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from course.checks import Wrong, check, expect, quiz
@@ -55,6 +58,64 @@ DEVICE_WHY = {
 }
 
 
+@dataclass(frozen=True)
+class TimesCase:
+    """Made-up times {workers: seconds} for a learner's function, what the rule gives per worker count, and a name
+    the message cites."""
+
+    name: str
+    times: Mapping[int, float]
+    want: Mapping[int, Any]
+
+
+@dataclass(frozen=True)
+class ShareCase:
+    """A speedup on n workers, the serial part the law gives for it, and a name the message cites."""
+
+    name: str
+    speedup: float
+    n: int
+    share: float
+
+
+# Exercise ex1 beyond the notebook's halving times: S(n) = T(1) / T(n), E(n) = S(n) / n, worked out by hand
+SCALING_CASES = (
+    TimesCase("a slowdown (2 workers slower than one)", {1: 10.0, 2: 12.5}, {1: (1, 1), 2: (0.8, 0.4)}),
+    TimesCase(
+        "worker counts that are no powers of two",
+        {1: 12.0, 3: 5.0, 6: 3.0},
+        {1: (1, 1), 3: (2.4, 0.8), 6: (4, 4 / 6)},
+    ),
+    TimesCase(
+        "the times listed largest count first",
+        {8: 2.5, 2: 6.0, 1: 10.0},
+        {8: (4, 0.5), 2: (10 / 6, 10 / 12), 1: (1, 1)},
+    ),
+    TimesCase("one worker alone", {1: 7.0}, {1: (1, 1)}),
+)
+
+# Exercise ex2 beyond 1.6x on 2 workers: f = (1/S - 1/n) / (1 - 1/n), worked out by hand
+SERIAL_CASES = (
+    ShareCase("2.5x on 3 workers", 2.5, 3, 0.1),
+    ShareCase("4x on 8 workers", 4.0, 8, 1 / 7),
+    ShareCase("5x on 10 workers", 5.0, 10, 1 / 9),
+    ShareCase("no gain on 2 workers (1x)", 1.0, 2, 1.0),
+    ShareCase("a linear 2x on 2 workers", 2.0, 2, 0.0),
+)
+
+# Exercise ex-gustafson beyond the notebook's runs: S = n T(1) / T(n); s = (n - S) / (n - 1), worked out by hand
+WEAK_CASES = (
+    TimesCase("a larger run faster than one worker", {1: 10.0, 2: 8.0, 4: 12.5}, {1: 1, 2: 2.5, 4: 3.2}),
+    TimesCase("3 and 6 workers", {1: 4.0, 3: 5.0, 6: 6.0}, {1: 1, 3: 2.4, 6: 4}),
+    TimesCase("the times listed largest count first", {4: 20.0, 1: 10.0}, {4: 2, 1: 1}),
+)
+SHARE_CASES = (
+    ShareCase("no gain on 4 workers (S = 1)", 1.0, 4, 1.0),
+    ShareCase("S = 2.4 on 3 workers", 2.4, 3, 0.3),
+    ShareCase("S = 57 on 64 workers", 57.0, 64, 1 / 9),
+)
+
+
 def _letters(chosen: Any, not_a_set: str, key: Mapping[str, str], why: Mapping[str, str], prefix: str = "") -> None:
     """Judge each letter A-E of a multiple-choice answer, chosen or not, against the key's digests (course.checks.quiz
     prints right / not yet, letter by letter, and why once right); stop the check with quiz's words if one is not."""
@@ -69,7 +130,8 @@ def _letters(chosen: Any, not_a_set: str, key: Mapping[str, str], why: Mapping[s
 def speedup_and_efficiency(scaling: Callable[[dict[int, float]], Mapping], bsc: Mapping) -> None:
     """Exercise `ex1`: `scaling(times)` -> {workers: (speedup, efficiency)} and `bsc`, its result for the BSC
     hands-on's epoch times. One worker is the reference; made-up times that halve as the workers double give 4x on 4
-    workers and efficiency 1; bsc's values are judged against digests, which do not show them."""
+    workers and efficiency 1, then every case of SCALING_CASES (a slowdown, counts no powers of two, the times in
+    another order, one worker alone); bsc's values are judged against digests, which do not show them."""
     expect(set(bsc) == {1, 2, 4}, "one entry per number of GPUs: 1, 2 and 4")
     expect(abs(bsc[1][0] - 1.0) < 1e-9 and abs(bsc[1][1] - 1.0) < 1e-9, "one worker has speedup 1 and efficiency 1")
     linear = scaling({1: 8.0, 2: 4.0, 4: 2.0})  # made-up times that halve as the workers double
@@ -81,6 +143,18 @@ def speedup_and_efficiency(scaling: Callable[[dict[int, float]], Mapping], bsc: 
         abs(linear[4][1] - 1.0) < 1e-9,
         "efficiency: perfectly linear scaling is 1.0 (the speedup divided by the workers)",
     )
+    for case in SCALING_CASES:
+        got = scaling(dict(case.times))
+        expect(
+            isinstance(got, Mapping) and set(got) == set(case.times),
+            f"{case.name}: scaling({case.times}) should have one entry per number of workers, {sorted(case.times)}",
+        )
+        for n, (speedup, efficiency) in case.want.items():
+            expect(
+                abs(got[n][0] - speedup) < 1e-9 and abs(got[n][1] - efficiency) < 1e-9,
+                f"{case.name}: scaling({case.times}) gives {n} worker(s) ({got[n][0]:.4g}, {got[n][1]:.4g}); the "
+                f"rule gives ({speedup:.4g}, {efficiency:.4g}): the one-worker time over theirs, then over {n}",
+            )
     wrong = [
         f"{kind} on {n} GPUs"
         for n in (2, 4)
@@ -93,7 +167,8 @@ def speedup_and_efficiency(scaling: Callable[[dict[int, float]], Mapping], bsc: 
 @check
 def karp_flatt(serial_fraction: Callable[[float, int], float], f2: float, limit: float) -> None:
     """Exercise `ex2`: `serial_fraction(speedup, n)` (Karp-Flatt) at its two ends (linear: 0, none: 1), `f2` for 1.6x
-    on 2 workers (its own function's value, and against a digest), and `limit`, the speedup 1 / f2 caps."""
+    on 2 workers (its own function's value, and against a digest), `limit`, the speedup 1 / f2 caps, and the
+    function on every case of SERIAL_CASES (other worker counts, both ends on 2 workers)."""
     expect(
         abs(serial_fraction(4, 4)) < 1e-9,
         "a linear speedup (4x on 4 workers) leaves no serial part: f should be 0",
@@ -107,10 +182,42 @@ def karp_flatt(serial_fraction: Callable[[float, int], float], f2: float, limit:
         abs(limit * f2 - 1) < 1e-9,
         "with a serial fraction f, the speedup can never exceed 1 / f: that is the limit",
     )
+    for case in SERIAL_CASES:
+        got = serial_fraction(case.speedup, case.n)
+        expect(
+            abs(got - case.share) < 1e-9,
+            f"{case.name}: serial_fraction({case.speedup:g}, {case.n}) is {got:.6g}, Karp-Flatt gives {case.share:.6g}",
+        )
     expect(
         quiz.is_right("f2", round(f2, 6), F2_KEY),
         "f2 is not right yet: check serial_fraction against Karp-Flatt, f = (1/S - 1/n) / (1 - 1/n)",
     )
+
+
+def _gustafson_cases(
+    scaled_speedup: Callable[[dict[int, float]], Mapping[int, float]],
+    gustafson_serial_share: Callable[[float, int], float],
+) -> None:
+    """Exercise `ex-gustafson`'s two functions on every case of WEAK_CASES and SHARE_CASES, each named if it fails."""
+    for case in WEAK_CASES:
+        got = scaled_speedup(dict(case.times))
+        expect(
+            isinstance(got, Mapping) and set(got) == set(case.times),
+            f"{case.name}: scaled_speedup({case.times}) should have one entry per number of workers",
+        )
+        for n, want in case.want.items():
+            expect(
+                abs(got[n] - want) < 1e-9,
+                f"{case.name}: scaled_speedup({case.times}) gives {n} worker(s) {got[n]:.4g}; the rule gives "
+                f"{want:.4g}: n times the one-worker time over theirs",
+            )
+    for case in SHARE_CASES:
+        got = gustafson_serial_share(case.speedup, case.n)
+        expect(
+            abs(got - case.share) < 1e-9,
+            f"{case.name}: gustafson_serial_share({case.speedup:g}, {case.n}) is {got:.6g}, Gustafson's law gives "
+            f"{case.share:.6g}",
+        )
 
 
 @check
@@ -123,8 +230,9 @@ def gustafson_law(
     workers: Sequence[int],
 ) -> None:
     """Exercise `ex-gustafson`: `scaled_speedup` on made-up weak-scaling times (flat: S = n; slower: n T(1) / T(n)),
-    `gustafson_serial_share` on speedups whose share is plain, and `gustafson` and `s_measured` against the
-    notebook's own weak-scaling measurements (`weak_time`, on `workers`)."""
+    `gustafson_serial_share` on speedups whose share is plain, both on the cases of WEAK_CASES and SHARE_CASES (a
+    larger run faster than one worker, counts no powers of two, no gain at all), and `gustafson` and `s_measured`
+    against the notebook's own weak-scaling measurements (`weak_time`, on `workers`)."""
     flat = scaled_speedup({1: 10.0, 2: 10.0, 4: 10.0})  # made-up weak scaling: the time stays flat
     expect(set(flat) == {1, 2, 4}, "one entry per number of workers")
     expect(
@@ -148,6 +256,7 @@ def gustafson_law(
         abs(gustafson_serial_share(4, 4)) < 1e-9,
         "a scaled speedup of n on n workers leaves no serial share",
     )
+    _gustafson_cases(scaled_speedup, gustafson_serial_share)
     most = max(workers)
     expect(
         abs(gustafson[most] - most * weak_time[1] / weak_time[most]) < 1e-9,
