@@ -124,16 +124,17 @@ def test_most_at_once_counts_the_events_in_progress_at_one_instant():
 
 def test_record_shows_how_many_files_tf_data_decodes_at_once(raw, tmp_path):
     """The trace of a pass says how many decodes tf.data really ran together: one for a map of one call, two
-    for a map of two on a machine of two cores or more; `ops` finds every file's decode by the op's type."""
+    for a map of two on a machine of two cores or more (in one of two passes, as the check measures: other work
+    on the cores can hold one of tf.data's threads for a pass); `ops` finds every file's decode by its type."""
     from course import devices
 
-    seen = {}
-    for calls in (1, 2):
+    seen = {1: 0, 2: 0}
+    for calls, trial in ((1, 0), (1, 1), (2, 0), (2, 1)):
         pipeline = raw.repeat(4).map(input_pipeline.decode, num_parallel_calls=calls).batch(4).prefetch(AUTOTUNE)
-        prints, events = tfprofiler.record(lambda: input_pipeline.fingerprints(pipeline), tmp_path / str(calls))
+        prints, events = tfprofiler.record(lambda: input_pipeline.fingerprints(pipeline), tmp_path / f"{calls}-{trial}")
         decodes = tfprofiler.ops(events, input_pipeline.DECODE_OP)
         assert len(prints) == 12 and len(decodes) == 48
-        seen[calls] = tfprofiler.most_at_once(decodes)
+        seen[calls] = max(seen[calls], tfprofiler.most_at_once(decodes))
     assert seen[1] == 1
     assert seen[2] == (2 if devices.cores() > 1 else 1)
 
