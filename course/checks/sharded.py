@@ -2,7 +2,8 @@
 ZeRO paper's figures, a ZeRO stage-2 training against plain data parallelism's (parameters; optimizer state and the
 memory each rank holds, measured by tracemalloc; bytes on the wire, measured by course.comm.CountingComm), a stage-3
 forward pass (its output, its collectives and its peak memory, measured by tracemalloc), a Megatron MLP block against
-the unsplit block, the groups `comm.Split` makes on 8 ranks, and the layout quiz. What is compared is measured from outside the answer, never taken from it.
+the unsplit block, the groups `comm.Split` makes on 8 ranks, and the layout quiz. What is compared is measured from
+outside the answer, never taken from it.
 
     zero = view.apply_sync(sharded.trained, train, zero_state, zero_step, SIZES, STEPS)   # with the memory held
     sharded.zero_stage2(zero, dp, n_params, STEPS)      # None, or what is wrong
@@ -17,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from course import sharding
-from course.memory import arrays_kept
 from course.checks import Wrong, check, expect, quiz
+from course.memory import arrays_kept
 
 # GB per device for 7.5 billion parameters on 64 devices with K = 12, by ZeRO stage (the ZeRO paper's figure 1)
 FIGURE_1 = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
