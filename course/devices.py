@@ -32,6 +32,15 @@ def visible_gpus(environ: dict[str, str] | None = None, proc: str = NVIDIA_DRIVE
     return [str(i) for i in range(len(list(path.iterdir())))] if path.is_dir() else []
 
 
+def cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system has one): what TensorFlow sizes its
+    thread pools by, so how many ops, or `tf.data` map calls, can run at once."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def thread_env(threads: int) -> dict[str, str]:
     """Environment that limits TensorFlow, oneDNN/OpenMP and BLAS in one process to `threads` threads."""
     return {**{name: str(threads) for name in THREAD_VARIABLES}, "TF_NUM_INTEROP_THREADS": "1"}

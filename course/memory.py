@@ -4,11 +4,18 @@ Binder restarts a kernel whose container goes above 2 GB, so `course run` and th
 processes started inside a block use, and report the highest total. Each process counts its proportional set size
 (PSS: shared pages split between the processes sharing them), so TensorFlow's libraries, loaded by the kernel and by
 every engine, count once in all rather than once per process.
+
+`arrays_kept` measures one call inside a process: the NumPy memory it leaves allocated (tracemalloc), which is what a
+rank really holds, whatever the objects it returned say about their own size (a slice keeps its whole array).
 """
 
 from __future__ import annotations
 
+import gc
 import threading
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
 
 import psutil
 
@@ -80,3 +87,31 @@ def _rss(process: psutil.Process) -> int:
         return process.memory_info().rss
     except psutil.Error:
         return 0
+
+
+def arrays_kept(function: Callable, *args: Any) -> tuple[Any, int]:
+    """`function(*args)` and the bytes of NumPy array data it allocated that are still allocated once it returned
+    (tracemalloc, NumPy's domain): what its result and anything else still hold, views' whole arrays included.
+    Arrays allocated while a module is imported are the module's own and left out."""
+    import numpy as np
+
+    def numpy_traces() -> tracemalloc.Snapshot:
+        gc.collect()  # what is only garbage is not held
+        return tracemalloc.take_snapshot().filter_traces(
+            [
+                tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain),
+                tracemalloc.Filter(False, "<frozen importlib._bootstrap*>", all_frames=True),
+            ]
+        )
+
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(32)  # frames enough to see an import below the call
+    try:
+        before = numpy_traces()
+        result = function(*args)
+        after = numpy_traces()
+    finally:
+        if started:
+            tracemalloc.stop()
+    return result, sum(max(0, stat.size_diff) for stat in after.compare_to(before, "traceback"))

@@ -9,6 +9,9 @@ Chrome trace format, the same as Horovod's timeline. Times in it are in microsec
     >>> path = capture(step, dataset, "logs/profile", steps=5)
     >>> events = read_trace(path)                     # complete events: name, ts, dur, pid, tid, args
     >>> show_step(events, 2)                          # what step 2 did, nested, in milliseconds
+
+`record` profiles any call (a pass over a dataset, say) and `most_at_once` counts how many of some events the
+runtime had in progress at the same instant: how many calls of a `tf.data` map really ran in parallel.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from course import UserError
 
@@ -40,6 +43,34 @@ def capture(step: Callable, dataset, logdir: str | Path, steps: int = 5, name: s
     finally:
         tf.profiler.experimental.stop()
     return convert(newest_profile(logdir))
+
+
+def record(function: Callable[[], Any], logdir: str | Path) -> tuple[Any, list[dict]]:
+    """`function()` with the profiler on: its result and the complete events of its trace (`read_trace`), written
+    under `logdir`."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(str(logdir))
+    try:
+        result = function()
+    finally:
+        tf.profiler.experimental.stop()
+    return result, read_trace(convert(newest_profile(logdir)))
+
+
+def ops(events: list[dict], op_type: str) -> list[dict]:
+    """The events of TensorFlow ops of type `op_type` (their `long_name` is 'name:type'), on any thread."""
+    return [e for e in events if e.get("args", {}).get("long_name", e["name"]).rpartition(":")[2] == op_type]
+
+
+def most_at_once(events: list[dict]) -> int:
+    """The most of `events` in progress at one instant (one that ends as another starts does not overlap it)."""
+    edges = sorted([(e["ts"], 1) for e in events] + [(e["ts"] + e["dur"], -1) for e in events])
+    most = running = 0
+    for _, change in edges:  # at a tie the ending (-1) sorts before the start
+        running += change
+        most = max(most, running)
+    return most
 
 
 def newest_profile(logdir: str | Path) -> Path:

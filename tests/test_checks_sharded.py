@@ -68,7 +68,7 @@ def test_zero_stage2(case, view, trained):
     def run():
         names = define(case, {"np": np, "sharding": sharding, **trained, **QUICK})
         zero = view.apply_sync(
-            trained["train"], names["zero_state"], names["zero_step"], QUICK["SIZES"], QUICK["STEPS"]
+            sharded.trained, trained["train"], names["zero_state"], names["zero_step"], QUICK["SIZES"], QUICK["STEPS"]
         )
         zero_fns, dp_fns = (names["zero_state"], names["zero_step"]), (trained["dp_state"], trained["dp_step"])
         return sharded.zero_stage2(zero, trained["dp"], trained["n_params"], QUICK["STEPS"]) or sharded.zero_cases(

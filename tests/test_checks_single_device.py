@@ -5,6 +5,10 @@ and the small dense model for the loss-scaling steps."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -96,7 +100,9 @@ def test_pipeline(case, notebook):
         case,
         lambda: (
             single_device.pipeline(
-                names["fast_pipeline"](n["raw"], BATCH),
+                names["fast_pipeline"],
+                n["raw"],
+                BATCH,
                 n["slow"],
                 n["slow_timing"],
                 n["train_step"],
@@ -128,3 +134,51 @@ def test_traces_name_their_threads(notebook):
         marks = [e for e in events if "step_num" in e.get("args", {})]
         waits = [e for e in events if e["name"] == "IteratorGetNextOp::DoCompute"]
         assert marks and waits and all(e["thread"] for e in marks + waits), "a step marker or wait without a name"
+
+
+# On one core, as a small Binder gives: the check's verdict on a map of AUTOTUNE calls and on a map of one
+ONE_CORE = """
+import os, sys, time
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # before TensorFlow sizes its thread pools
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+import tensorflow as tf
+from course import input_pipeline
+from course.checks import single_device
+from course.input_pipeline import decode
+
+images = np.random.default_rng(0).uniform(0, 1, (64, 28, 28, 1)).astype("float32")
+options = tf.data.Options()
+options.experimental_optimization.map_parallelization = False
+raw = tf.data.Dataset.from_tensor_slices((list(input_pipeline.photos(images)), np.arange(64) % 10))
+raw = raw.with_options(options)
+slow = raw.map(decode).batch(16)
+
+
+def step(images, labels):
+    time.sleep(0.01)  # a model's step: longer than taking a cached batch
+    return np.float32(0)
+
+
+before = input_pipeline.measure(slow, step, 2)
+for calls in (tf.data.AUTOTUNE, 1):
+    def fast_pipeline(raw, batch_size):
+        return raw.map(decode, num_parallel_calls=calls).cache().batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    print("verdict:", single_device.pipeline(fast_pipeline, raw, 16, slow, before, step, 3, 0.3), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs a system that pins a process to a core")
+def test_on_one_core_the_map_is_read_from_its_configuration():
+    """Where tf.data has one core, no two decodes ever run at once whatever the map asks (the trace shows one at a
+    time for AUTOTUNE too): the check reads the map's configuration instead, so a map of AUTOTUNE calls keeps its
+    marks and a map of one call still loses them. Run in a process pinned to one core."""
+    run = subprocess.run(
+        [sys.executable, "-c", ONE_CORE], capture_output=True, text=True, timeout=300, env={**os.environ}
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    passes = [line for line in run.stdout.splitlines() if line.startswith(("first pass", "verdict"))]
+    assert passes[0::2] == ["first pass: 64 files decoded, at most 1 at once"] * 2, run.stdout
+    assert passes[1] == "verdict: None", run.stdout
+    assert passes[3].startswith("verdict: the decoding map decodes one file at a time"), run.stdout

@@ -48,3 +48,25 @@ def test_the_binder_check_can_fail():
         memory.sample()
         end(child)
     assert memory.peak > BINDER_LIMIT
+
+
+def test_arrays_kept_counts_what_a_call_leaves_allocated_views_whole(tmp_path, monkeypatch):
+    """arrays_kept measures the memory held, not what the returned objects say of themselves: a slice of 1000
+    floats keeps all 8000 bytes, an array kept elsewhere counts, a temporary does not, nor a module's own arrays."""
+    import numpy as np
+
+    from course.memory import arrays_kept
+
+    view, kept = arrays_kept(lambda: np.zeros(1000)[:10])
+    assert view.nbytes == 80 and kept == 8000
+    copy, kept = arrays_kept(lambda: np.zeros(1000)[:10].copy())
+    assert copy.nbytes == 80 and kept == 80
+    elsewhere: list = []
+    _, kept = arrays_kept(lambda: elsewhere.append(np.ones(500)))
+    assert kept == 4000
+    _, kept = arrays_kept(lambda: float(np.ones(2000).sum()))
+    assert kept == 0
+    (tmp_path / "module_with_table.py").write_text("import numpy as np\nTABLE = np.zeros(3000)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _, kept = arrays_kept(lambda: __import__("module_with_table").TABLE[:1].copy())
+    assert kept == 8

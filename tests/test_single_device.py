@@ -112,6 +112,33 @@ def test_capture_writes_a_trace_with_each_step_and_its_wait(raw, tmp_path, capsy
         tfprofiler.show_step(events, 7)
 
 
+def test_most_at_once_counts_the_events_in_progress_at_one_instant():
+    def event(ts, dur):
+        return {"name": "DecodeJpeg", "ts": ts, "dur": dur}
+
+    assert tfprofiler.most_at_once([]) == 0
+    assert tfprofiler.most_at_once([event(0, 5), event(5, 5), event(10, 1)]) == 1  # one ends as the next starts
+    assert tfprofiler.most_at_once([event(0, 10), event(2, 3), event(4, 1), event(6, 10)]) == 3
+    assert tfprofiler.most_at_once([event(6, 10), event(0, 7)]) == 2  # in any order
+
+
+def test_record_shows_how_many_files_tf_data_decodes_at_once(raw, tmp_path):
+    """The trace of a pass says how many decodes tf.data really ran together: one for a map of one call, two
+    for a map of two on a machine of two cores or more (in one of two passes, as the check measures: other work
+    on the cores can hold one of tf.data's threads for a pass); `ops` finds every file's decode by its type."""
+    from course import devices
+
+    seen = {1: 0, 2: 0}
+    for calls, trial in ((1, 0), (1, 1), (2, 0), (2, 1)):
+        pipeline = raw.repeat(4).map(input_pipeline.decode, num_parallel_calls=calls).batch(4).prefetch(AUTOTUNE)
+        prints, events = tfprofiler.record(lambda: input_pipeline.fingerprints(pipeline), tmp_path / f"{calls}-{trial}")
+        decodes = tfprofiler.ops(events, input_pipeline.DECODE_OP)
+        assert len(prints) == 12 and len(decodes) == 48
+        seen[calls] = max(seen[calls], tfprofiler.most_at_once(decodes))
+    assert seen[1] == 1
+    assert seen[2] == (2 if devices.cores() > 1 else 1)
+
+
 def test_no_profile_is_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="no profile under"):
         tfprofiler.newest_profile(tmp_path)

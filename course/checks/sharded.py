@@ -1,10 +1,11 @@
 """Notebook 09's checks of sharded data parallelism (ZeRO) and tensor parallelism: the bytes per device against the
-ZeRO paper's figures, a ZeRO stage-2 training against plain data parallelism's (parameters, optimizer state and
-bytes on the wire, measured by course.comm.CountingComm), a stage-3 forward pass (its output, its collectives and
-its peak memory, measured by tracemalloc), a Megatron MLP block against the unsplit block, the groups `comm.Split`
-makes on 8 ranks, and the layout quiz. What is compared is measured from outside the answer, never taken from it.
+ZeRO paper's figures, a ZeRO stage-2 training against plain data parallelism's (parameters; optimizer state and the
+memory each rank holds, measured by tracemalloc; bytes on the wire, measured by course.comm.CountingComm), a stage-3
+forward pass (its output, its collectives and its peak memory, measured by tracemalloc), a Megatron MLP block against
+the unsplit block, the groups `comm.Split` makes on 8 ranks, and the layout quiz. What is compared is measured from
+outside the answer, never taken from it.
 
-    zero = view.apply_sync(train, zero_state, zero_step, SIZES, STEPS)
+    zero = view.apply_sync(sharded.trained, train, zero_state, zero_step, SIZES, STEPS)   # with the memory held
     sharded.zero_stage2(zero, dp, n_params, STEPS)      # None, or what is wrong
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from course import sharding
 from course.checks import Wrong, check, expect, quiz
+from course.memory import arrays_kept
 
 # GB per device for 7.5 billion parameters on 64 devices with K = 12, by ZeRO stage (the ZeRO paper's figure 1)
 FIGURE_1 = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
@@ -69,11 +71,28 @@ def memory(zero_bytes: Callable, fewest_devices: Callable) -> None:
     )
 
 
+def trained(train: Callable, make_state: Callable, step: Callable, sizes: tuple[int, ...], steps: int) -> dict:
+    """On a rank: the notebook's `train(make_state, step, sizes, steps)`, its result with `held_bytes`: the NumPy
+    memory the training leaves allocated on the rank besides that result (`course.memory.arrays_kept`), the state
+    `make_state` returned kept alive: what the rank really holds for its optimizer, whatever the state's arrays say
+    of their own size (a slice keeps its whole array), and anything else the steps keep."""
+    states: list = []
+
+    def kept_state(comm: Any, n_params: int) -> Any:
+        states.append(make_state(comm, n_params))
+        return states[-1]
+
+    result, kept = arrays_kept(train, kept_state, step, sizes, steps)
+    states.clear()
+    return {**result, "held_bytes": kept - sharding.nbytes(result)}
+
+
 @check
 def zero_stage2(results: list[dict], reference: list[dict], n_params: int, steps: int) -> None:
-    """Exercise `ex-zero`: ZeRO training (the notebook's `train`, one result per rank) against plain data
-    parallelism's: the same parameters after `steps` steps, Adam's moments for the rank's own shard only, and no
-    more bytes on the wire than the all-reduce (a reduce-scatter and an all-gather)."""
+    """Exercise `ex-zero`: ZeRO training (`trained`: the notebook's `train` and the memory each rank holds, one
+    result per rank) against plain data parallelism's: the same parameters after `steps` steps, Adam's moments for
+    the rank's own shard only, in its state and in the memory it holds, and no more bytes on the wire than the
+    all-reduce (a reduce-scatter and an all-gather)."""
     size = len(results)
     counts = sharding.shard_counts(n_params, size)
     owner = np.repeat(np.arange(size), counts)  # which rank's shard each parameter is in
@@ -96,6 +115,13 @@ def zero_stage2(results: list[dict], reference: list[dict], n_params: int, steps
             f"rank {rank} keeps {got['state_bytes']:,d} bytes of optimizer state, plain data parallelism "
             f"{want['state_bytes']:,d}: on {size} ranks each should keep Adam's two moments for the "
             f"{counts[rank]} parameters of its own shard only",
+        )
+        expect(
+            got["held_bytes"] <= 16 * counts[rank],
+            f"rank {rank}'s optimizer state says it is {got['state_bytes']:,d} bytes, but after training the rank "
+            f"still holds {got['held_bytes']:,d} bytes of arrays besides its parameters (plain data parallelism "
+            f"{want['state_bytes']:,d}): an array cut out of a larger one keeps the whole of it; allocate only the "
+            f"{counts[rank]} parameters of the rank's own shard",
         )
         allreduce = want["wire_bytes"]
         used = (
@@ -137,12 +163,12 @@ def _last_line(error: Exception) -> str:
 
 @check
 def zero_cases(train: Callable, zero: tuple[Callable, Callable], dp: tuple[Callable, Callable], view: Any) -> None:
-    """Exercise `ex-zero` on ZERO_CASES: `train(*zero, sizes, steps)` on the engines of `view` against
-    `train(*dp, ...)`, as zero_stage2 compares them; the message names the case."""
+    """Exercise `ex-zero` on ZERO_CASES: `train(*zero, sizes, steps)` on the engines of `view` (`trained`: with the
+    memory each rank holds) against `train(*dp, ...)`, as zero_stage2 compares them; the message names the case."""
     for case in ZERO_CASES:
         reference = view.apply_sync(train, *dp, case.sizes, case.steps)
         try:
-            results = view.apply_sync(train, *zero, case.sizes, case.steps)
+            results = view.apply_sync(trained, train, *zero, case.sizes, case.steps)
         except Exception as error:  # the learner's code failing on this case: say which case
             raise Wrong(f"with {case.name} on {len(view)} ranks, training failed: {_last_line(error)}") from None
         problem = zero_stage2(results, reference, sharding.mlp_size(case.sizes), case.steps)
