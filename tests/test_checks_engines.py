@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from course import cluster
+from course.cluster import cells
 from course.checks import engines
 from tests.check_cases import cases, define, judge, shared_cluster
 
@@ -48,18 +49,68 @@ def engine_cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def context(engine_cluster):
     """What the notebook defines before exercises 1 and 2: its sizes, the cluster, train_shard, and `one` (the run on
-    one engine over the whole training set)."""
+    one engine over the whole training set); and, as a notebook's cluster does, the cells watched for the requests
+    each sends (course.cluster.cells)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
     train_shard = stand_in()
     one = engine_cluster.client[engine_cluster.ids[0]].apply_sync(
         train_shard, 0, 1, SIZES["LIMIT"], SIZES["EPOCHS"], SIZES["BATCH"]
     )
-    return {**SIZES, "cluster": engine_cluster, "train_shard": train_shard, "one": one}
+    cells.watch(InteractiveShell.instance(), engine_cluster.client)
+    yield {**SIZES, "cluster": engine_cluster, "train_shard": train_shard, "one": one}
+    cells.unwatch()
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex1-answer"}), ids=str)
 def test_whoami_answers(case, context):
     names = define(case, context)
     judge(case, lambda: engines.whoami_answers(names["answers"], names["cluster"]))
+
+
+def run_cells(context, *sources):
+    """The sources run one after the other as cells of one notebook (a fresh namespace holding `context`)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns.clear()
+    shell.user_ns.update({"__name__": "__main__", "__spec__": None}, **context)
+    for source in sources:
+        assert shell.run_cell(source, silent=True).success, source
+    return shell.user_ns
+
+
+SOLUTION_EX1 = cases(NOTEBOOK, {"ex1-answer"})[0]
+WRITTEN_OUT = next(c for c in cases(NOTEBOOK, {"ex1-answer"}) if "cluster.engines" in c.answers["ex1-answer"])
+
+
+def test_whoami_earlier_calls_do_not_count(context):
+    """Answers written out after a right run: the engines' earlier calls returned the same dicts, but not in the
+    cell that made `answers`, so the check still refuses them; the right cell run again passes."""
+    names = run_cells(context, SOLUTION_EX1.answers["ex1-answer"], WRITTEN_OUT.answers["ex1-answer"])
+    assert engines.whoami_answers(names["answers"], names["cluster"])
+    names = run_cells(
+        context,
+        SOLUTION_EX1.answers["ex1-answer"],
+        WRITTEN_OUT.answers["ex1-answer"],
+        SOLUTION_EX1.answers["ex1-answer"],
+    )
+    assert engines.whoami_answers(names["answers"], names["cluster"]) is None
+
+
+def test_whoami_judged_by_the_cell_that_bound_answers(context):
+    """A cell run between the answer and its check (looking at `answers`, another call to the engines) does not
+    change the verdict: the cell that bound `answers` is the one judged."""
+    names = run_cells(context, SOLUTION_EX1.answers["ex1-answer"], "print(answers)\ncluster.view.apply_sync(whoami)")
+    assert engines.whoami_answers(names["answers"], names["cluster"]) is None
+
+
+def test_whoami_rank_asked_of_the_engine(context):
+    """Ranks that are in range and distinct but not the engines' own (the numbering turned round) are refused: the
+    check asks each engine its MPI rank."""
+    swapped = SOLUTION_EX1.answers["ex1-answer"] + "\nfor a in answers:\n    a['rank'] = len(answers) - 1 - a['rank']\n"
+    names = run_cells(context, swapped)
+    assert "rank" in (engines.whoami_answers(names["answers"], names["cluster"]) or "")
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex2-answer"}), ids=str)

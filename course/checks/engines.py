@@ -1,5 +1,5 @@
-"""Notebook 00's checks of work sent to an engine cluster: who answered (each engine its own process, rank and
-size), where the shards were trained (read back from the controller's records of what ran on which engine,
+"""Notebook 00's checks of work sent to an engine cluster: who answered (each engine asked who it is, and the
+controller's records of the answer's own cell, course.cluster.cells), where the shards were trained (read back from the controller's records of what ran on which engine,
 course.checks.where, not from what the answer returned), and whether the cluster was stopped.
 
     whoami_answers(answers, cluster)                                 # ex1
@@ -14,12 +14,24 @@ from __future__ import annotations
 from typing import Any
 
 from course.checks import check, expect, where
+from course.cluster import cells
+
+
+def identity() -> dict[str, int]:
+    """On an engine: its process id, and its rank and size in its MPI world, asked of the process itself."""
+    import os
+
+    from mpi4py import MPI
+
+    return {"pid": os.getpid(), "rank": MPI.COMM_WORLD.Get_rank(), "size": MPI.COMM_WORLD.Get_size()}
 
 
 @check
 def whoami_answers(answers: Any, cluster: Any) -> None:
-    """Exercise `ex1`: one answer per engine, each a dict of the engine's rank, size and process id, the pids all
-    different (every engine is a process of its own)."""
+    """Exercise `ex1`: one answer per engine, each a dict of the engine's rank, size and process id. Measured from
+    outside the answer: the check asks every engine who it is, and the controller's records must show that each
+    answer is what a call on that engine returned in the cell that made `answers` (not values copied from
+    `cluster.engines`, nor an earlier cell's calls)."""
     expect(
         isinstance(answers, list) and len(answers) == len(cluster.ids),
         "answers should be a list with one entry per engine: use cluster.view.apply_sync(whoami)",
@@ -35,6 +47,28 @@ def whoami_answers(answers: Any, cluster: Any) -> None:
     expect(
         len({a["pid"] for a in answers}) == len(answers),
         "every engine is a separate process, so every pid should differ",
+    )
+    span = cells.requests_of(answers, cluster.client)  # before the check's own requests
+    actual = dict(zip(cluster.ids, cluster.view.apply_sync(identity)))
+    engine_of = {facts["pid"]: engine for engine, facts in actual.items()}
+    for a in answers:
+        expect(
+            a["pid"] in engine_of,
+            f"pid {a['pid']} is no engine's process: run whoami on the engines (cluster.view), not in the notebook",
+        )
+        own = actual[engine_of[a["pid"]]]
+        expect(
+            (a["rank"], a["size"]) == (own["rank"], own["size"]),
+            f"engine {engine_of[a['pid']]} is rank {own['rank']} of {own['size']}, but its answer says rank "
+            f"{a['rank']} of {a['size']}: ask MPI.COMM_WORLD on the engine",
+        )
+    since, until = span if span is not None else (0, None)
+    calls = where.engine_calls(cluster.client, since, until)
+    unmade = [a for a in answers if not any(c.engine == engine_of[a["pid"]] and where.same(c.result, a) for c in calls)]
+    expect(
+        not unmade,
+        "the answers were not returned by the engines: make them by calling whoami on every engine in the same "
+        "cell (cluster.view.apply_sync(whoami)), not written out from what the notebook already knows",
     )
 
 

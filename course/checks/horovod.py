@@ -44,10 +44,20 @@ def me_kinds(me: object) -> dict[str, str]:
     return {k: type(v).__name__ for k, v in me.items()} if isinstance(me, dict) else {}
 
 
+def horovod_identity() -> dict[str, int] | None:
+    """On an engine: Horovod's own rank, local rank and size there, or None where Horovod was not initialised."""
+    import horovod.tensorflow.keras as hvd
+
+    if not hvd.is_initialized():
+        return None
+    return {"rank": hvd.rank(), "local_rank": hvd.local_rank(), "size": hvd.size()}
+
+
 @check
 def me_on_every_rank(view: Any) -> None:
     """Exercise 1: every engine's `me` holds its Horovod rank, local rank and size, as numbers; the ranks are
-    0 .. size-1, one per engine, and the size is the number of engines."""
+    0 .. size-1, one per engine, and the size is the number of engines. Measured from outside `me`: the check asks
+    Horovod on every engine whether it was initialised, and its rank, local rank and size there."""
     kinds = view.apply_sync(me_kinds, on_engine("globals().get('me')"))
     odd = sorted({f"me[{k!r}] is a {t}" for found in kinds for k, t in found.items() if t != "int"})
     expect(not odd, f"me should hold numbers: {', '.join(odd)} (call hvd.rank(), hvd.local_rank() and hvd.size())")
@@ -56,9 +66,20 @@ def me_on_every_rank(view: Any) -> None:
         all(isinstance(m, dict) and {"rank", "local_rank", "size"} <= set(m) for m in everyone),
         "every engine should define me = {'rank': ..., 'local_rank': ..., 'size': ...}",
     )
+    actual = view.apply_sync(horovod_identity)
+    idle = [engine for engine, own in zip(view.targets, actual) if own is None]
+    expect(not idle, f"Horovod is not initialised on engine(s) {idle}: call hvd.init() in the %%px cell")
     expect(
-        all(m["size"] == n for m in everyone), f"Horovod should see all {n} engines: did every engine call hvd.init()?"
+        all(own["size"] == n for own in actual),
+        f"Horovod sees {actual[0]['size']} process(es), not the {n} engines: did every engine call hvd.init()?",
     )
+    for engine, m, own in zip(view.targets, everyone, actual):
+        wrong = [f"{k} {m[k]!r} (Horovod says {own[k]})" for k in ("rank", "local_rank", "size") if m[k] != own[k]]
+        expect(
+            not wrong,
+            f"engine {engine}'s me has {', '.join(wrong)}: take each value from Horovod (hvd.rank(), "
+            "hvd.local_rank(), hvd.size())",
+        )
     expect(sorted(m["rank"] for m in everyone) == list(range(n)), "the ranks should be 0 .. size-1, one per engine")
 
 

@@ -69,10 +69,10 @@ def _records(client: Any, ids: list[str], patience: float = 60.0) -> list[dict]:
         time.sleep(0.05)
 
 
-def engine_calls(client: Any, since: int = 0) -> list[EngineCall]:
-    """Every call `client` sent to an engine from its `since`-th request on, oldest first, as the controller
-    recorded it (requests that were not calls, such as a push, are left out)."""
-    ids = list(client.history)[since:]
+def engine_calls(client: Any, since: int = 0, until: int | None = None) -> list[EngineCall]:
+    """Every call `client` sent to an engine from its `since`-th request up to (not including) its `until`-th,
+    oldest first, as the controller recorded it (requests that were not calls, such as a push, are left out)."""
+    ids = list(client.history)[since:until]
     if not ids:
         return []
     records = _records(client, ids)

@@ -16,7 +16,7 @@ from dataclasses import asdict
 import psutil
 
 from course import processes, slurm
-from course.cluster import records
+from course.cluster import cells, records
 from course.cluster.client import client_class
 from course.cluster.engine_setup import engine_configure, engine_facts, plan_devices
 from course.cluster.errors import ClusterDown, ClusterError, ControllerBroken, ended, explain_engine_error, tail
@@ -222,8 +222,10 @@ class Cluster:
             from IPython import get_ipython
         except ImportError:
             return
-        if get_ipython() is not None:
+        shell = get_ipython()
+        if shell is not None:
             self.view.activate()  # %px, %%px, %autopx run on these engines
+            cells.watch(shell, self.client)  # which cell sent which requests: checks judge an answer by its cell
 
     # ---- records (for re-attach, status and stop --all)
     def _save_record(self, state: str) -> None:
