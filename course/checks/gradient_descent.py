@@ -195,10 +195,19 @@ def _arrays(shapes: list[tuple[int, ...]], seed: int, dtype: type = np.float64) 
     return [rng.standard_normal(shape).astype(dtype) for shape in shapes]
 
 
+MOMENTUM_DTYPES = (np.float64, np.float32)  # the notebook's parameters, then a GPU's usual dtype: a step keeps each
+
+
 @check
-def momentum(momentum_step: Callable, shapes: tuple = ((3, 4), (4,)), dtype: type = np.float64) -> None:
+def momentum(momentum_step: Callable, shapes: tuple = ((3, 4), (4,)), dtype: type | None = None) -> None:
     """Exercise `ex-momentum`: `momentum_step(params, grads, velocity, learning_rate, beta)` returns new lists
-    (params - learning_rate * v', v' = beta * v + grads), leaves its inputs alone, and is plain SGD at beta 0."""
+    (params - learning_rate * v', v' = beta * v + grads), leaves its inputs alone, is plain SGD at beta 0 and keeps
+    the parameters' dtype; on `dtype`, else on each of MOMENTUM_DTYPES."""
+    for each in [dtype] if dtype is not None else MOMENTUM_DTYPES:
+        _momentum_on(momentum_step, shapes, each)
+
+
+def _momentum_on(momentum_step: Callable, shapes: tuple, dtype: type) -> None:
     from course import nn
 
     params, grads, velocity = (_arrays(list(shapes), seed, dtype) for seed in (1, 2, 3))
