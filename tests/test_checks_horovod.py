@@ -112,3 +112,19 @@ def test_evaluated_and_saved(case, engines):
         return horovod.evaluated_and_saved(view, out, saved)
 
     on_engines(case, "ex4-answer", view, check)
+
+
+def callback_states(view) -> list[list[dict]]:
+    """Each engine's callbacks' attributes, as their reprs (a Keras model or writer is no value to send)."""
+    view.execute("_states = [{k: repr(v) for k, v in sorted(vars(c).items())} for c in callbacks]", block=True).get()
+    return view["_states"]
+
+
+def test_callback_trial_leaves_the_callbacks_as_it_found_them(engines):
+    """The check runs the learner's callbacks in a fit of its own: afterwards they hold what they held before (the
+    broadcast not yet done, the warm-up's steps unknown), so the notebook's fit starts them fresh."""
+    view, out = engines
+    before = callback_states(view)
+    assert horovod.callback_lists(view, CONSTANTS["BASE_LR"], out, CONSTANTS["WARMUP"]) is None
+    assert callback_states(view) == before
+    assert all(s[0]["broadcast_done"] == "False" for s in before)

@@ -1,6 +1,7 @@
 """Notebook 07's checks, both parts: the Horovod exercises a learner writes on part one's MPI engines (`%%px`
 cells) and what part two reads from its `horovodrun` runs: each engine's values are read on the engine itself (its
-`me`, `lr`, `steps`, `callbacks`, `test_accuracy`) and compared with what the notebook's constants make right; the
+`me`, `lr`, `steps`, `callbacks`, `test_accuracy`) and compared with what the notebook's constants make right, `me`
+with what Horovod itself says there, and the callbacks by what they do in a short fit (course.checks.horovod_trial); the
 model files each rank saved come from the engines (course.checks.saves), not from the folder the ranks share. The
 script exercise has its own module (course.checks.horovod_script), its quiz the key below (course.checks.quiz).
 
@@ -16,9 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course.checks import check, expect
-
-WRITERS = ("ModelCheckpoint", "TensorBoard")  # the callbacks that write files: rank 0's alone
+from course.checks import check, expect, horovod_trial
+from course.checks.horovod_trial import WRITERS  # the callbacks that write files: rank 0's alone
 
 
 def on_engine(expression: str) -> Any:
@@ -139,10 +139,16 @@ def callback_facts(callbacks: Sequence) -> dict[str, Any]:
     }
 
 
+TRIAL_TIMEOUT = 300.0  # seconds the callbacks' trial fit may take on the engines
+
+
 @check
 def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: int) -> None:
-    """Exercise 3: every rank's `callbacks` start with the broadcast from rank 0, average the metrics and warm up
-    for `warmup` epochs to the scaled rate; rank 0 alone writes checkpoints and TensorBoard logs, under `out`."""
+    """Exercise 3: every rank's `callbacks` start with the broadcast, average the metrics and warm up; rank 0
+    alone writes checkpoints and TensorBoard logs, under `out`. What the callbacks do is measured by running them
+    on every rank (course.checks.horovod_trial): after the first step every rank holds rank 0's weights, the
+    epochs' loss is the same on every rank, and the rate starts at `base_lr` and reaches base_lr x size at the end
+    of `warmup` epochs (with the engines' `steps` per epoch, as the notebook's fit takes them) and stays there."""
     facts = view.apply_sync(callback_facts, on_engine("callbacks"))
     names, n = [f["names"] for f in facts], len(view)
     expect(
@@ -155,17 +161,47 @@ def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: in
     )
     expect(set(WRITERS) <= set(names[0]), "rank 0 should write checkpoints and TensorBoard logs")
     expect(all(not set(WRITERS) & set(found) for found in names[1:]), "only rank 0 may write checkpoints and logs")
-    end = [f["initial_lr"] for f in facts]  # Horovod ramps from initial_lr / size to initial_lr
-    expect(
-        all(abs(e - base_lr * n) < 1e-9 for e in end),
-        f"with this initial_lr the warm-up ends at {end[0]}, not at the scaled rate lr = {base_lr * n}: Horovod "
-        "ramps from initial_lr / size up to initial_lr",
-    )
     roots = [f["root"] for f in facts]
+    expect(len(set(roots)) == 1, f"the ranks broadcast from different roots {roots}: every rank should name rank 0")
+
+    steps = [s if isinstance(s, int) and s > 0 else 3 for s in engine_values(view, "steps")][0]
+    trial = view.apply_async(horovod_trial.run, on_engine("callbacks"), base_lr * n, warmup + 1, steps)
+    seen = trial.get(timeout=TRIAL_TIMEOUT)
+    owner = next((r for r, s in enumerate(seen) if s["before"] == seen[0]["after"]), None)
     expect(
-        all(r == 0 for r in roots),
-        f"the broadcast callback sends rank {roots[0]}'s weights: every rank should start from rank 0's",
+        len({s["after"] for s in seen}) == 1,
+        "after the first step the ranks hold different weights: the broadcast callback should send one rank's "
+        "weights to all",
     )
+    expect(
+        owner == 0,
+        f"after the broadcast every rank holds rank {owner}'s weights: every rank should start from rank 0's",
+    )
+    losses = [s["losses"] for s in seen]
+    expect(
+        all(max(epoch) - min(epoch) < 1e-6 for epoch in zip(*losses)),
+        "the ranks report different losses after the callbacks ran: the metric-average callback should average "
+        "them over the ranks",
+    )
+    scaled, rates = base_lr * n, seen[0]["rates"]
+    end = rates[warmup * steps - 1]  # the last step of the warm-up
+    expect(
+        abs(end - base_lr) > 1e-6 * base_lr or n == 1,
+        f"the warm-up ends at {end:.4g} = BASE_LR, not at the scaled rate lr = {scaled}: Horovod ramps from "
+        "initial_lr / size up to initial_lr",
+    )
+    expect(
+        all(abs(r - scaled) < 1e-6 * scaled for r in rates[warmup * steps - 1 :]),
+        f"at the end of WARMUP = {warmup} epoch(s) the rate is {end:.4g}, then {rates[-1]:.4g}, not the scaled "
+        f"rate lr = {scaled} (the warm-up lasts {facts[0]['warmup_epochs']} epoch(s) as given; Horovod reads the "
+        f"steps per epoch from fit, {steps} here, unless given others)",
+    )
+    first = base_lr * (1 + (n - 1) / (steps * warmup))  # one step into a linear ramp from base_lr
+    expect(
+        base_lr * (1 - 1e-6) <= rates[0] <= first * (1 + 1e-6),
+        f"training starts at the rate {rates[0]:.4g}, not at one process's BASE_LR = {base_lr}",
+    )
+    expect(all(a <= b * (1 + 1e-6) for a, b in zip(rates, rates[1:])), "the rate should only grow during the warm-up")
     where = facts[0]["writes"]
     expect(
         where["TensorBoard"] == os.path.abspath(f"{out}/logs"),
@@ -175,8 +211,6 @@ def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: in
         where["ModelCheckpoint"] == os.path.abspath(f"{out}/checkpoints/checkpoint-{{epoch:03d}}.h5"),
         f"rank 0's checkpoints go to {where['ModelCheckpoint']}, not to OUT + '/checkpoints/checkpoint-{{epoch:03d}}.h5'",
     )
-    span = [f["warmup_epochs"] for f in facts]
-    expect(all(b == warmup for b in span), f"the warm-up lasts {span[0]} epoch(s), not WARMUP = {warmup}")
 
 
 def rank_saves() -> tuple[int, list[str]]:
