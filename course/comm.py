@@ -301,6 +301,7 @@ out = f"{sys.argv[3]}.{rank}"
 try:
     with open(sys.argv[2], "rb") as f:
         function, args = pickle.load(f)
+    open(f"{out}.started", "w").close()
     result = ("ok", function(*args))
 except BaseException as exc:
     result = ("error", f"{type(exc).__name__}: {exc}")
@@ -309,15 +310,35 @@ with open(out, "wb") as f:
 if result[0] == "error":
     MPI.COMM_WORLD.Abort(1)
 """
+START_TIMEOUT = 300  # seconds for mpiexec to start every rank: seconds here, more on a loaded machine
+RUN_TIMEOUT = 20  # seconds a learner's function may run once every rank has started it: the checks' cases take
+# milliseconds, so a function still running after this waits for a message no one sends
 
 
-def on_ranks(function: Callable, ranks: int, *args, timeout: float = 120) -> list:
+def _wait_for_ranks(process: subprocess.Popen, started: list, timeout: float) -> str | None:
+    """Wait for the job to end. 'hung' if it runs `timeout` s after every rank has started its function (each has
+    written its `started` file), 'not started' if the ranks are not all started within START_TIMEOUT s; None once
+    it ended. The function's own time is what `timeout` bounds, not mpiexec's start, which a busy machine slows."""
+    launched, running_since = time.monotonic(), None
+    while process.poll() is None:
+        now = time.monotonic()
+        if running_since is None and all(path.exists() for path in started):
+            running_since = now
+        if running_since is not None and now - running_since > timeout:
+            return "hung"
+        if running_since is None and now - launched > START_TIMEOUT:
+            return "not started"
+        time.sleep(0.05)
+    return None
+
+
+def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT) -> list:
     """`function(*args)` on every rank of a new `mpiexec -n RANKS` job; the results, by rank.
 
     For checking a learner's collective on more ranks than the notebook's engines: `function` may be
-    defined in the notebook (it travels by value, with cloudpickle). An exception on a rank, or a job that
-    does not finish within `timeout` seconds (a send with no matching receive), raises AssertionError
-    with one line that says which rank and what happened.
+    defined in the notebook (it travels by value, with cloudpickle). An exception on a rank, or a function that
+    does not return within `timeout` seconds of every rank starting it (a send with no matching receive),
+    raises AssertionError with one line that says which rank and what happened.
     """
     import tempfile
     from pathlib import Path
@@ -327,23 +348,30 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = 120) -> lis
     from course import mpi, processes
 
     root = str(Path(__file__).resolve().parent.parent)
+    name = getattr(function, "__name__", "the function")
     with tempfile.TemporaryDirectory(prefix="course-ranks-") as tmp:
-        job, out = Path(tmp) / "job.pkl", Path(tmp) / "result"
+        job, out, log = Path(tmp) / "job.pkl", Path(tmp) / "result", Path(tmp) / "output"
         job.write_bytes(cloudpickle.dumps((function, args)))
         command = mpi.command(ranks, sys.executable, "-c", _RANK_PROGRAM, root, str(job), str(out))
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=mpi.env(), start_new_session=True
-        )
+        with open(log, "w") as output:
+            process = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, env=mpi.env(), start_new_session=True
+            )
+        waited = "not waited"
         try:
-            output, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            processes.kill_group(process.pid)
-            process.communicate()
+            waited = _wait_for_ranks(process, [Path(f"{out}.{rank}.started") for rank in range(ranks)], timeout)
+        finally:
+            if waited is not None:  # hung, not started, or the wait itself interrupted: end every rank
+                processes.kill_group(process.pid)
+            process.wait()
+        last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        if waited == "hung":
             raise AssertionError(
-                f"{getattr(function, '__name__', 'the function')} did not finish within "
-                f"{timeout:.0f} s on {ranks} ranks: does every send have a matching receive "
-                "on the neighbour?"
-            ) from None
+                f"{name} did not finish within {timeout:.0f} s on {ranks} ranks: does every send have a matching "
+                "receive on the neighbour?"
+            )
+        if waited == "not started":
+            raise AssertionError(f"the job on {ranks} ranks did not start within {START_TIMEOUT} s: {last[0]}")
         results = []
         for rank in range(ranks):
             path = Path(f"{out}.{rank}")
@@ -354,6 +382,5 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = 120) -> lis
                 raise AssertionError(f"on {ranks} ranks, rank {rank} raised {value}")
             results.append(value)
         if len(results) != ranks:
-            last = (output or "").strip().splitlines()[-1:] or ["no output"]
             raise AssertionError(f"the job on {ranks} ranks ended before every rank returned: {last[0]}")
         return results

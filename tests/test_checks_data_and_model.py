@@ -75,10 +75,10 @@ def test_cuts(case, model):
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-pipeline-answer"}), ids=str)
 def test_pipeline(case, view, model):
     names = define(case, {"np": np})
-    # a pipeline that hangs on 3 ranks is told so after `timeout` (30 s in the notebook)
+    # a pipeline that hangs on 3 ranks is told so `timeout` s after its ranks started (RUN_TIMEOUT in the notebook)
     judge(
         case,
-        lambda: data_and_model.pipeline(names["pipeline"], view, model["x_in"], model["expected"], timeout=15),
+        lambda: data_and_model.pipeline(names["pipeline"], view, model["x_in"], model["expected"], timeout=5),
     )
 
 

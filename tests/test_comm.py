@@ -114,6 +114,33 @@ def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or
         comm.on_ranks(waits_for_a_message_never_sent, 3, timeout=5)
 
 
+def test_a_ranks_function_is_timed_from_when_every_rank_started_it_not_from_the_launch(tmp_path, monkeypatch):
+    """A busy machine slows mpiexec's start, not the learner's function: the time limit counts from the moment every
+    rank has started the function (its `started` file), so a slow start is not taken for a hang, and a job whose
+    ranks never start is told apart. Real processes stand for the job: a shell that starts late, or never."""
+    import subprocess
+
+    started = [tmp_path / "r.0.started", tmp_path / "r.1.started"]
+    marks = " ".join(str(p) for p in started)
+    late = subprocess.Popen(["sh", "-c", f"sleep 3; touch {marks}"])
+    assert comm._wait_for_ranks(late, started, timeout=1) is None  # 3 s to start, then done at once: not a hang
+    for path in started:
+        path.unlink()
+    hanging = subprocess.Popen(["sh", "-c", f"touch {marks}; sleep 600"])
+    try:
+        assert comm._wait_for_ranks(hanging, started, timeout=1) == "hung"
+    finally:
+        hanging.kill()
+        hanging.wait()
+    monkeypatch.setattr(comm, "START_TIMEOUT", 1)
+    never = subprocess.Popen(["sleep", "600"])
+    try:
+        assert comm._wait_for_ranks(never, [tmp_path / "never.started"], timeout=600) == "not started"
+    finally:
+        never.kill()
+        never.wait()
+
+
 def test_counting_comm_counts_collectives_and_passes_them_to_mpi():
     def two_allreduces_and_a_rank():
         import numpy as np

@@ -114,7 +114,7 @@ def _smoothing_cases(smooth_local: Callable) -> None:
         table = [c for c in SMOOTH_CASES if c.ranks == ranks]
         arrays = [np.random.default_rng(c.values).random(c.values) for c in table]
         try:
-            found = on_ranks(smooth_cases, ranks, arrays, smooth_local, timeout=30)
+            found = on_ranks(smooth_cases, ranks, arrays, smooth_local)
         except AssertionError as error:  # a send with no receive: the job did not finish
             raise Wrong(f"with {ranks} rank(s) and {[c.values for c in table]} values: {error}") from None
         for case, x, k in zip(table, arrays, range(len(table))):
@@ -147,7 +147,7 @@ def smoothing(smooth_local: Callable, view: Any) -> None:
     expect(np.allclose(got, want), "the two ends of the array should use zeros beyond the border")
     _smoothing_cases(smooth_local)
     x = np.random.default_rng(4).random(30)
-    for rank, traffic in enumerate(on_ranks(halo_traffic, 3, x, smooth_local, timeout=30)):
+    for rank, traffic in enumerate(on_ranks(halo_traffic, 3, x, smooth_local)):
         neighbours = [r for r in (rank - 1, rank + 1) if 0 <= r < 3]
         expect(
             not traffic["collectives"],
@@ -223,7 +223,7 @@ def predictions(predict: Callable, view: Any) -> None:
     """Exercise `ex-predict`: `predict(rank, size)` against what the six collectives left on each rank, on the
     notebook's engines and on 3 ranks."""
     on_engines = (len(view), lambda: view.apply_sync(what_collectives_leave))
-    on_three = (3, lambda: on_ranks(what_collectives_leave, 3, timeout=30))
+    on_three = (3, lambda: on_ranks(what_collectives_leave, 3))
     for size, results in (on_engines, on_three):
         problems = prediction_problems(predict, results())
         expect(
@@ -287,14 +287,14 @@ def ring(ring_allreduce: Callable, view: Any) -> None:
         if size == ranks:  # on the notebook's engines
             problems = view.apply_sync(wrong_chunks, ring_allreduce, n, dtype)
         else:  # on a new MPI job of 3 or 4 ranks
-            problems = on_ranks(wrong_chunks, size, ring_allreduce, n, dtype, timeout=30)
+            problems = on_ranks(wrong_chunks, size, ring_allreduce, n, dtype)
         bad = [(r, p) for r, p in enumerate(problems) if p]
         expect(
             not bad,
             f"on {size} ranks ({n} {np.dtype(dtype).name} values), rank {bad[0][0] if bad else ''}: "
             f"{bad[0][1] if bad else ''}" + (f" (and {len(bad) - 1} other rank(s))" if len(bad) > 1 else ""),
         )
-    for rank, traffic in enumerate(on_ranks(ring_traffic, 3, ring_allreduce, 3000, timeout=30)):
+    for rank, traffic in enumerate(on_ranks(ring_traffic, 3, ring_allreduce, 3000)):
         neighbours = sorted({(rank + 1) % 3, (rank - 1) % 3})
         expect(
             set(traffic["destinations"]) <= set(neighbours),
@@ -423,7 +423,7 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
         args = [(c.server % (where or ranks), c.values, c.dtype) for c in table]
         if where:
             try:
-                found = on_ranks(server_cases, where, ps_allreduce, args, timeout=30)
+                found = on_ranks(server_cases, where, ps_allreduce, args)
             except AssertionError as error:  # a rank raised, or waits for a message never sent
                 raise Wrong(f"on {where} ranks with {', '.join(c.name for c in table)} in turn: {error}") from None
         else:
@@ -447,7 +447,7 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
                 log and log[0] == ("send", ranks - 1),
                 "a worker should first send its array to the rank given as `server`",
             )
-    for rank, traffic in enumerate(on_ranks(server_traffic, 3, ps_allreduce, 1, 1000, timeout=30)):
+    for rank, traffic in enumerate(on_ranks(server_traffic, 3, ps_allreduce, 1, 1000)):
         want = ([0, 2], 2) if rank == 1 else ([1], 1)
         expect(
             (traffic["destinations"], traffic["messages"]) == want,

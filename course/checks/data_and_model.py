@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from course.checks import Wrong, check, expect
-from course.comm import on_ranks
+from course.comm import RUN_TIMEOUT, on_ranks
 from course.shortcuts import shortcut
 
 # --- exercise ex-cuts: the rule of thumb ----------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def pipeline(
     x_in: np.ndarray,
     expected: np.ndarray,
     seconds: dict[int, float] | None = None,
-    timeout: float = 30,
+    timeout: float = RUN_TIMEOUT,
 ) -> None:
     """Exercise `ex-pipeline`: on the notebook's engines (holding `front` and `back`) rank 1's output equals the
     unsplit model's for 1, 3 and 8 micro-batches; each stage runs once per micro-batch on its own rank (also on 3
@@ -311,7 +311,7 @@ def layout(layout: Callable) -> None:
     for ranks in sorted({c.ranks for c in LAYOUT_CASES}):
         table = [c for c in LAYOUT_CASES if c.ranks == ranks]
         try:
-            found = on_ranks(layout_cases, ranks, layout, [c.model_size for c in table], timeout=60)
+            found = on_ranks(layout_cases, ranks, layout, [c.model_size for c in table])
         except AssertionError as error:  # a rank raised, or some ranks split while others refused
             raise Wrong(f"on {ranks} ranks with model_size {[c.model_size for c in table]} in turn: {error}") from None
         for k, case in enumerate(table):
@@ -447,7 +447,7 @@ def _kmeans_cases(kmeans_step: Callable, view: Any, notebook: tuple[np.ndarray, 
     on_three += [(c.name, *c.data()) for c in KMEANS_CASES if c.ranks == 3]
     on_engines = [(c.name, *c.data()) for c in KMEANS_CASES if c.ranks == 0]
     try:
-        three = on_ranks(kmeans_cases, 3, kmeans_step, [c[1:] for c in on_three], 10, timeout=60)
+        three = on_ranks(kmeans_cases, 3, kmeans_step, [c[1:] for c in on_three], 10)
     except AssertionError as error:  # a collective that some ranks skipped
         raise Wrong(f"on 3 ranks: {error}") from None
     _kmeans_results(three, on_three, 10)
