@@ -61,7 +61,11 @@ def test_the_solution_passes(runs, capsys):
     assert single.returncode == 0 and solution.returncode == 0, solution.output[-3000:]
     assert single.records[0].steps_per_epoch == [18] and solution.records[0].steps_per_epoch == [9]
     assert horovod_script.problems(solution, single) == []
-    assert solution.records[0].broadcast_roots == solution.records[1].broadcast_roots == [0]
+    import numpy as np
+
+    zero, one = solution.records[0].first_step, solution.records[1].first_step
+    assert not np.allclose(zero["own"], one["own"]), "the ranks' weights differ before the broadcast: it shows"
+    assert np.allclose(one["held"], zero["own"]) and np.allclose(zero["held"], zero["own"]), "rank 0's, everywhere"
     horovod_script.check(solution, single)
     assert capsys.readouterr().out.startswith("Correct: 2 ranks, identical weights, 9 steps per epoch each")
     assert solution.records[1].files == [] and "model.h5" in solution.records[0].files
@@ -79,7 +83,7 @@ def test_each_fault_is_named(runs):
     )
     assert "each rank took 18 steps per epoch; the single process took 18" in text
     assert "no warm-up: the first epoch already ran at 0.1" in text
-    assert "the broadcast callback sends rank 1's weights: every rank should start from rank 0's" in text
+    assert "after the first step every rank held rank 1's weights (what the broadcast sent)" in text
     with pytest.raises(AssertionError, match=r"problem\(s\) with faulty.py"):
         horovod_script.check(runs["faulty"], runs["single"])
 
@@ -127,3 +131,23 @@ def test_a_generator_given_to_fit_is_read_as_fit_draws_from_it():
     passed = list(horovod_script.tap((b for b in batches), drawn))
     assert all(p[0] is b[0] for p, b in zip(passed, batches)) and len(passed) == 3
     assert drawn == {horovod_script._digest(row) for row in x} and len(drawn) == 6
+
+
+def test_whose_weights_the_ranks_hold_after_the_first_step_is_named():
+    """The broadcast measured on weights, on made-up records: rank 0's everywhere, rank 1's everywhere, each its own."""
+
+    def ranks(held: list[list[float]]) -> list[horovod_script.Record]:
+        own = [[0.5, -1.0], [0.25, 2.0]]  # each rank's weights at the first step's end, before any callback
+        return [
+            horovod_script.Record(r, 2, True, [9], [0.1], [0.1], [], [], first_step={"own": own[r], "held": held[r]})
+            for r in range(2)
+        ]
+
+    assert horovod_script._broadcast(ranks([[0.5, -1.0], [0.5, -1.0]])) == []
+    (from_one,) = horovod_script._broadcast(ranks([[0.25, 2.0], [0.25, 2.0]]))
+    assert from_one.startswith("after the first step every rank held rank 1's weights"), from_one
+    (none,) = horovod_script._broadcast(ranks([[0.5, -1.0], [0.25, 2.0]]))
+    assert none.startswith("after the first step rank 1 still held weights of its own"), none
+    unstepped = ranks([[0.5, -1.0], [0.5, -1.0]])
+    unstepped[1].first_step = {}
+    assert horovod_script._broadcast(unstepped) == []

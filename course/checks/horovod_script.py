@@ -5,8 +5,10 @@ cluster - the original as one process, the conversion with `horovodrun -np 2` - 
 its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a file written with a
 relative path shows which rank wrote it. Every `Model.fit` gets one more callback that records what the
 check needs, read from the model and its optimizer: steps per epoch, the learning rate of each epoch, the
-logged loss, the final weights, Horovod's size, whether the optimizer is Horovod's, and a digest of every
-training image the process could draw from what it gave `fit` (to tell a rank's own shard from the whole set).
+logged loss, the final weights, Horovod's size, whether the optimizer is Horovod's, a digest of every
+training image the process could draw from what it gave `fit` (to tell a rank's own shard from the whole set),
+and the weights at the end of the first step before and after the script's callbacks (whose weights the
+broadcast gave every rank).
 
     run = horovod_script.run_script("train_hvd.py", "out/hvd", ranks=2)
     single = horovod_script.run_script("train_single.py", "out/single", ranks=1, horovod=False)
@@ -49,7 +51,9 @@ class Record:
     weights: list[np.ndarray]
     files: list[str]  # files the process wrote in its folder, relative to it
     samples: list[str] = field(default_factory=list)  # digests of the training inputs it drew from ([]: unknown)
-    broadcast_roots: list[int] = field(default_factory=list)  # root_rank of each broadcast callback given to fit
+    # weights sampled at the end of the first step, before the script's own callbacks and after them (where
+    # Horovod's broadcast runs): {"own": [...], "held": [...]}, {} if fit took no step
+    first_step: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,12 +149,7 @@ def problems(run: Run, single: Run) -> list[str]:
             f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
             f"start from rank 0's weights and apply the same averaged update"
         )
-    roots = sorted({root for r in ranks for root in r.broadcast_roots} - {0})
-    if roots:
-        found.append(
-            f"the broadcast callback sends rank {roots[0]}'s weights: every rank should start from rank 0's "
-            f"(BroadcastGlobalVariablesCallback(0))"
-        )
+    found += _broadcast(ranks)
     found += _shards(ranks) + _files(ranks, base)
     found += _steps(ranks[0].steps_per_epoch[0], base.steps_per_epoch[0], n)
     scaled = base.learning_rates[-1] * n
@@ -196,6 +195,32 @@ def _files(ranks: list[Record], base: Record) -> list[str]:
     if missing:
         found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
     return found
+
+
+def _broadcast(ranks: list[Record]) -> list[str]:
+    """Every rank starts from rank 0's weights: after the first step, when Horovod's callback broadcasts, every rank
+    holds the weights rank 0 had at that step's end. Measured on the weights, not read from the callback."""
+    if any(not r.first_step for r in ranks):
+        return []  # a rank took no step: the run's other problems say why
+
+    def same(a: list[float], b: list[float]) -> bool:
+        return np.allclose(a, b, rtol=1e-6, atol=1e-7)
+
+    zero = ranks[0].first_step["own"]
+    for r in ranks:
+        if same(r.first_step["held"], zero):
+            continue
+        source = next((q.rank for q in ranks if same(r.first_step["held"], q.first_step["own"])), None)
+        if source not in (None, r.rank):
+            return [
+                f"after the first step every rank held rank {source}'s weights (what the broadcast sent): every "
+                f"rank should start from rank 0's (BroadcastGlobalVariablesCallback(0))"
+            ]
+        return [
+            f"after the first step rank {r.rank} still held weights of its own, not rank 0's: nothing was "
+            f"broadcast (BroadcastGlobalVariablesCallback(0) starts every rank from rank 0's weights)"
+        ]
+    return []
 
 
 def _shards(ranks: list[Record]) -> list[str]:
@@ -253,8 +278,8 @@ def _recorders():
             self.fitted = None
             self.given = None
             self.drawn: set[str] | None = None  # digests of what a Python generator gave fit, as it gave it
-            self.roots: list[int] = []
             self.epochs = 1
+            self.first_step: dict[str, list[float]] = {}
 
         def on_train_begin(self, logs=None):
             steps = float(self.params.get("steps") or 0)  # as fit was given it: 9.375 stays 9.375
@@ -265,20 +290,35 @@ def _recorders():
         def on_epoch_end(self, epoch, logs=None):
             self.losses.append(float((logs or {}).get("loss", float("nan"))))
 
+        def on_train_batch_end(self, batch, logs=None):
+            if "held" not in self.first_step and "own" in self.first_step:
+                self.first_step["held"] = _sample(self.model.get_weights())  # after every callback of the script
+
+    class FirstStep(tf.keras.callbacks.Callback):
+        """First in the list: the weights at the end of the first step, before the script's callbacks see it."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            if "own" not in recorder.first_step:
+                recorder.first_step["own"] = _sample(self.model.get_weights())
+
     recorder, rates = Recorder(), training.learning_rate_log()
     original = tf.keras.Model.fit
 
     def fit(self, *args, callbacks=None, **kwargs):
         recorder.given = args[0] if args else kwargs.get("x")
-        recorder.roots = [int(c.root_rank) for c in callbacks or [] if hasattr(c, "root_rank")]
         if inspect.isgenerator(recorder.given):  # read once only: noted as fit draws from it
             recorder.drawn = set()
             tapped = tap(recorder.given, recorder.drawn)
             args, kwargs = ((tapped, *args[1:]), kwargs) if args else (args, {**kwargs, "x": tapped})
-        return original(self, *args, callbacks=[*(callbacks or []), rates, recorder], **kwargs)
+        return original(self, *args, callbacks=[FirstStep(), *(callbacks or []), rates, recorder], **kwargs)
 
     tf.keras.Model.fit = fit
     return recorder, rates
+
+
+def _sample(weights: list[np.ndarray]) -> list[float]:
+    """The first 64 values of every weight array: enough to tell one rank's weights from another's."""
+    return [float(v) for w in weights for v in np.ravel(w)[:64]]
 
 
 def _digest(row) -> str:
@@ -355,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rates": rates.rates,
         "losses": recorder.losses,
         "files": files,
-        "broadcast_roots": recorder.roots,
+        "first_step": recorder.first_step,
         "samples": sorted(recorder.drawn)
         if recorder.drawn is not None
         else _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
