@@ -142,28 +142,10 @@ def callback_facts(callbacks: Sequence) -> dict[str, Any]:
 TRIAL_TIMEOUT = 300.0  # seconds the callbacks' trial fit may take on the engines
 
 
-@check
-def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: int) -> None:
-    """Exercise 3: every rank's `callbacks` start with the broadcast, average the metrics and warm up; rank 0
-    alone writes checkpoints and TensorBoard logs, under `out`. What the callbacks do is measured by running them
-    on every rank (course.checks.horovod_trial): after the first step every rank holds rank 0's weights, the
-    epochs' loss is the same on every rank, and the rate starts at `base_lr` and reaches base_lr x size at the end
-    of `warmup` epochs (with the engines' `steps` per epoch, as the notebook's fit takes them) and stays there."""
-    facts = view.apply_sync(callback_facts, on_engine("callbacks"))
-    names, n = [f["names"] for f in facts], len(view)
-    expect(
-        all(found[:1] == ["BroadcastGlobalVariablesCallback"] for found in names),
-        "the broadcast callback should come first on every rank",
-    )
-    expect(
-        all("MetricAverageCallback" in found and "LearningRateWarmupCallback" in found for found in names),
-        "every rank needs the metric-average and warm-up callbacks",
-    )
-    expect(set(WRITERS) <= set(names[0]), "rank 0 should write checkpoints and TensorBoard logs")
-    expect(all(not set(WRITERS) & set(found) for found in names[1:]), "only rank 0 may write checkpoints and logs")
-    roots = [f["root"] for f in facts]
-    expect(len(set(roots)) == 1, f"the ranks broadcast from different roots {roots}: every rank should name rank 0")
-
+def _what_the_callbacks_did(view: Any, base_lr: float, warmup: int, warmup_given: Any) -> None:
+    """The callbacks run on every rank (course.checks.horovod_trial): whose weights the ranks hold after the first
+    step, the losses they report, and the learning rate of every step of the warm-up and after it."""
+    n = len(view)
     steps = [s if isinstance(s, int) and s > 0 else 3 for s in engine_values(view, "steps")][0]
     trial = view.apply_async(horovod_trial.run, on_engine("callbacks"), base_lr * n, warmup + 1, steps)
     seen = trial.get(timeout=TRIAL_TIMEOUT)
@@ -193,7 +175,7 @@ def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: in
     expect(
         all(abs(r - scaled) < 1e-6 * scaled for r in rates[warmup * steps - 1 :]),
         f"at the end of WARMUP = {warmup} epoch(s) the rate is {end:.4g}, then {rates[-1]:.4g}, not the scaled "
-        f"rate lr = {scaled} (the warm-up lasts {facts[0]['warmup_epochs']} epoch(s) as given; Horovod reads the "
+        f"rate lr = {scaled} (the warm-up lasts {warmup_given} epoch(s) as given; Horovod reads the "
         f"steps per epoch from fit, {steps} here, unless given others)",
     )
     first = base_lr * (1 + (n - 1) / (steps * warmup))  # one step into a linear ramp from base_lr
@@ -202,6 +184,31 @@ def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: in
         f"training starts at the rate {rates[0]:.4g}, not at one process's BASE_LR = {base_lr}",
     )
     expect(all(a <= b * (1 + 1e-6) for a, b in zip(rates, rates[1:])), "the rate should only grow during the warm-up")
+
+
+@check
+def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: int) -> None:
+    """Exercise 3: every rank's `callbacks` start with the broadcast, average the metrics and warm up; rank 0
+    alone writes checkpoints and TensorBoard logs, under `out`. What the callbacks do is measured by running them
+    on every rank (course.checks.horovod_trial): after the first step every rank holds rank 0's weights, the
+    epochs' loss is the same on every rank, and the rate starts at `base_lr` and reaches base_lr x size at the end
+    of `warmup` epochs (with the engines' `steps` per epoch, as the notebook's fit takes them) and stays there."""
+    facts = view.apply_sync(callback_facts, on_engine("callbacks"))
+    names = [f["names"] for f in facts]
+    expect(
+        all(found[:1] == ["BroadcastGlobalVariablesCallback"] for found in names),
+        "the broadcast callback should come first on every rank",
+    )
+    expect(
+        all("MetricAverageCallback" in found and "LearningRateWarmupCallback" in found for found in names),
+        "every rank needs the metric-average and warm-up callbacks",
+    )
+    expect(set(WRITERS) <= set(names[0]), "rank 0 should write checkpoints and TensorBoard logs")
+    expect(all(not set(WRITERS) & set(found) for found in names[1:]), "only rank 0 may write checkpoints and logs")
+    roots = [f["root"] for f in facts]
+    expect(len(set(roots)) == 1, f"the ranks broadcast from different roots {roots}: every rank should name rank 0")
+
+    _what_the_callbacks_did(view, base_lr, warmup, facts[0]["warmup_epochs"])
     where = facts[0]["writes"]
     expect(
         where["TensorBoard"] == os.path.abspath(f"{out}/logs"),
