@@ -13,7 +13,9 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -315,12 +317,15 @@ RUN_TIMEOUT = 20  # seconds a learner's function may run once every rank has sta
 # milliseconds, so a function still running after this waits for a message no one sends
 
 
-def _wait_for_ranks(process: subprocess.Popen, started: list, timeout: float) -> str | None:
-    """Wait for the job to end. 'hung' if it runs `timeout` s after every rank has started its function (each has
-    written its `started` file), 'not started' if the ranks are not all started within START_TIMEOUT s; None once
-    it ended. The function's own time is what `timeout` bounds, not mpiexec's start, which a busy machine slows."""
+def _wait_for_ranks(process: subprocess.Popen, job: Path, ranks: int, timeout: float) -> str | None:
+    """Wait for the job to end (or, in a pool, for every rank's result file `JOB.RANK`). 'hung' if it runs
+    `timeout` s after every rank has started its function (each has written `JOB.RANK.started`), 'not started' if
+    the ranks are not all started within START_TIMEOUT s; None once it ended. The function's own time is what
+    `timeout` bounds, not mpiexec's start, which a busy machine slows."""
+    started = [Path(f"{job}.{rank}.started") for rank in range(ranks)]
+    finished = [Path(f"{job}.{rank}") for rank in range(ranks)]
     launched, running_since = time.monotonic(), None
-    while process.poll() is None:
+    while process.poll() is None and not all(path.exists() for path in finished):
         now = time.monotonic()
         if running_since is None and all(path.exists() for path in started):
             running_since = now
@@ -328,30 +333,40 @@ def _wait_for_ranks(process: subprocess.Popen, started: list, timeout: float) ->
             return "hung"
         if running_since is None and now - launched > START_TIMEOUT:
             return "not started"
-        time.sleep(0.05)
+        time.sleep(0.005)
     return None
 
 
 def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT) -> list:
-    """`function(*args)` on every rank of a new `mpiexec -n RANKS` job; the results, by rank.
+    """`function(*args)` on every rank of a new `mpiexec -n RANKS` job (or of ranks kept up for such calls:
+    course.rank_pool, in a process that keeps them); the results, by rank.
 
     For checking a learner's collective on more ranks than the notebook's engines: `function` may be
     defined in the notebook (it travels by value, with cloudpickle). An exception on a rank, or a function that
     does not return within `timeout` seconds of every rank starting it (a send with no matching receive),
     raises AssertionError with one line that says which rank and what happened.
     """
-    import tempfile
-    from pathlib import Path
-
     import cloudpickle
 
-    from course import mpi, processes
+    from course import mpi, processes, rank_pool
 
-    root = str(Path(__file__).resolve().parent.parent)
+    mpi.command(ranks)  # a rank count below 1: one clear error
+    payload = cloudpickle.dumps((function, args))
     name = getattr(function, "__name__", "the function")
+    if rank_pool.wanted():
+        pool = rank_pool.pool(ranks, mpi.env())
+        job = pool.submit(payload)
+        waited = "not waited"
+        try:
+            waited = _wait_for_ranks(pool.process, job, ranks, timeout)
+            return _results(job, ranks, waited, pool.output(), name, timeout)
+        finally:
+            if waited is not None or pool.process.poll() is not None:  # hung, failed, or interrupted: a new pool
+                rank_pool.discard(ranks)
     with tempfile.TemporaryDirectory(prefix="course-ranks-") as tmp:
         job, out, log = Path(tmp) / "job.pkl", Path(tmp) / "result", Path(tmp) / "output"
-        job.write_bytes(cloudpickle.dumps((function, args)))
+        job.write_bytes(payload)
+        root = str(Path(__file__).resolve().parent.parent)
         command = mpi.command(ranks, sys.executable, "-c", _RANK_PROGRAM, root, str(job), str(out))
         with open(log, "w") as output:
             process = subprocess.Popen(
@@ -359,28 +374,33 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT
             )
         waited = "not waited"
         try:
-            waited = _wait_for_ranks(process, [Path(f"{out}.{rank}.started") for rank in range(ranks)], timeout)
+            waited = _wait_for_ranks(process, out, ranks, timeout)
         finally:
             if waited is not None:  # hung, not started, or the wait itself interrupted: end every rank
                 processes.kill_group(process.pid)
             process.wait()
-        last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        if waited == "hung":
-            raise AssertionError(
-                f"{name} did not finish within {timeout:.0f} s on {ranks} ranks: does every send have a matching "
-                "receive on the neighbour?"
-            )
-        if waited == "not started":
-            raise AssertionError(f"the job on {ranks} ranks did not start within {START_TIMEOUT} s: {last[0]}")
-        results = []
-        for rank in range(ranks):
-            path = Path(f"{out}.{rank}")
-            if not path.exists():
-                continue
-            status, value = pickle.loads(path.read_bytes())
-            if status == "error":
-                raise AssertionError(f"on {ranks} ranks, rank {rank} raised {value}")
-            results.append(value)
-        if len(results) != ranks:
-            raise AssertionError(f"the job on {ranks} ranks ended before every rank returned: {last[0]}")
-        return results
+        return _results(out, ranks, waited, log.read_text(errors="replace"), name, timeout)
+
+
+def _results(job: Path, ranks: int, waited: str | None, output: str, name: str, timeout: float) -> list:
+    """Every rank's result (`JOB.RANK`), or AssertionError saying in one line what went wrong."""
+    last = output.strip().splitlines()[-1:] or ["no output"]
+    if waited == "hung":
+        raise AssertionError(
+            f"{name} did not finish within {timeout:.0f} s on {ranks} ranks: does every send have a matching "
+            "receive on the neighbour?"
+        )
+    if waited == "not started":
+        raise AssertionError(f"the job on {ranks} ranks did not start within {START_TIMEOUT} s: {last[0]}")
+    results = []
+    for rank in range(ranks):
+        path = Path(f"{job}.{rank}")
+        if not path.exists():
+            continue
+        status, value = pickle.loads(path.read_bytes())
+        if status == "error":
+            raise AssertionError(f"on {ranks} ranks, rank {rank} raised {value}")
+        results.append(value)
+    if len(results) != ranks:
+        raise AssertionError(f"the job on {ranks} ranks ended before every rank returned: {last[0]}")
+    return results

@@ -12,6 +12,8 @@ from typing import TypeVar
 
 import pytest
 
+from course import rank_pool
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 T = TypeVar("T")
@@ -42,6 +44,11 @@ def run_course(
         timeout=timeout,
         cwd=cwd or ROOT,
     )
+
+
+# The checks' fast tests call course.comm.on_ranks hundreds of times in this process: its ranks are kept up between
+# calls here (course.rank_pool), not in the kernels and notebooks the tests start, which run as a learner's do.
+rank_pool.KEEP = True
 
 
 @pytest.fixture

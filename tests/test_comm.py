@@ -84,7 +84,11 @@ def test_fit_alpha_beta_keeps_the_latency_under_noise():
 
 
 @pytest.mark.slow
-def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or_hanging_rank():
+def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or_hanging_rank(monkeypatch):
+    from course import rank_pool
+
+    monkeypatch.setattr(rank_pool, "KEEP", False)  # a fresh mpiexec job per call, as in a learner's kernel
+
     def rank_and_sum(offset):
         from mpi4py import MPI
 
@@ -123,19 +127,21 @@ def test_a_ranks_function_is_timed_from_when_every_rank_started_it_not_from_the_
     started = [tmp_path / "r.0.started", tmp_path / "r.1.started"]
     marks = " ".join(str(p) for p in started)
     late = subprocess.Popen(["sh", "-c", f"sleep 3; touch {marks}"])
-    assert comm._wait_for_ranks(late, started, timeout=1) is None  # 3 s to start, then done at once: not a hang
+    assert (
+        comm._wait_for_ranks(late, tmp_path / "r", 2, timeout=1) is None
+    )  # 3 s to start, then done at once: not a hang
     for path in started:
         path.unlink()
     hanging = subprocess.Popen(["sh", "-c", f"touch {marks}; sleep 600"])
     try:
-        assert comm._wait_for_ranks(hanging, started, timeout=1) == "hung"
+        assert comm._wait_for_ranks(hanging, tmp_path / "r", 2, timeout=1) == "hung"
     finally:
         hanging.kill()
         hanging.wait()
     monkeypatch.setattr(comm, "START_TIMEOUT", 1)
     never = subprocess.Popen(["sleep", "600"])
     try:
-        assert comm._wait_for_ranks(never, [tmp_path / "never.started"], timeout=600) == "not started"
+        assert comm._wait_for_ranks(never, tmp_path / "never", 1, timeout=600) == "not started"
     finally:
         never.kill()
         never.wait()
@@ -222,3 +228,115 @@ def test_counting_comm_ring_bytes_and_in_place_collectives():
     for given, wire in comm.on_ranks(collectives, 2):
         assert given == [("Allreduce", 800), ("Reduce_scatter", 800), ("Allgatherv", 400), ("Allgather", 400)]
         assert wire == 800 + 400 + 400 + 400
+
+
+@pytest.fixture
+def kept_ranks(monkeypatch):
+    """on_ranks with its ranks kept between calls (course.rank_pool), every pool ended after the test."""
+    from course import rank_pool
+
+    monkeypatch.setattr(rank_pool, "KEEP", True)
+    yield rank_pool
+    rank_pool.close_all()
+
+
+def _pid_and_rank(*ranks: int) -> list:
+    """(pid, rank, size) of every rank of a job of `ranks` ranks (the function defined here travels by value)."""
+
+    def pid_and_rank():
+        import os
+
+        from mpi4py import MPI
+
+        return os.getpid(), MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+    return comm.on_ranks(pid_and_rank, *ranks)
+
+
+@pytest.mark.slow
+def test_kept_ranks_run_each_call_on_the_same_processes_and_answer_as_a_fresh_job(kept_ranks):
+    first = _pid_and_rank(3)
+    assert [(rank, size) for _, rank, size in first] == [(0, 3), (1, 3), (2, 3)]
+    assert _pid_and_rank(3) == first  # the same three processes
+    assert [size for *_, size in _pid_and_rank(2)] == [2, 2]  # another count: ranks of its own
+    assert _pid_and_rank(3) == first
+
+    def rank_and_sum(offset):
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        return world.Get_rank(), world.allreduce(world.Get_rank() + offset)
+
+    assert comm.on_ranks(rank_and_sum, 3, 10) == [(0, 33), (1, 33), (2, 33)]
+
+
+@pytest.mark.slow
+def test_a_message_one_call_left_unreceived_never_reaches_the_next(kept_ranks):
+    """Each call gets a communicator of its own: rank 1 of the second call receives what rank 0 sends in that call,
+    not the message a wrong answer sent in the first and nobody received (on one shared COMM_WORLD it would)."""
+
+    def leaves_a_message():
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            MPI.COMM_WORLD.send("left over", dest=1, tag=7)  # small: sent at once, and never received
+
+    def receives_any():
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        if world.Get_rank() == 0:
+            world.send("this call's", dest=1, tag=3)
+            return None
+        return world.recv(source=0, tag=MPI.ANY_TAG)
+
+    before = _pid_and_rank(2)
+    comm.on_ranks(leaves_a_message, 2)
+    assert comm.on_ranks(receives_any, 2) == [None, "this call's"]
+    assert _pid_and_rank(2) == before  # still the same ranks: nothing was restarted
+
+
+@pytest.mark.slow
+def test_kept_ranks_that_hang_or_fail_are_replaced_and_say_so_as_a_fresh_job(kept_ranks):
+
+    def waits_for_a_message_never_sent():
+        import numpy as np
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            MPI.COMM_WORLD.Recv(np.empty(1), source=1)
+
+    def fails_on_rank_two():
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() == 2:
+            raise ValueError("chunk index out of range")
+        MPI.COMM_WORLD.Barrier()
+
+    hung = _pid_and_rank(3)
+    with pytest.raises(AssertionError, match="did not finish within 2 s on 3 ranks"):
+        comm.on_ranks(waits_for_a_message_never_sent, 3, timeout=2)
+    assert _ended([pid for pid, *_ in hung]), "the hung job's ranks are still running"
+    failed = _pid_and_rank(3)
+    assert {pid for pid, *_ in failed}.isdisjoint(pid for pid, *_ in hung)  # new ranks
+    with pytest.raises(AssertionError, match=r"^on 3 ranks, rank 2 raised ValueError: chunk index out of range$"):
+        comm.on_ranks(fails_on_rank_two, 3)
+    assert [rank for _, rank, _ in _pid_and_rank(3)] == [0, 1, 2]
+    kept_ranks.close_all()
+    assert _ended([pid for pid, *_ in failed]), "ranks still running after close_all"
+
+
+def _ended(pids: list[int]) -> bool:
+    """Whether every process in `pids` has ended (or is a zombie), waiting up to a minute for them to go."""
+    import psutil
+
+    from course import processes
+
+    found = []
+    for pid in pids:
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs([p for p in found if processes.running(p)], timeout=60)
+    return alive == []
