@@ -132,7 +132,7 @@ def test_a_ranks_function_is_timed_from_when_every_rank_started_it_not_from_the_
     )  # 3 s to start, then done at once: not a hang
     for path in started:
         path.unlink()
-    hanging = subprocess.Popen(["sh", "-c", f"touch {marks}; sleep 600"])
+    hanging = subprocess.Popen(["sh", "-c", f"touch {marks}; exec sleep 600"])
     try:
         assert comm._wait_for_ranks(hanging, tmp_path / "r", 2, timeout=1) == "hung"
     finally:
