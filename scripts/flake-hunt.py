@@ -34,10 +34,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests import waiting  # noqa: E402
-
-WAITING_TESTS = waiting.TESTS  # tests/waiting.py: the same list orders a full run (tests/conftest.py)
+# The tests that wait on something outside the test process: a browser, a hub, Slurm, MPI launches, time limits.
+WAITING_TESTS = [
+    "tests/test_hub.py",
+    "tests/test_browser.py",
+    "tests/test_lab.py",
+    "tests/test_slurm.py",
+    "tests/test_jobs.py",
+    "tests/test_virtual_cluster.py",
+    "tests/test_sbatch_check.py",
+    "tests/test_grading_timeout.py",
+    "tests/test_nbgrader_isolation.py",
+    "tests/test_horovod.py",
+    "tests/test_horovod_training.py",
+    "tests/test_comm.py",
+    "tests/test_cluster.py",
+    "tests/test_cluster_concurrency.py",
+    "tests/test_processes.py",
+    "tests/test_tasks.py",
+]
 # What `make test` leaves outside the clone that a fresh machine has not (Debian's packages and the pip cache stay):
 # the hub's shared environment and exchange, the Slurm daemons' configuration and state, the virtual cluster's,
 # and any account a killed hub test left.

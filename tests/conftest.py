@@ -80,23 +80,6 @@ def _strength_module(session):
     )
 
 
-def pytest_collection_modifyitems(session, config, items):
-    """The files that mostly wait (tests/waiting.py) run first, while the strength test's notebook runs keep the cores
-    busy; the files that mostly compute run once those are done; the strength tests, which read their result, last.
-    Within a file the order stays the file's own."""
-    from tests import waiting
-
-    first = {str(ROOT / name): place for place, name in enumerate(waiting.TESTS)}
-
-    def place(item) -> tuple[int, int]:
-        path = str(item.path)
-        if path in first:
-            return (0, first[path])
-        return (2, 0) if hasattr(getattr(item, "module", None), "start_course_trials") else (1, 0)
-
-    items.sort(key=place)  # a stable sort: the other files keep their order
-
-
 def pytest_collection_finish(session):
     """The strength test's notebook runs start now, beside the tests before it (tests/test_strength.py)."""
     strength = _strength_module(session)

@@ -115,26 +115,3 @@ def test_a_fresh_clones_run_does_not_import_this_checkout(monkeypatch):
         check=True,
     )
     assert done.stdout.strip() == "unset"
-
-
-def test_a_full_run_takes_the_waiting_files_first_and_the_strength_tests_last():
-    """The order tests/conftest.py gives a full run, as pytest collects it: tests/waiting.py's files first, in its
-    order; the strength test's, which read the background runs' result, last; every other file between."""
-    import subprocess
-    import sys
-
-    from tests import waiting
-    from tests.conftest import ROOT
-
-    listed = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout.splitlines()
-    files = list(dict.fromkeys(line.split("::")[0] for line in listed if "::" in line))
-    present = [f for f in waiting.TESTS if f in files]
-    assert len(present) == len(waiting.TESTS), f"tests/waiting.py names files that are gone: {waiting.TESTS}"
-    assert files[: len(present)] == present
-    assert files[-1] == "tests/test_strength.py" and len(files) > len(present) + 1
