@@ -3,7 +3,7 @@
 A map, by role (each module's docstring says more):
 - What notebooks teach with: cluster/ (engine clusters: local, MPI, Slurm), tasks/ (PyCOMPSs-style task graphs),
   training, averaging (and sync_types, its strategies' names), parallelism, comm (and rank_pool, its MPI ranks kept
-  between calls in the test process), nn, models, data, perf,
+  between calls where a process asks), nn, models, data, perf,
   plots, results; for one device (notebook 06): input_pipeline (tf.data, the wait for data), tfprofiler (the
   TensorFlow profiler's trace), precision (mixed-precision policies, Keras's loss scaling); for models larger than
   one device (notebook 09): sharding (ZeRO's shards, a flat-vector network, Adam by elements).

@@ -1,13 +1,13 @@
 """MPI ranks kept up between `course.comm.on_ranks` calls of one process that asks for it (`rank_pool.KEEP = True`:
-the test suite's own process, for the checks' fast tests).
+a process that runs many checks one after another, such as an instructor's batch of checks).
 
 Starting `mpiexec` and importing NumPy and mpi4py on every rank takes about a second; a check that tries a
-learner's collective on a dozen cases pays it a dozen times, and the strength test tries hundreds of answers.
+learner's collective on a dozen cases pays it a dozen times.
 Here the ranks of one job size stay up: each call is a job file in the pool's private folder; every rank runs it
 on a new duplicate of MPI.COMM_WORLD (so that a message a wrong answer left unreceived never reaches a later
 job), writes `started` when it begins and its result when it ends, as a fresh `mpiexec` job's ranks do. A job
 that hangs, or fails on a rank (which aborts the job, as before), ends the pool: the next call starts another.
-Elsewhere (a learner's kernel, a notebook graded or tried by the tests) every call is a fresh job, and no rank
+Elsewhere (a learner's kernel, a notebook being graded) every call is a fresh job, and no rank
 stays up holding memory that a learner's session would not hold.
 
     python -c "...; from course.rank_pool import serve; serve(FOLDER, PARENT_PID)"   # what each rank runs
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-KEEP = False  # set by the process that wants its ranks kept (tests/conftest.py); not inherited by its children
+KEEP = False  # set by the process that wants its ranks kept; not inherited by the processes it starts
 MAX_JOBS = 300  # jobs per pool: each leaves a duplicated communicator behind it, so a pool is renewed now and then
 POLL = 0.005  # seconds between a waiting rank's looks for the next job
 
