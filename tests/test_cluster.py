@@ -316,6 +316,57 @@ def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(m
     assert gone(launched_for("course-t-broken")) == []
 
 
+@pytest.fixture
+def heart_port_taken():
+    """The heart monitor's port of the next controllers is already taken, as when a cluster starting beside them
+    binds it first (ipyparallel picks free ports in the controller, then binds them in its heart monitor's
+    process). Yields how many controllers are still to get it (the profile's config reads this file)."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(7)]  # the controller's engine ports; the sixth is the heart's ping
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets[:5] + sockets[6:]:
+        s.close()
+    sockets[5].listen(1)
+    profile = cluster.profile_dir()
+    profile.mkdir(parents=True, exist_ok=True)
+    left = profile / "controllers-to-collide"
+    (profile / "ipcontroller_config.py").write_text(
+        textwrap.dedent(f"""
+            import pathlib
+            left = pathlib.Path({str(left)!r})
+            if int(left.read_text()) > 0:
+                left.write_text(str(int(left.read_text()) - 1))
+                c.IPController.engine_ports = {ports}
+        """)
+    )
+    yield left
+    sockets[5].close()
+
+
+@pytest.mark.slow
+def test_a_controller_whose_heart_monitor_lost_its_port_is_replaced_at_once(heart_port_taken):
+    heart_port_taken.write_text("1")
+    with cluster.start(2, cluster_id="t-heart", quiet=True, persist=False) as c:
+        assert heart_port_taken.read_text() == "0", "the first controller never met the taken port"
+        assert len(set(c.view.apply_sync(_pid))) == 2
+        procs = processes_of(c)
+    assert gone(procs) == []
+    assert cluster.running_ids() == []
+
+
+@pytest.mark.slow
+def test_a_heart_monitor_that_cannot_start_twice_is_one_clear_error_not_a_75_second_wait(heart_port_taken):
+    heart_port_taken.write_text("2")
+    with pytest.raises(cluster.ControllerBroken, match="ended as it started: .*Address already in use"):
+        cluster.start(1, cluster_id="t-heartless", quiet=True, persist=False, timeout=300)
+    assert heart_port_taken.read_text() == "0", "a broken controller is replaced once, then the error is raised"
+    assert cluster.running_ids() == []
+    assert gone(launched_for("course-t-heartless")) == []
+
+
 @pytest.mark.slow
 def test_a_killed_engine_is_detected_work_fails_clearly_and_restart_works():
     import ipyparallel as ipp

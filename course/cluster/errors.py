@@ -18,7 +18,8 @@ class EngineLost(ClusterError, IndexError):
 
 
 class ControllerBroken(ClusterError):
-    """The engines registered but the controller does not pass them work (see `Cluster._configure`)."""
+    """A controller that came up without one of its parts (a port lost to a cluster starting beside it): engines
+    cannot register, or register and are never passed work (see `Cluster._wait_for_engines`, `Cluster._configure`)."""
 
 
 class ClusterDown(ClusterError):

@@ -7,6 +7,7 @@ engines is asked of its kind (kinds.py), never compared by name here.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -154,6 +155,22 @@ class Cluster:
             return "no engines were started"
         return self._engines.launch_problem(engine_set)
 
+    def _controller_part_ended(self) -> str:
+        """Which process of the controller's own (its heart monitor, a scheduler) ended while the controller runs,
+        or ''. ipyparallel picks the controller's free ports in one process and binds them in these: with clusters
+        starting side by side one can lose its port to another, and without a heart monitor no engine ever
+        completes its registration (each gives up after 75 s of missed heartbeats)."""
+        process = getattr(self._ipp.controller, "process", None)
+        try:
+            ended_parts = [p.pid for p in process.children() if p.status() == psutil.STATUS_ZOMBIE] if process else []
+        except psutil.Error:
+            return ""
+        if not ended_parts:
+            return ""
+        errors = re.findall(r"^[\w.]*(?:Error|Exception): .*$", self._ipp.controller.get_output() or "", re.MULTILINE)
+        why = errors[-1] if errors else "no error in its output"
+        return f"cluster {self.cluster_id}: a process of its controller ({ended_parts[0]}) ended as it started: {why}"
+
     def _wait_for_engines(self, before: set[int]) -> None:
         from ipyparallel.error import EngineError
 
@@ -163,6 +180,9 @@ class Cluster:
             have = len(set(self.client.ids) - before)
             if have >= n:
                 break
+            broken = self._controller_part_ended()
+            if broken:
+                raise ControllerBroken(broken)  # a new controller (new ports) is tried once: lifecycle._launch_new
             problem = self._launch_problem()
             if problem:
                 raise ClusterDown(f"engines did not start: {problem}")
