@@ -27,7 +27,8 @@ from pathlib import Path
 
 KEEP = False  # set by the process that wants its ranks kept; not inherited by the processes it starts
 MAX_JOBS = 300  # jobs per pool: each leaves a duplicated communicator behind it, so a pool is renewed now and then
-POLL = 0.005  # seconds between a waiting rank's looks for the next job
+POLL = 0.005  # seconds between a waiting rank's looks for the next job, right after the last one ...
+IDLE_POLL = 0.25  # ... growing to this while no job comes: a dozen idle pools then cost ~1% of a core, not half
 
 _RANK_PROGRAM = "import sys; sys.path.insert(0, sys.argv[1]); from course.rank_pool import serve; serve(*sys.argv[2:])"
 
@@ -116,11 +117,13 @@ def serve(folder: str, parent: str) -> None:
     world, place, number = MPI.COMM_WORLD, Path(folder), 1
     rank = world.Get_rank()
     while True:
-        job = place / f"job-{number}.pkl"
+        job, idle = place / f"job-{number}.pkl", 0.0
         while not job.exists():
             if not place.exists() or not _alive(int(parent)):
                 return
-            time.sleep(POLL)
+            pause = min(IDLE_POLL, POLL + idle / 20)
+            time.sleep(pause)
+            idle += pause
         MPI.COMM_WORLD = world.Dup()  # a communicator of the job's own: what earlier jobs left unreceived stays behind
         out = place / f"job-{number}.{rank}"
         try:
