@@ -73,10 +73,28 @@ def pytest_runtest_teardown(item, nextitem):
         shared.stop_shared()
 
 
+def _strength_module(session):
+    """tests/test_strength.py's module, if the session collected any of its tests (pytest names it by file)."""
+    return next(
+        (item.module for item in session.items if hasattr(getattr(item, "module", None), "start_course_trials")), None
+    )
+
+
+def pytest_collection_finish(session):
+    """The strength test's notebook runs start now, beside the tests before it (tests/test_strength.py)."""
+    strength = _strength_module(session)
+    if strength is not None and not session.config.option.collectonly:
+        strength.start_course_trials(session)
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session."""
+    """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session, and so do the
+    strength test's notebook runs if the session ends before their tests."""
     if "tests.check_cases" in sys.modules:
         sys.modules["tests.check_cases"].stop_shared()
+    strength = _strength_module(session)
+    if strength is not None:
+        strength.stop_course_trials()
 
 
 # Session fixtures any test may ask for by name: a real single-node Slurm, and the two-node virtual cluster beside it

@@ -6,8 +6,10 @@ tests/fixtures/right_answers/<notebook>.json keeps full marks; the released stub
 (what an unanswered notebook holds) scores zero on every check of its exercise, and its own cell fails, if at all, only
 by saying it is unanswered (NotImplementedError); the solution keeps full marks.
 Each notebook runs once for all of these (tests/answer_trials.py: every answer tried in place, just before its
-exercise), two notebooks at a time. The fixture course is also graded for real, as a class of submissions, with
-`python -m course grade` (nbgrader's autograde, hidden tests restored), and both ways must agree: that holds the
+exercise), two notebooks at a time, started in the background as soon as the tests are collected (conftest.py), so
+that they use the cores the tests before this module leave idle while they wait for Slurm, a hub or a browser;
+their clusters are on record in an IPYTHONDIR of their own, out of the way of those tests' checks. The fixture
+course is also graded for real, as a class of submissions, with `python -m course grade` (nbgrader's autograde, hidden tests restored), and both ways must agree: that holds the
 one-run shortcut to nbgrader's grading. nbgrader's own `nbgrader validate` must accept every solution notebook
 (the fixture here). The same run is each solution notebook's top-to-bottom run: every cell runs without an error,
 the notebook stops its cluster, peaks under Binder's memory, publishes its key figures, and nbgrader's validator
@@ -23,14 +25,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course import memory, run
+from course import memory, processes, run
 from course.grading.release import render, student_version
 from tests.conftest import ROOT
 from tests.grading_support import (
@@ -78,28 +81,41 @@ def trials(source: Path) -> list[tuple[str, dict[str, str]]]:
     return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()] + right
 
 
+_RUNNING: set[subprocess.Popen] = set()  # the notebooks being tried now, so that an early end of the session ends them
+_STOPPED = threading.Event()  # set when the session ends: no notebook starts after it
+_STARTED: dict[str, Future] = {}  # the course's trials, started as soon as the tests are collected
+_BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="strength")
+
+
 def _try(source: Path, base: Path) -> dict:
+    """SOURCE's trials in a process of their own. Its IPYTHONDIR is its own: its clusters are not on record where the
+    rest of the suite looks for clusters left running (course.cluster.running_ids), while both run side by side."""
     work = base / source.stem
     work.mkdir()
     (work / "trials.json").write_text(json.dumps([answers for _, answers in trials(source)]))
     started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.answer_trials",
-            str(source),
-            str(work / "trials.json"),
-            str(work / "tried.json"),
-            str(work),
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=3000,
-    )
-    assert done.returncode == 0, f"trying the answers to {source.name} failed:\n{done.stderr[-3000:]}"
+    command = [
+        sys.executable,
+        "-m",
+        "tests.answer_trials",
+        str(source),
+        work / "trials.json",
+        work / "tried.json",
+        work,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IPYTHONDIR": str(work / "ipython")}
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
+        _RUNNING.add(process)
+        if _STOPPED.is_set():  # the session ended while this one was starting
+            processes.kill_group(process.pid)
+        try:
+            _, stderr = process.communicate(timeout=3000)
+        finally:
+            processes.kill_group(process.pid)  # whatever the notebook left behind it (its engines) ends with it
+            _RUNNING.discard(process)
+    assert process.returncode == 0, f"trying the answers to {source.name} failed:\n{stderr[-3000:]}"
     wall = round(time.monotonic() - started, 1)
     return {**json.loads((work / "tried.json").read_text()), "executed": work / "executed.ipynb", "wall": wall}
 
@@ -109,6 +125,25 @@ def _try_all(sources: list[Path], base: Path) -> dict[str, dict]:
     sources = sorted(sources, key=lambda p: -len(trials(p)))
     with ThreadPoolExecutor(WORKERS) as pool:
         return dict(zip((p.stem for p in sources), pool.map(lambda p: _try(p, base), sources)))
+
+
+def start_course_trials(session: pytest.Session) -> None:
+    """Start trying the selected course notebooks' answers at once, in the background (conftest calls this when the
+    tests are collected): the trials keep both cores busy while the tests before this module mostly wait (for
+    Slurm, a hub, a browser), and this module's tests wait for the trials' result."""
+    chosen = selected(session, sys.modules[__name__])
+    sources = [p for p in course_notebooks() if p != FIXTURE and p in chosen]
+    if sources and "course" not in _STARTED:
+        base = session.config._tmp_path_factory.mktemp("course")  # pytest's own temporary folders (kept, the last 3)
+        _STARTED["course"] = _BACKGROUND.submit(_try_all, sources, base)
+
+
+def stop_course_trials() -> None:
+    """End the trials still running, and start no other (the session ended before their tests, e.g. `-x` after an
+    earlier failure)."""
+    _STOPPED.set()
+    for process in list(_RUNNING):
+        processes.kill_group(process.pid)
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +161,12 @@ def selected(session: pytest.Session, module) -> set[Path]:
 
 
 @pytest.fixture(scope="module")
-def tried_course(tmp_path_factory, request) -> dict[str, dict]:
-    chosen = selected(request.session, request.module)
-    return _try_all([p for p in course_notebooks() if p != FIXTURE and p in chosen], tmp_path_factory.mktemp("course"))
+def tried_course(request) -> dict[str, dict]:
+    start_course_trials(request.session)  # started already, unless this module was not collected with the session
+    return _STARTED["course"].result()
 
 
-@pytest.mark.timeout(
-    3600
-)  # the first course notebook's test tries every notebook's answers (about 8 minutes on 2 cores)
+@pytest.mark.timeout(3600)  # the first course notebook's test waits for every notebook's trials (started at collection)
 @pytest.mark.parametrize("source", _params())
 def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, request):
     cells = graded_cells(source)
