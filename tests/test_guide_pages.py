@@ -110,3 +110,10 @@ def test_every_relative_link_leads_to_a_file_and_its_heading(path):
         elif fragment and file.suffix == ".md" and fragment not in {anchor(h) for h in headings(file)}:
             broken.append(f"{link}: {file.name} has no heading with the anchor #{fragment}")
     assert not broken, f"{path.relative_to(ROOT)}:\n" + "\n".join(broken)
+
+
+def test_every_benchmark_is_in_the_measure_page_table():
+    """A benchmark the guide does not list is one an instructor never runs: each script of benchmarks/ has a row."""
+    page = (GUIDE / "08-measure.md").read_text()
+    missing = [p.name for p in sorted((ROOT / "benchmarks").glob("*.py")) if f"| `{p.name}` |" not in page]
+    assert missing == [], f"add a row for {missing} to the table in docs/guide/08-measure.md"
