@@ -11,7 +11,8 @@ Chrome trace format, the same as Horovod's timeline. Times in it are in microsec
     >>> show_step(events, 2)                          # what step 2 did, nested, in milliseconds
 
 `record` profiles any call (a pass over a dataset, say) and `most_at_once` counts how many of some events the
-runtime had in progress at the same instant: how many calls of a `tf.data` map really ran in parallel.
+runtime had in progress at the same instant: how many calls of a `tf.data` map really ran in parallel;
+`iterators_built` lists the stages the runtime built a pipeline's iterators for.
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def record(function: Callable[[], Any], logdir: str | Path) -> tuple[Any, list[d
 def ops(events: list[dict], op_type: str) -> list[dict]:
     """The events of TensorFlow ops of type `op_type` (their `long_name` is 'name:type'), on any thread."""
     return [e for e in events if e.get("args", {}).get("long_name", e["name"]).rpartition(":")[2] == op_type]
+
+
+def iterators_built(events: list[dict]) -> list[str]:
+    """The `tf.data` stages the runtime built iterators for, outermost (where the model pulls) first, e.g.
+    ['PrefetchDataset', 'BatchDatasetV2', 'CacheDatasetV2', ...]: each iterator's `MakeIterator::` event starts
+    inside its consumer's, so time orders them. The root the runtime adds itself is left out."""
+    built = sorted((e for e in events if e["name"].startswith("MakeIterator::")), key=lambda e: e["ts"])
+    return [e["name"].split("::", 1)[1] for e in built if e["name"] != "MakeIterator::RootDataset"]
 
 
 def most_at_once(events: list[dict]) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from course import data, input_pipeline, precision, tfprofiler
-from course.checks import single_device, trace_waits
+from course.checks import check, single_device, trace_waits
 from course.input_pipeline import decode
 from tests.check_cases import Case, cases, define, judge, solution_answers
 
@@ -182,3 +182,38 @@ def test_on_one_core_the_map_is_read_from_its_configuration():
     assert passes[0::2] == ["first pass: 64 files decoded, at most 1 at once"] * 2, run.stdout
     assert passes[1] == "verdict: None", run.stdout
     assert passes[3].startswith("verdict: the decoding map decodes one file at a time"), run.stdout
+
+
+def test_the_second_pass_measures_the_cache_and_the_stage_the_model_pulls_from(notebook):
+    """What the runtime did, not what the dataset says of itself: a pass after a complete first one decodes no file
+    where decoded images are cached (all of them where nothing is, or where the cache holds the files), and the
+    iterator built outermost is the stage written last."""
+    tf, raw = notebook["tf"], notebook["raw"]
+    decoded = raw.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    pipelines = {
+        "cached, prefetched": decoded.cache().batch(BATCH).prefetch(tf.data.AUTOTUNE),
+        "no cache": decoded.batch(BATCH).prefetch(tf.data.AUTOTUNE),
+        "files cached": raw.cache().map(decode).batch(BATCH).prefetch(tf.data.AUTOTUNE),
+        "prefetch before batch": decoded.cache().prefetch(tf.data.AUTOTUNE).batch(BATCH),
+    }
+    measured = {}
+    for name, fast in pipelines.items():
+        single_device.decoding(fast)  # the check's first pass
+        measured[name] = single_device.second_pass(fast)
+    assert {name: again for name, (again, _) in measured.items()} == {
+        "cached, prefetched": 0,
+        "no cache": IMAGES,
+        "files cached": IMAGES,
+        "prefetch before batch": 0,
+    }
+    outermost = {name: built[0] for name, (_, built) in measured.items()}
+    assert [outermost[n].startswith("Prefetch") for n in pipelines] == [True, True, True, False], outermost
+    assert outermost["prefetch before batch"].startswith("Batch"), outermost
+    verdicts = {
+        name: check(single_device.expect_cached_and_prefetched)(input_pipeline.stages(pipelines[name]), *measured[name])
+        for name in pipelines
+    }
+    assert verdicts["cached, prefetched"] is None
+    assert "every epoch decodes every file again" in verdicts["no cache"]
+    assert "the cache holds the files before decoding" in verdicts["files cached"]
+    assert "the last stage is 'batch'" in verdicts["prefetch before batch"]

@@ -1,6 +1,6 @@
 """Notebook 06's checks of a learner's input pipeline and loss scaling: the pipeline's batches (fingerprints, in
-order), its parallel decoding measured in the profiler's trace of its first pass (course.tfprofiler), its stages
-read from the dataset itself and its wait for data measured by running it (course.input_pipeline), and a
+order), its parallel decoding, caching and prefetching measured in the profiler's traces of its first two passes
+(course.tfprofiler), its wait for data measured by running it (course.input_pipeline), and a
 hand-written loss-scaling step run side by side with Keras's LossScaleOptimizer from the same weights and scale
 (course.precision.keras_steps). The reading of the profiler's trace is checked in course.checks.trace_waits.
 
@@ -51,6 +51,37 @@ def parallel_decoding(fast_pipeline: Callable, raw: Any, batch_size: int) -> tup
     return fast, got, decoded, at_once
 
 
+def second_pass(fast: Any) -> tuple[int, list[str]]:
+    """A second pass over a pipeline already read once, with the profiler on: how many files the runtime decoded
+    again (none, where decoded images are cached) and the stages it built iterators for, outermost first."""
+    import tempfile
+
+    from course import input_pipeline, tfprofiler
+
+    with tempfile.TemporaryDirectory(prefix="course-pipeline-") as logdir:
+        _, events = tfprofiler.record(lambda: input_pipeline.fingerprints(fast), logdir)
+    return len(tfprofiler.ops(events, input_pipeline.DECODE_OP)), tfprofiler.iterators_built(events)
+
+
+def expect_cached_and_prefetched(stages: list[str], decoded_again: int, built: list[str]) -> None:
+    """Measured on the second pass: no file decoded again (a cache after the decoding), and the stage the runtime
+    built outermost, where the model pulls, a prefetch. `stages` (the dataset's own) only chooses the words."""
+    first_map = min((i for i, stage in enumerate(stages) if stage.endswith("map")), default=-1)
+    expect(
+        decoded_again == 0,
+        "the cache holds the files before decoding, so every epoch still decodes them all"
+        if "cache" in stages and stages.index("cache") < first_map
+        else f"every epoch decodes every file again ({decoded_again} decodes in a second pass): keep what is "
+        "already decoded",
+    )
+    outermost = built[0] if built else "none"
+    expect(
+        outermost.startswith("Prefetch"),
+        f"the model pulls batches, but the last stage is {stages[-1]!r} (the runtime built {outermost} "
+        "outermost): the stage that prepares ahead belongs where the model pulls",
+    )
+
+
 def expect_parallel(fast: Any, decoded: int, at_once: int) -> None:
     """Files were decoded, several at once; on one core, where tf.data decodes one at a time whatever the map asks,
     the map's configuration is what there is to read (`num_parallel_calls` other than 1)."""
@@ -85,8 +116,9 @@ def pipeline(
     """Exercise `ex1`: the dataset `fast_pipeline(raw, batch_size)` feeds the same batches, in the same order, as
     `slow` (raw.map(decode).batch(batch_size)), decodes files in parallel (measured: the profiler's trace of its
     first pass holds two decodes at once, or that of a second pipeline built the same way; on one core, where
-    tf.data decodes one at a time whatever the map asks, its map's configuration), caches the decoded images,
-    prefetches where the model pulls, and leaves `train_step` waiting for its data less than `bound` of the time
+    tf.data decodes one at a time whatever the map asks, its map's configuration), caches the decoded images
+    and prefetches where the model pulls (measured: a second pass decodes no file, and the runtime builds a
+    prefetch outermost), and leaves `train_step` waiting for its data less than `bound` of the time
     (measured over `epochs`, the first not counted; once more if the first measurement misses). `before` is the
     slow pipeline's Timing."""
     from course import input_pipeline
@@ -110,16 +142,7 @@ def pipeline(
         "map that keeps its order), and decode every file with decode, then batch",
     )
     expect_parallel(fast, decoded, at_once)
-    expect("cache" in stages, "every epoch decodes every file again: keep what is already decoded")
-    expect(
-        stages.index("cache") > min((i for i, stage in enumerate(stages) if stage.endswith("map")), default=-1),
-        "the cache holds the files before decoding, so every epoch still decodes them all",
-    )
-    expect(
-        stages[-1] == "prefetch",
-        f"the model pulls batches, but the last stage is {stages[-1]!r}: the stage that prepares ahead belongs "
-        "where the model pulls",
-    )
+    expect_cached_and_prefetched(stages, *second_pass(fast))
     timing = input_pipeline.measure(fast, train_step, epochs)
     if timing.wait_fraction >= bound:  # once more: other work on the cores can stall one measurement
         timing = min(timing, input_pipeline.measure(fast, train_step, epochs), key=lambda t: t.wait_fraction)
