@@ -44,6 +44,16 @@ def engine_tail(text: str, lines: int = 3) -> str:
     return tail("\n".join(line for line in (text or "").splitlines() if NANNY not in line), lines)
 
 
+def error_line(output: str) -> str:
+    """The last line of a process's output that names an exception ('zmq.error.ZMQError: Address already in
+    use ...'), or ''."""
+    errors = re.findall(r"^[\w.]*(?:Error|Exception): .*$", output or "", re.MULTILINE)
+    return errors[-1] if errors else ""
+
+
+PORT_TAKEN = "Address already in use"  # what ZeroMQ says when a port picked as free was bound by another process
+
+
 def ended(exit_code: int | None) -> str:
     """How a process ended, in words, from its exit status (negative: the signal that ended it, as psutil and
     subprocess give it), e.g. 'exited with status 255' or 'was killed by SIGKILL'."""

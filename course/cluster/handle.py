@@ -7,7 +7,6 @@ engines is asked of its kind (kinds.py), never compared by name here.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -20,7 +19,16 @@ from course import processes, slurm
 from course.cluster import cells, records
 from course.cluster.client import client_class
 from course.cluster.engine_setup import engine_configure, engine_facts, plan_devices
-from course.cluster.errors import ClusterDown, ClusterError, ControllerBroken, ended, explain_engine_error, tail
+from course.cluster.errors import (
+    PORT_TAKEN,
+    ClusterDown,
+    ClusterError,
+    ControllerBroken,
+    ended,
+    error_line,
+    explain_engine_error,
+    tail,
+)
 from course.cluster.kinds import KIND, LocalEngines, Settings, exit_code
 from course.cluster.status import EngineState, Status
 
@@ -106,6 +114,10 @@ class Cluster:
         }
         try:
             self._ipp.start_engines_sync(s.n, **engine_kwargs)
+        except RuntimeError:  # ipyparallel: "Controller stopped ... while waiting for" its connection files
+            if processes.running(getattr(self._ipp.controller, "process", None)):
+                raise
+            raise self._controller_failed() from None
         except EngineError as exc:  # the engine launcher stopped at once
             raise ClusterDown(f"engines did not start: {self._launch_problem() or explain_engine_error(exc)}") from None
         except subprocess.CalledProcessError as exc:  # sbatch refused the job
@@ -167,9 +179,18 @@ class Cluster:
             return ""
         if not ended_parts:
             return ""
-        errors = re.findall(r"^[\w.]*(?:Error|Exception): .*$", self._ipp.controller.get_output() or "", re.MULTILINE)
-        why = errors[-1] if errors else "no error in its output"
+        why = error_line(self._ipp.controller.get_output()) or "no error in its output"
         return f"cluster {self.cluster_id}: a process of its controller ({ended_parts[0]}) ended as it started: {why}"
+
+    def _controller_failed(self) -> ClusterError:
+        """The error for a controller that ended as it started: ControllerBroken (a new one is tried, with new
+        ports) when a port it picked as free was taken by a process starting beside it, else ClusterDown."""
+        controller = self._ipp.controller
+        output = controller.get_output() or ""
+        why = error_line(output) or tail(output)
+        if PORT_TAKEN in output:
+            return ControllerBroken(f"cluster {self.cluster_id}: its controller lost a port as it started: {why}")
+        return ClusterDown(f"the controller {ended(exit_code(controller))} as it started: {why}")
 
     def _wait_for_engines(self, before: set[int]) -> None:
         from ipyparallel.error import EngineError
