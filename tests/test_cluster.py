@@ -318,8 +318,8 @@ def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(m
 
 # Ports a controller picks as free but that a cluster starting beside it binds first (ipyparallel picks them in
 # the controller's process, then binds each in the process that serves it): its engines' registration port, bound
-# by the controller itself, and its heart monitor's ping port, bound by a process of the controller's own.
-LOST_PORTS = {"registration": 0, "heartbeat": 5}  # places in the controller's list of engine ports
+# by the controller itself, and its task scheduler's and heart monitor's, each bound by a process of its own.
+LOST_PORTS = {"registration": 0, "task scheduler": 3, "heartbeat": 5}  # places in its list of engine ports
 
 
 @pytest.fixture(params=sorted(LOST_PORTS))
@@ -358,6 +358,7 @@ def test_a_controller_that_lost_a_port_to_a_cluster_beside_it_is_replaced_at_onc
     with cluster.start(2, cluster_id="t-port", quiet=True, persist=False) as c:
         assert port_taken.read_text() == "0", "the first controller never met the taken port"
         assert len(set(c.view.apply_sync(_pid))) == 2
+        assert c.client.load_balanced_view().apply_async(_pid).get(timeout=60) in {e["pid"] for e in c.engines}
         procs = processes_of(c)
     assert gone(procs) == []
     assert cluster.running_ids() == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+from pathlib import Path
 
 from course import UserError
 from course.cluster.records import profile_dir
@@ -42,6 +43,14 @@ def engine_tail(text: str, lines: int = 3) -> str:
     """The last few lines an engine wrote itself, on one line: its output without its nanny's log lines, which only
     say that the engine is gone, not why."""
     return tail("\n".join(line for line in (text or "").splitlines() if NANNY not in line), lines)
+
+
+def output_now(launcher) -> str:
+    """What an ipyparallel launcher's process has written so far (its `get_output()` keeps its first reading)."""
+    try:
+        return Path(launcher.output_file).read_text(errors="replace")
+    except (AttributeError, TypeError, OSError):
+        return launcher.get_output() or ""
 
 
 def error_line(output: str) -> str:

@@ -27,11 +27,13 @@ from course.cluster.errors import (
     ended,
     error_line,
     explain_engine_error,
+    output_now,
     tail,
 )
 from course.cluster.kinds import KIND, LocalEngines, Settings, exit_code
 from course.cluster.status import EngineState, Status
 
+OUTPUT_LAG = 5.0  # seconds for a process's last words to reach its launcher's output, at most
 FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
 ALIVE_FOR = 0.25  # s: how long a controller seen running is taken to be running (Cluster._down_reason)
 
@@ -161,32 +163,41 @@ class Cluster:
         """Why engines cannot come any more (a process or job ended), or '' while they still may."""
         controller = self._ipp.controller
         if controller is not None and not processes.running(getattr(controller, "process", None)):
-            return f"the controller {ended(exit_code(controller))}: {tail(controller.get_output())}"
+            return f"the controller {ended(exit_code(controller))}: {tail(output_now(controller))}"
         engine_set = self._engine_set()
         if engine_set is None:
             return "no engines were started"
         return self._engines.launch_problem(engine_set)
 
-    def _controller_part_ended(self) -> str:
-        """Which process of the controller's own (its heart monitor, a scheduler) ended while the controller runs,
-        or ''. ipyparallel picks the controller's free ports in one process and binds them in these: with clusters
-        starting side by side one can lose its port to another, and without a heart monitor no engine ever
-        completes its registration (each gives up after 75 s of missed heartbeats)."""
-        process = getattr(self._ipp.controller, "process", None)
+    def _controller_part_lost(self) -> str:
+        """Which process of the controller's own (a scheduler, its heart monitor) lost its port or ended while the
+        controller runs, or ''. ipyparallel picks the controller's free ports in one process and binds them in
+        these: with clusters starting side by side one can lose its port to another. Without its heart monitor no
+        engine ever completes its registration (each gives up after 75 s of missed heartbeats); without its task
+        scheduler the cluster starts but no load-balanced task is ever run."""
+        controller = self._ipp.controller
+        process = getattr(controller, "process", None)
+        if process is None:
+            return ""  # a controller on another host: nothing here to look at
+        output = output_now(controller)
         try:
-            ended_parts = [p.pid for p in process.children() if p.status() == psutil.STATUS_ZOMBIE] if process else []
+            ended_parts = [p.pid for p in process.children() if p.status() == psutil.STATUS_ZOMBIE]
         except psutil.Error:
+            ended_parts = []
+        if PORT_TAKEN not in output and not ended_parts:
             return ""
-        if not ended_parts:
-            return ""
-        why = error_line(self._ipp.controller.get_output()) or "no error in its output"
-        return f"cluster {self.cluster_id}: a process of its controller ({ended_parts[0]}) ended as it started: {why}"
+        written = time.monotonic() + OUTPUT_LAG  # a part's last words reach the controller's output after it ends
+        while not error_line(output) and time.monotonic() < written:
+            time.sleep(0.1)
+            output = output_now(controller)
+        why = error_line(output) or "no error in its output"
+        return f"cluster {self.cluster_id}: a process of its controller ended as it started: {why}"
 
     def _controller_failed(self) -> ClusterError:
         """The error for a controller that ended as it started: ControllerBroken (a new one is tried, with new
         ports) when a port it picked as free was taken by a process starting beside it, else ClusterDown."""
         controller = self._ipp.controller
-        output = controller.get_output() or ""
+        output = output_now(controller)
         why = error_line(output) or tail(output)
         if PORT_TAKEN in output:
             return ControllerBroken(f"cluster {self.cluster_id}: its controller lost a port as it started: {why}")
@@ -199,11 +210,11 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while True:
             have = len(set(self.client.ids) - before)
-            if have >= n:
-                break
-            broken = self._controller_part_ended()
+            broken = self._controller_part_lost()  # also once the engines are in: a scheduler can have lost its port
             if broken:
                 raise ControllerBroken(broken)  # a new controller (new ports) is tried once: lifecycle._launch_new
+            if have >= n:
+                break
             problem = self._launch_problem()
             if problem:
                 raise ClusterDown(f"engines did not start: {problem}")
