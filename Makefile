@@ -7,6 +7,9 @@ PY := .venv/bin/python
 # (ruby: tests/test_hub.py renders the Open OnDemand app's ERB files with it, as OnDemand does.)
 TEST_APT := openmpi-bin libopenmpi-dev slurm-wlm munge chromium nodejs python3.11-venv ruby
 PYTEST_ARGS ?=
+# The suite runs in this many pytest-xdist workers side by side; tests/conftest.py keeps the tests that share this
+# machine's Slurm, virtual cluster and hub in one of them, in file order. Three on two cores: that one mostly waits.
+TEST_WORKERS ?= 3
 
 .PHONY: setup lab test clean student format docs publish
 
@@ -27,7 +30,7 @@ lab: setup
 test: setup
 	@bash scripts/setup-system.sh $(TEST_APT)
 	@if [ "$$(id -u)" = 0 ]; then bash scripts/setup-proxy.sh && bash scripts/setup-hub.sh; fi
-	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # One layout for the code (tests/test_lint.py checks it): run before committing
 format:

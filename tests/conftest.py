@@ -73,28 +73,51 @@ def pytest_runtest_teardown(item, nextitem):
         shared.stop_shared()
 
 
-def _strength_module(session):
-    """tests/test_strength.py's module, if the session collected any of its tests (pytest names it by file)."""
-    return next(
-        (item.module for item in session.items if hasattr(getattr(item, "module", None), "start_course_trials")), None
-    )
+# `make test` runs the suite in pytest-xdist's workers side by side (`-n 3 --dist loadgroup`): each xdist group runs
+# in one worker, its tests in file order, and a worker takes the next group when it is nearly done.
+MACHINE = "machine"  # the group of the modules that share this machine's Slurm, virtual cluster and hub
+MACHINE_FIXTURES = {"slurm", "virtual_cluster"}  # a module with a test that asks for one of these is in it
 
 
-def pytest_collection_finish(session):
-    """The strength test's notebook runs start now, beside the tests before it (tests/test_strength.py)."""
-    strength = _strength_module(session)
-    if strength is not None and not session.config.option.collectonly:
-        strength.start_course_trials(session)
+def xdist_group(item: pytest.Item) -> str:
+    """The group ITEM runs in: MACHINE for the modules that use the machine's Slurm (or say so with a module mark);
+    one group per notebook for the strength test's trials (a notebook's tests share its one run); else its module
+    (its module fixtures are made once)."""
+    marked = [m.args[0] if m.args else m.kwargs.get("name") for m in item.iter_markers("xdist_group")]
+    if marked:
+        return marked[0]
+    source = getattr(item, "callspec", None) and item.callspec.params.get("source")
+    if hasattr(item.module, "trial_cost") and source is not None:
+        return f"strength-{source.stem}"
+    return item.module.__name__
+
+
+def start_order(item: pytest.Item) -> tuple:
+    """The longest groups first, so that the last ones to end are short: the machine's modules (they mostly wait),
+    then the notebooks' trials, the costliest first, then every other module in file order."""
+    group = getattr(item, "_xdist_group", "")
+    if group == MACHINE:
+        return (0,)
+    if group.startswith("strength-"):
+        return (1, -item.module.trial_cost(item.callspec.params["source"]), group)
+    return (2,)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (it adds them to the test ids)
+def pytest_collection_modifyitems(config, items):
+    machine = {item.module.__name__ for item in items if MACHINE_FIXTURES & set(getattr(item, "fixturenames", ()))}
+    for item in items:
+        group = MACHINE if item.module.__name__ in machine else xdist_group(item)
+        item._xdist_group = group
+        if not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=start_order)  # stable: within a group, file order
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session, and so do the
-    strength test's notebook runs if the session ends before their tests."""
+    """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session."""
     if "tests.check_cases" in sys.modules:
         sys.modules["tests.check_cases"].stop_shared()
-    strength = _strength_module(session)
-    if strength is not None:
-        strength.stop_course_trials()
 
 
 # Session fixtures any test may ask for by name: a real single-node Slurm, and the two-node virtual cluster beside it

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course import cluster, data, tasks
+from course import data, tasks
 from course.averaging import Network, fit_async, fit_full_async, fit_sync, master_average
+from tests.check_cases import own_cluster
 
 pytestmark = pytest.mark.slow
 NET = Network("simple-mnist", (28, 28, 1), 10, 0.05)
@@ -14,18 +15,20 @@ BATCH = 16
 
 
 @pytest.fixture(scope="module")
-def engines():
+def engines(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COURSE_OFFLINE", "1")  # the same small real data everywhere: the digits fallback
         mp.delenv("COURSE_DATA_DIR", raising=False)
         mp.setenv("KERAS_HOME", "/nonexistent-course-test")
         (x, y), _ = data.load("mnist", limit=96)
-    c = cluster.start(2, cluster_id="course-test-averaging", threads=1, quiet=True, persist=False)
-    try:
-        yield c, x, y
-    finally:
-        tasks.reset()
-        c.stop()
+    # a profile of its own: a `cluster stop --all` in the Slurm tests' worker, beside it, must not end it
+    with own_cluster(
+        tmp_path_factory, 2, cluster_id="course-test-averaging", threads=1, quiet=True, persist=False
+    ) as c:
+        try:
+            yield c, x, y
+        finally:
+            tasks.reset()
 
 
 @pytest.fixture(scope="module")

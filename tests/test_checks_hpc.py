@@ -16,7 +16,11 @@ import pytest
 from course import jobs
 from course.checks import hpc, sbatch_script
 from tests.check_cases import cases, define, judge
-from tests.conftest import ROOT
+from tests.conftest import MACHINE, ROOT
+
+# The batch script's check asks this machine's Slurm where one answers: its verdicts must not depend on whether another
+# test started Slurm meanwhile, so it runs in the Slurm tests' worker, in file order (conftest.py)
+pytestmark = pytest.mark.xdist_group(MACHINE)
 
 NOTEBOOK = "11_running_on_hpc"
 COVERED = {  # the answer cells whose fixture answers this module tries

@@ -18,7 +18,10 @@ import psutil
 import pytest
 
 from course import cluster
-from tests.conftest import ROOT, run_course
+from tests.conftest import MACHINE, ROOT, run_course
+
+# Its `cluster stop --all` ends every course Slurm job of this user: it runs beside no other Slurm test (conftest.py)
+pytestmark = pytest.mark.xdist_group(MACHINE)
 
 
 @pytest.fixture(autouse=True)

@@ -12,10 +12,11 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import run_course
+from tests.conftest import MACHINE, run_course
 from tests.nbgrader_support import cell, config_copy, nbgrader, notebook, with_answer
 
-pytestmark = pytest.mark.slow
+# Its `cluster stop --all` ends every course Slurm job of this user: it runs beside no other Slurm test (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(MACHINE)]
 NB = "99_isolation"
 ASSIGNMENT = "99-isolation"  # one nbgrader assignment per notebook
 

@@ -21,8 +21,11 @@ from nbgrader.validator import Validator
 from traitlets.config import Config
 
 from course import cluster, memory, run
-from tests.conftest import ROOT
+from tests.conftest import MACHINE, ROOT
 from tests.grading_support import errors, first_answer, reads_grading_mode
+
+# Notebook 11 submits its jobs to this machine's Slurm where one answers: it runs in the Slurm tests' worker (conftest.py)
+pytestmark = pytest.mark.xdist_group(MACHINE)
 
 NOTEBOOKS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb")) if reads_grading_mode(p)]
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -6,9 +6,9 @@ tests/fixtures/right_answers/<notebook>.json keeps full marks; the released stub
 (what an unanswered notebook holds) scores zero on every check of its exercise, and its own cell fails, if at all, only
 by saying it is unanswered (NotImplementedError); the solution keeps full marks.
 Each notebook runs once for all of these (tests/answer_trials.py: every answer tried in place, just before its
-exercise), two notebooks at a time, started in the background as soon as the tests are collected (conftest.py), so
-that they use the cores the tests before this module leave idle while they wait for Slurm, a hub or a browser;
-their clusters are on record in an IPYTHONDIR of their own, out of the way of those tests' checks. The fixture
+exercise). In `make test` each notebook's run and its tests are one unit of pytest-xdist's workers, the costliest
+first (conftest.py), beside the tests that mostly wait for Slurm, a hub or a browser; their clusters are on record
+in an IPYTHONDIR of their own, out of the way of those tests' checks. The fixture
 course is also graded for real, as a class of submissions, with `python -m course grade` (nbgrader's autograde, hidden tests restored), and both ways must agree: that holds the
 one-run shortcut to nbgrader's grading. nbgrader's own `nbgrader validate` must accept every solution notebook
 (the fixture here). The same run is each solution notebook's top-to-bottom run: every cell runs without an error,
@@ -21,13 +21,12 @@ Notebooks added to solutions/ join here.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -54,7 +53,6 @@ from tests.grading_support import (
     wrong_answers,
 )
 
-WORKERS = 2  # notebooks tried side by side, as `course grade --workers 2` on this 2-core machine
 FIXTURE = FIXTURE_COURSE / "99_fixture.ipynb"
 
 
@@ -81,10 +79,7 @@ def trials(source: Path) -> list[tuple[str, dict[str, str]]]:
     return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()] + right
 
 
-_RUNNING: set[subprocess.Popen] = set()  # the notebooks being tried now, so that an early end of the session ends them
-_STOPPED = threading.Event()  # set when the session ends: no notebook starts after it
-_STARTED: dict[str, Future] = {}  # the course's trials, started as soon as the tests are collected
-_BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="strength")
+_TRIED: dict[str, dict] = {}  # each notebook's trials, run once for the tests that read them
 
 
 def _try(source: Path, base: Path) -> dict:
@@ -107,72 +102,40 @@ def _try(source: Path, base: Path) -> dict:
     with subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     ) as process:
-        _RUNNING.add(process)
-        if _STOPPED.is_set():  # the session ended while this one was starting
-            processes.kill_group(process.pid)
         try:
             _, stderr = process.communicate(timeout=3000)
         finally:
             processes.kill_group(process.pid)  # whatever the notebook left behind it (its engines) ends with it
-            _RUNNING.discard(process)
     assert process.returncode == 0, f"trying the answers to {source.name} failed:\n{stderr[-3000:]}"
     wall = round(time.monotonic() - started, 1)
     return {**json.loads((work / "tried.json").read_text()), "executed": work / "executed.ipynb", "wall": wall}
 
 
-def _try_all(sources: list[Path], base: Path) -> dict[str, dict]:
-    """Every notebook's trials, two notebooks at a time, the ones with the most trials first."""
-    sources = sorted(sources, key=lambda p: -len(trials(p)))
-    with ThreadPoolExecutor(WORKERS) as pool:
-        return dict(zip((p.stem for p in sources), pool.map(lambda p: _try(p, base), sources)))
+def tried(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """SOURCE's trials, run by the first test that asks for them. A notebook's tests are one xdist group
+    (conftest.py): they run in one worker, one after the other, and share this one run."""
+    if source.stem not in _TRIED:
+        _TRIED[source.stem] = _try(source, tmp_path_factory.mktemp("tried"))
+    return _TRIED[source.stem]
 
 
-def start_course_trials(session: pytest.Session) -> None:
-    """Start trying the selected course notebooks' answers at once, in the background (conftest calls this when the
-    tests are collected): the trials keep both cores busy while the tests before this module mostly wait (for
-    Slurm, a hub, a browser), and this module's tests wait for the trials' result."""
-    chosen = selected(session, sys.modules[__name__])
-    sources = [p for p in course_notebooks() if p != FIXTURE and p in chosen]
-    if sources and "course" not in _STARTED:
-        base = session.config._tmp_path_factory.mktemp("course")  # pytest's own temporary folders (kept, the last 3)
-        _STARTED["course"] = _BACKGROUND.submit(_try_all, sources, base)
+TRIAL_SECONDS = ROOT / "tests" / "fixtures" / "trial_seconds.json"  # each notebook's trials in a full run, measured
 
 
-def stop_course_trials() -> None:
-    """End the trials still running, and start no other (the session ended before their tests, e.g. `-x` after an
-    earlier failure)."""
-    _STOPPED.set()
-    for process in list(_RUNNING):
-        processes.kill_group(process.pid)
+@functools.cache
+def trial_cost(source: Path) -> float:
+    """How long SOURCE's trials took in a full run (TRIAL_SECONDS: a run's JUnit XML, notebook_seconds), so that
+    the suite starts the costliest first; a notebook not measured yet counts as the costliest."""
+    measured = json.loads(TRIAL_SECONDS.read_text())
+    return measured.get(source.stem, max(measured.values()))
 
 
-@pytest.fixture(scope="module")
-def tried_fixture(tmp_path_factory) -> dict[str, dict]:
-    return _try_all([FIXTURE], tmp_path_factory.mktemp("fixture"))
-
-
-def selected(session: pytest.Session, module) -> set[Path]:
-    """The notebooks this module's selected tests ask for: `-k 03_parallelism` tries only 03's answers."""
-    return {
-        item.callspec.params["source"]
-        for item in session.items
-        if item.module is module and "source" in getattr(getattr(item, "callspec", None), "params", {})
-    }
-
-
-@pytest.fixture(scope="module")
-def tried_course(request) -> dict[str, dict]:
-    start_course_trials(request.session)  # started already, unless this module was not collected with the session
-    return _STARTED["course"].result()
-
-
-@pytest.mark.timeout(3600)  # the first course notebook's test waits for every notebook's trials (started at collection)
+@pytest.mark.timeout(3600)  # the notebook's first test runs its trials
 @pytest.mark.parametrize("source", _params())
-def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, request):
+def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, request, tmp_path_factory):
     cells = graded_cells(source)
     assert cells, f"{source.name} has no graded cells"
-    tried = request.getfixturevalue("tried_fixture" if source == FIXTURE else "tried_course")
-    result, labelled = tried[source.stem], trials(source)
+    result, labelled = tried(source, tmp_path_factory), trials(source)
     costly = sorted(zip(result["seconds"], (what for what, _ in labelled)), reverse=True)[:5]
     request.node.user_properties.append(("trials", len(labelled)))  # in the JUnit XML a full run writes
     request.node.user_properties.append(("notebook_seconds", result["wall"]))
@@ -221,14 +184,13 @@ def test_unexplained_accepts_only_not_implemented():
     assert unexplained({"enames": ["NameError"], "shows_not_implemented": True}) == ["NameError"]
 
 
-@pytest.mark.timeout(3600)  # as above: the first course notebook's test waits for every notebook's trials
+@pytest.mark.timeout(3600)  # as above: the notebook's first test runs its trials
 @pytest.mark.parametrize("source", _params())
-def test_every_unanswered_exercise_says_so(source, request):
+def test_every_unanswered_exercise_says_so(source, tmp_path_factory):
     """Each released stub, tried in place (the exercises before it answered), fails in its own cell only with
     NotImplementedError, if at all, never some other way. The first one is what a learner running the student
     notebook from the top meets (tests/test_notebooks_execute.py: its cells before it are the solution's)."""
-    tried = request.getfixturevalue("tried_fixture" if source == FIXTURE else "tried_course")
-    result, notebook = tried[source.stem], nbformat.read(str(source), as_version=4)
+    result, notebook = tried(source, tmp_path_factory), nbformat.read(str(source), as_version=4)
     cell_of = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(notebook.cells)}
     stubbed = {
         grade_id: raised
@@ -247,13 +209,13 @@ def test_every_unanswered_exercise_says_so(source, request):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # the first test to ask for the course's run waits for all of it
+@pytest.mark.timeout(3600)  # as above: the notebook's first test runs its trials
 @pytest.mark.parametrize(
     "source", [p for p in course_notebooks() if p != FIXTURE and not reads_grading_mode(p)], ids=lambda p: p.stem
 )
-def test_solution_runs_top_to_bottom_and_nbgrader_validates_it(source, tried_course):
+def test_solution_runs_top_to_bottom_and_nbgrader_validates_it(source, tmp_path_factory):
     """The solution's own line through the one run: its cells as they last ran, top to bottom."""
-    result = tried_course[source.stem]
+    result = tried(source, tmp_path_factory)
     executed = nbformat.read(str(result["executed"]), as_version=4)
     assert executed.metadata.kernelspec.name == run.KERNEL
     assert errors(executed) == [], f"{source.name} raised while running top to bottom"
@@ -267,7 +229,7 @@ def test_solution_runs_top_to_bottom_and_nbgrader_validates_it(source, tried_cou
     assert run.figures_in(executed), f"{source.name} publishes no key figure (course.run.key_figure)"
 
 
-def test_trying_answers_in_one_run_agrees_with_grading_them(tried_fixture, tmp_path):
+def test_trying_answers_in_one_run_agrees_with_grading_them(tmp_path_factory, tmp_path):
     """The fixture's class graded for real (the unanswered release, the solution, one submission per group of wrong
     answers): per cell, the points nbgrader gives are zero exactly where the one-run trial saw a check fail."""
     wrong = wrong_answers(FIXTURE.stem)
@@ -291,7 +253,7 @@ def test_trying_answers_in_one_run_agrees_with_grading_them(tried_fixture, tmp_p
     def lost(student: str) -> set[str]:
         return {c for c, points in cells.items() if float(table[(student, FIXTURE.stem, c)]["points"]) < points}
 
-    result = tried_fixture[FIXTURE.stem]
+    result = tried(FIXTURE, tmp_path_factory)
     assert lost("solution") == set(result["solution"]) == set()
     stubbed = set().union(*(f for (what, _), f in zip(trials(FIXTURE), result["failed"]) if "stub" in what))
     assert lost("unanswered") == stubbed == set(cells)
