@@ -369,8 +369,9 @@ def test_a_controller_that_loses_a_port_twice_is_one_clear_error_not_a_wait(port
     """Without the replacement: a traceback from ipyparallel (the registration port), or a wait until the engines
     give up after 75 s of missed heartbeats (the heart monitor's)."""
     port_taken.write_text("2")
-    with pytest.raises(cluster.ControllerBroken, match="Address already in use"):
+    with pytest.raises(cluster.ControllerBroken, match="Address already in use") as raised:
         cluster.start(1, cluster_id="t-portless", quiet=True, persist=False, timeout=300)
+    assert "ended the same way 2 times; start it again" in str(raised.value), "what to do, after the retry"
     assert port_taken.read_text() == "0", "a broken controller is replaced once, then the error is raised"
     assert cluster.running_ids() == []
     assert gone(launched_for("course-t-portless")) == []

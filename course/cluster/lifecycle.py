@@ -154,8 +154,10 @@ def _launch_new(cid: str, settings: Settings, persist: bool, attempts: int = 2) 
             return cluster
         except BaseException as exc:
             cluster.stop()
-            if not isinstance(exc, ControllerBroken) or attempt == attempts:
+            if not isinstance(exc, ControllerBroken):
                 raise
+            if attempt == attempts:
+                raise ControllerBroken(f"{exc} (it ended the same way {attempts} times; start it again)") from exc
     raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
