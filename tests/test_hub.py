@@ -269,7 +269,7 @@ def _stop_hub(hub: Hub, keep_servers: bool = False) -> None:
         psutil.wait_procs(descendants, timeout=30)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # it ends with this module: its servers and pages do not outlive the tests
 def hub():
     """The set-up run as `make setup HUB=1` runs it, the class's accounts, and a hub serving them."""
     reason = _missing()
@@ -296,10 +296,13 @@ def hub():
         ROOT.chmod(checkout_mode)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(hub, chromium):
-    """The run's Chromium, once the hub is up."""
-    return chromium
+    """The run's Chromium, once the hub is up. The pages this module opened close with it: an open JupyterLab page
+    keeps polling its server (four of them, with their servers, took half a core for the rest of a full run)."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
 
 
 def log_in(browser, hub: Hub, user: str):
@@ -331,7 +334,7 @@ def nbgrader_menu(page) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pages(hub, browser):
     """Every account logged in once (their servers spawned by the hub); the pages by user."""
     return {user: log_in(browser, hub, user) for user in (*LEARNERS, INSTRUCTOR)}
@@ -562,7 +565,7 @@ def _answer(user: str, answers: dict[str, str]) -> None:
     run_as(user, ["sh", "-c", f"cat > {path}"], home(user), input=nbformat.writes(nb))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def graded(hub, pages):
     """The instructor releases 02, every learner fetches and submits (one through the Assignments tab), the
     instructor collects, autogrades, exports and releases feedback from a read-only checkout, every learner fetches
