@@ -105,6 +105,7 @@ def start_order(item: pytest.Item) -> tuple:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (it adds them to the test ids)
 def pytest_collection_modifyitems(config, items):
+    """Each test in its xdist group (the same in every worker: xdist checks they collected alike), longest first."""
     machine = {item.module.__name__ for item in items if MACHINE_FIXTURES & set(getattr(item, "fixturenames", ()))}
     for item in items:
         group = MACHINE if item.module.__name__ in machine else xdist_group(item)
