@@ -370,14 +370,24 @@ def test_a_second_start_never_overwrites_a_learners_work(hub, pages):
     gone = home(user) / "ddl-hpc" / "notebooks" / "01_task_graphs.ipynb"
     gone.unlink()
     page = pages[user]
-    page.goto(f"{hub.url}/hub/home")
-    page.click("#stop")
-    expect(page.locator("#stop")).to_be_hidden(timeout=120_000)
+    stop_from_home(page, hub)
     page.goto(f"{hub.url}/hub/spawn/{user}")  # what "Start My Server" opens
     page.wait_for_url(re.compile(rf"/user/{user}/lab"), timeout=240_000)
     expect(page.locator(".jp-LabShell")).to_be_visible(timeout=180_000)
     assert mine.read_text() == edited
     assert gone.exists(), "a notebook the learner lacked was not copied again"
+
+
+def stop_from_home(page, hub: Hub) -> None:
+    """Press "Stop My Server" on the hub's home page once its scripts have loaded (the button's handler is bound by
+    them: a click before does nothing, and the button stayed for 120 s in a loaded full run), and wait until the
+    page says the server stopped."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{hub.url}/hub/home")
+    page.wait_for_load_state("networkidle")  # the page's modules are in, so its buttons answer
+    page.click("#stop")
+    expect(page.locator("#stop")).to_be_hidden(timeout=120_000)
 
 
 def _servers_of(user: str) -> list[psutil.Process]:
@@ -1113,9 +1123,7 @@ def test_a_learners_jupyterlab_runs_as_a_slurm_job_on_a_node_and_stops_with_it(s
     assert (hostname, job_id, cores) == (node, job, str(SLURM_NODE_CPUS)), output.inner_text()
     assert source.startswith(str(PREFIX)), f"the kernel imported the course from {source}"
 
-    page.goto(f"{slurm_hub.url}/hub/home")
-    page.click("#stop")
-    expect(page.locator("#stop")).to_be_hidden(timeout=120_000)
+    stop_from_home(page, slurm_hub)
     assert _queue_empties(user, virtual_cluster, 30), "stopping the server left its job in the queue"
     _, left = psutil.wait_procs(on_node, timeout=30)
     assert not left, f"the server outlived its job: {left}"
