@@ -59,6 +59,8 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     with peak, one_run.notebook_kernel(source, nb, workdir, CELL_TIMEOUT) as client:
         for index in range(len(solution_cells)):
             here = starting.get(index, [])
+            if here:
+                one_run.keep_ranks(client, index, True)
             for k in here:
                 started = time.monotonic()
                 failed[k], answered[k] = one_run.detour(client, solution_cells, trials[k], *where[k])
@@ -67,6 +69,8 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
                     if again:
                         retried[k] = again
                 seconds[k] = round(time.monotonic() - started, 1)
+            if here:
+                one_run.keep_ranks(client, index, False)
             cell = one_run.execute(client, copy.deepcopy(solution_cells[index]), index)
             executed.cells[index] = cell
             if one_run.graded(cell) and one_run.failed(cell):

@@ -182,6 +182,16 @@ def execute(client, cell, index: int):
     return cell
 
 
+def keep_ranks(client, index: int, keep: bool) -> None:
+    """Have the kernel keep its `course.comm.on_ranks` ranks up between calls (course.rank_pool), or end them. The
+    detours at one cell try the same checks again and again (03's dozens of answers, each checked on 1 to 4 ranks,
+    twice): a fresh `mpiexec` job for each call cost most of their time. The solution's own line runs with
+    fresh jobs, as a learner's and a grader's kernel do."""
+    code = f"from course import rank_pool as _rank_pool\n_rank_pool.KEEP = {keep}\n"
+    code += "" if keep else "_rank_pool.close_all()\n"
+    execute(client, nbformat.v4.new_code_cell(code + "del _rank_pool"), index)
+
+
 def detour(client, cells: list, trial: dict[str, str], first: int, last: int) -> tuple[dict[str, str], dict]:
     """Run cells FIRST..LAST with the trial's sources in place: the graded cells that failed, with their errors,
     and what the trial's own answer cells raised (`raised`)."""
