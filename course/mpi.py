@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from course import UserError
+from course import UserError, settings
 
 INSTALL_HINT = (
     "install Open MPI (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev; on a cluster: module load openmpi)"
@@ -120,7 +120,7 @@ def loopback_library() -> Path | None:
     """LOOPBACK_C built into the user's cache (once per version of it), or None where no C compiler builds it."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     key = hashlib.sha256(f"{LOOPBACK_C}{platform.machine()}".encode()).hexdigest()[:16]
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "course"
+    folder = settings.user_cache()
     library = folder / f"mpiexec-loopback-{key}.so"
     if library.is_file() or compiler is None:
         return library if library.is_file() else None

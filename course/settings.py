@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,12 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+def user_cache() -> Path:
+    """The folder where the course keeps what it builds once per user and reuses: $XDG_CACHE_HOME/course, or
+    ~/.cache/course."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "course"
 
 
 def get(name: str) -> str:

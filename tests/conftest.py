@@ -55,6 +55,7 @@ rank_pool.KEEP = True
 def offline_home(tmp_path, monkeypatch):
     """A HOME with an empty Keras cache, no COURSE_DATA_DIR and no network: nothing is cached anywhere."""
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # the course's cache (course.settings.user_cache) too
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / ".keras"))
     monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
     monkeypatch.setenv("COURSE_OFFLINE", "1")

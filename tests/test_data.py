@@ -40,6 +40,41 @@ def test_fallback_matches_cifar_shape(offline_home):
     assert x_train.shape == (50, 32, 32, 3) and x_test.shape == (50, 32, 32, 3)
 
 
+def _arrays(loaded) -> list[np.ndarray]:
+    return [array for split in loaded for array in split]
+
+
+def test_the_fallback_is_built_once_then_read_from_the_users_cache(offline_home):
+    """The first load builds the stand-in with scikit-learn and keeps it in the user's cache; a later process
+    reads it from there, without importing scikit-learn, and gets the same arrays."""
+    first = data.load("mnist")
+    assert len(list((offline_home / ".cache" / "course").glob("digits-28x28x1-*.npz"))) == 1
+    later = offline_home / "later.npz"
+    program = (
+        "import sys; import numpy as np; from course import data; loaded = data.load('mnist'); "
+        "np.savez(sys.argv[1], *[a for split in loaded for a in split]); print('sklearn' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", program, later], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "False", done.stdout
+    with np.load(later) as read:
+        assert all(np.array_equal(mine, read[f"arr_{k}"]) for k, mine in enumerate(_arrays(first)))
+        assert [read[f"arr_{k}"].dtype for k in range(4)] == [a.dtype for a in _arrays(first)]
+
+
+def test_a_damaged_or_unwritable_cache_still_gives_the_fallback(offline_home):
+    built = _arrays(data.load("mnist", limit=100))
+    (kept,) = (offline_home / ".cache" / "course").glob("digits-*.npz")
+    kept.write_bytes(b"not an npz file")  # damaged: built again, and kept again
+    assert all(np.array_equal(a, b) for a, b in zip(built, _arrays(data.load("mnist", limit=100))))
+    with np.load(kept) as npz:
+        assert npz["images"].shape == (1797, 28, 28, 1)
+    shutil.rmtree(kept.parent)
+    kept.parent.write_text("")  # the cache's folder cannot be made: built each time, nothing left behind
+    assert all(np.array_equal(a, b) for a, b in zip(built, _arrays(data.load("mnist", limit=100))))
+    assert sorted(p.name for p in kept.parent.parent.iterdir()) == ["course"]
+
+
 def test_data_dir_wins_over_fallback(offline_home, tmp_path, monkeypatch, capsys):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, size=(20, 28, 28), dtype=np.uint8)
