@@ -15,12 +15,6 @@ from tests.check_cases import covered
 from tests.conftest import ROOT
 
 LONGEST = 12  # lines of a check cell above its hidden tests
-# Check cells still to move into course/checks/ (issue 48), by notebook: this set only shrinks.
-NOT_YET_MOVED: dict[str, set[str]] = {
-    # ex-script: each answer is a script the check runs with `horovodrun -np 2` (about 25 s a run, six runs):
-    # tests/test_horovod_check.py checks course.checks.horovod_script on real runs of the solution and its faults
-    "07_horovod_script": {"ex-script-answer"},
-}
 
 
 def visible_lines(source: str) -> list[str]:
@@ -35,11 +29,6 @@ def check_cells(notebook: str) -> dict[str, str]:
         for c in cells
         if c["metadata"].get("nbgrader", {}).get("grade")
     }
-
-
-def grade_ids(notebook: str) -> set[str]:
-    cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
-    return {c["metadata"]["nbgrader"]["grade_id"] for c in cells if "nbgrader" in c["metadata"]}
 
 
 def todos(root: Path = ROOT) -> list[str]:
@@ -71,10 +60,7 @@ def test_visible_lines_leave_out_the_hidden_tests():
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_check_cells_call_a_check_module(notebook):
-    waiting = NOT_YET_MOVED.get(notebook, set())
     for grade_id, source in check_cells(notebook).items():
-        if grade_id in waiting:
-            continue
         lines = visible_lines(source)
         assert len(lines) <= LONGEST, (
             f"{notebook} {grade_id}: {len(lines)} lines above its hidden tests; move the check into course/checks/ "
@@ -82,8 +68,6 @@ def test_check_cells_call_a_check_module(notebook):
         )
         defined = [line for line in lines if line.lstrip().startswith(("def ", "class "))]
         assert not defined, f"{notebook} {grade_id} defines {defined[0].strip()!r}: put it in course/checks/"
-    stale = waiting - grade_ids(notebook)
-    assert not stale, f"NOT_YET_MOVED names {sorted(stale)}, which {notebook} does not have"
 
 
 def fast_tests() -> dict[str, set[str]]:
@@ -98,7 +82,7 @@ def fast_tests() -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_every_fixture_answer_has_a_fast_test(notebook):
-    missing = covered(notebook) - fast_tests().get(notebook, set()) - NOT_YET_MOVED.get(notebook, set())
+    missing = covered(notebook) - fast_tests().get(notebook, set())
     assert not missing, (
         f"fixture answers to {sorted(missing)} of {notebook} are tried by no fast test: add them to a "
         "tests/test_checks_*.py module's COVERED, with a test that tries them (tests/check_cases.py)"

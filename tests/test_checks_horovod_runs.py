@@ -1,7 +1,7 @@
 """course.checks.horovod, the checks of notebook 07's part two (07_horovod_script), tried directly on every answer
 the fixtures hold for its exercises on the runs (tests/check_cases.py): small made-up runs and a made-up timeline
 breakdown stand in for the `horovodrun` launches. The script exercise (`ex-script-answer`) needs a `horovodrun` of each
-script (about 25 s each): tests/test_horovod_check.py runs its check on real runs."""
+script (about 25 s each): tests/test_checks_horovod_script.py tries those on real runs."""
 
 from __future__ import annotations
 
