@@ -54,7 +54,8 @@ WAITING_TESTS = [
     "tests/test_tasks.py",
 ]
 # What `make test` leaves outside the clone that a fresh machine has not (Debian's packages and the pip cache stay):
-# the hub's shared environment and exchange, the Slurm daemons' configuration and state, the virtual cluster's,
+# the hub's shared environment and exchange, the Slurm daemons' configuration and state, the virtual cluster's, the
+# course's cache in this user's home,
 # and any account a killed hub test left.
 FORGET = [
     "/opt/ddl-hpc",
@@ -66,6 +67,7 @@ FORGET = [
     "/var/log/course-slurm",
     "/var/lib/course-vc",
     "/var/log/course-vc",
+    str(Path.home() / ".cache" / "course"),  # this user's course cache: the dataset fallback, the loopback library
 ]
 TEST_ACCOUNTS = ("ddlhub-ada", "ddlhub-ben", "ddlhub-cy", "ddlhub-teach")
 TEST_GROUPS = ("ddlhub-learners", "ddlhub-instructors")
