@@ -55,8 +55,7 @@ WAITING_TESTS = [
 ]
 # What `make test` leaves outside the clone that a fresh machine has not (Debian's packages and the pip cache stay):
 # the hub's shared environment and exchange, the Slurm daemons' configuration and state, the virtual cluster's, the
-# course's cache in this user's home,
-# and any account a killed hub test left.
+# course's cache in this user's home, and any account a killed hub test left.
 FORGET = [
     "/opt/ddl-hpc",
     "/srv/nbgrader",
