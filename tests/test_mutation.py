@@ -306,3 +306,27 @@ def test_the_report_counts_semantic_mutants(tmp_path):
     assert "entry 3: the list says only the hidden tests catch it, but the visible check did" in done.stdout
     assert "99_fixture ex1-answer: 3 semantic, the visible check caught 2, with hidden tests 2" in done.stderr
     assert "mutants, the visible check" not in done.stderr, "--semantic-only makes no operator mutants"
+
+
+def test_keep_ranks_switches_the_kernels_rank_pool_and_ends_it(tmp_path):
+    """The trials' kernel keeps its on_ranks ranks up only while keep_ranks says so; turned off, its pools end."""
+    from course.mutation import trials
+
+    source = FIXTURE_COURSE / "99_fixture.ipynb"
+    nb = nbformat.read(str(source), as_version=4)
+    probe = (
+        "from course import rank_pool, comm\n"
+        "import os\n"
+        "print(rank_pool.KEEP, comm.on_ranks(os.getpid, 2) != comm.on_ranks(os.getpid, 2), sorted(rank_pool._POOLS))"
+    )
+
+    def said(client) -> str:
+        cell = trials.execute(client, nbformat.v4.new_code_cell(probe), 0)
+        return "".join(out.get("text", "") for out in cell.outputs).strip()
+
+    with trials.notebook_kernel(source, nb, tmp_path) as client:
+        assert said(client) == "False True []"  # a fresh mpiexec job per call: new processes each time
+        trials.keep_ranks(client, 0, True)
+        assert said(client) == "True False [2]"  # the same ranks answer both calls
+        trials.keep_ranks(client, 0, False)
+        assert said(client) == "False True []"
