@@ -42,6 +42,7 @@ PREFIX = Path(os.environ.get("HUB_PREFIX", "/opt/ddl-hpc"))
 LEARNERS = ("ddlhub-ada", "ddlhub-ben", "ddlhub-cy")
 FULL_NAMES = {"ddlhub-ada": "Ada Lovelace"}  # the others have none: Formgrader shows their account names
 INSTRUCTOR = "ddlhub-teach"
+SECOND_INSTRUCTOR = "ddlhub-teach2"  # a site's second instructor, made and removed by one test
 GROUPS = {"learners": "ddlhub-learners", "instructors": "ddlhub-instructors"}
 PASSWORD = "Course-hub-test-1"
 ASSIGNMENT, NB = "02-sgd", "02_sgd"
@@ -148,8 +149,20 @@ def run_as(user: str, argv: list[str], cwd: Path, env: dict | None = None, check
     return done
 
 
+def _left_by_an_interrupted_run() -> list[tuple[str, str]]:
+    """The test's own accounts and groups (every name starts with ddlhub-) that a killed earlier run left behind."""
+    users = [("user", u) for u in (*LEARNERS, INSTRUCTOR, SECOND_INSTRUCTOR) if _exists("passwd", u)]
+    groups = [("group", g) for g in GROUPS.values() if _exists("group", g)]
+    return groups + users  # _remove goes backwards: the users (and their processes) first
+
+
+def _exists(database: str, name: str) -> bool:
+    return subprocess.run(["getent", database, name], capture_output=True).returncode == 0
+
+
 def _accounts(created: list[tuple[str, str]]) -> None:
     """The class's Unix accounts with a password (the guide's block then puts them in the two groups)."""
+    _remove(_left_by_an_interrupted_run())  # else useradd refuses: "user 'ddlhub-ada' already exists"
     for user in (*LEARNERS, INSTRUCTOR):
         name = ["-c", FULL_NAMES[user]] if user in FULL_NAMES else []
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", *name, user], check=True, capture_output=True)
@@ -168,7 +181,7 @@ def _set_up_as_the_guide_says(exchange: Path, created: list[tuple[str, str]]) ->
     lines = [as_here(line) for line in guide_blocks()[0] if line.strip() and not line.lstrip().startswith("#")]
     *steps, start = lines
     assert "jupyterhub -f deploy/jupyterhub/jupyterhub_config.py" in start, start
-    created += [("group", g) for g in GROUPS.values() if subprocess.run(["getent", "group", g]).returncode != 0]
+    created += [("group", g) for g in GROUPS.values() if not _exists("group", g)]
     env = {**os.environ, "HUB_PREFIX": str(PREFIX), "COURSE_NBGRADER_EXCHANGE": str(exchange)}
     for step in steps:
         users = LEARNERS if "LEARNER" in step else [INSTRUCTOR] if "INSTRUCTOR" in step else [""]
@@ -923,7 +936,7 @@ def test_an_instructors_copy_is_never_readable_by_learners(hub, tmp_path):
     ok while closed, and naming it with the fix once it is opened."""
     text = GUIDE.read_text()
     line = re.search(r"`(bash scripts/instructor-copy\.sh INSTRUCTOR)`", text).group(1)
-    user, learner = "ddlhub-teach2", LEARNERS[0]
+    user, learner = SECOND_INSTRUCTOR, LEARNERS[0]
     record = PREFIX / "share" / "ddl-hpc" / "instructor-copies"
     recorded = record.read_text() if record.exists() else None
     watch = tmp_path / "bin"
