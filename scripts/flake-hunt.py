@@ -68,7 +68,7 @@ FORGET = [
     "/var/log/course-vc",
     str(Path.home() / ".cache" / "course"),  # this user's course cache: the dataset fallback, the loopback library
 ]
-TEST_ACCOUNTS = ("ddlhub-ada", "ddlhub-ben", "ddlhub-cy", "ddlhub-teach")
+TEST_ACCOUNTS = ("ddlhub-ada", "ddlhub-ben", "ddlhub-cy", "ddlhub-teach", "ddlhub-teach2")
 TEST_GROUPS = ("ddlhub-learners", "ddlhub-instructors")
 BUSY = "while True: pass"
 

@@ -115,3 +115,11 @@ def test_a_fresh_clones_run_does_not_import_this_checkout(monkeypatch):
         check=True,
     )
     assert done.stdout.strip() == "unset"
+
+
+def test_forget_removes_every_account_and_group_the_hub_tests_make():
+    from tests import test_hub
+
+    made = {*test_hub.LEARNERS, test_hub.INSTRUCTOR, test_hub.SECOND_INSTRUCTOR}
+    assert made <= set(flake_hunt.TEST_ACCOUNTS), made - set(flake_hunt.TEST_ACCOUNTS)
+    assert set(test_hub.GROUPS.values()) <= set(flake_hunt.TEST_GROUPS)
