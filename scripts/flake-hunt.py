@@ -155,7 +155,8 @@ def run_once(argv: list[str], cwd: Path, env: dict, join: Callable[[], None], lo
 
 
 def results(junit: Path) -> list[dict]:
-    """Each test case of a junit XML file: its id, file, time and outcome (with the first line of a failure)."""
+    """Each test case of a junit XML file: its id, file, time, outcome (with the first line of a failure) and CPU
+    time where the run measured it (tests/cpu_time.py)."""
     if not junit.exists():
         return []
     cases = []
@@ -170,15 +171,17 @@ def results(junit: Path) -> list[dict]:
                 message = (found.get("message") or found.text or "").strip().splitlines()[:1]
                 message = message[0][:200] if message else ""
                 break
+        cpu = [float(p.get("value")) for p in case.iter("property") if p.get("name") == "cpu_seconds"]
         cases.append(
             {"id": f"{file}::{case.get('name')}", "file": file, "time": float(case.get("time", 0)), "outcome": outcome}
-            | {"message": message}
+            | {"message": message, "cpu": cpu[0] if cpu else None}
         )
     return cases
 
 
 def report(runs: list[dict], out: Path) -> str:
-    """Markdown: the runs, the failures by test, the ten slowest tests and the time of each file (last run)."""
+    """Markdown: the runs, the failures by test, the ten slowest tests, and each file's time and CPU time (where the
+    run counted it: tests/cpu_time.py)."""
     lines = [
         "| condition | run | exit | passed | failed | errors | skipped | time |",
         "|---|---|---|---|---|---|---|---|",
@@ -202,11 +205,19 @@ def report(runs: list[dict], out: Path) -> str:
         slowest = sorted(r["cases"], key=lambda c: -c["time"])[:10]
         lines += ["", f"Ten slowest tests of {r['condition']} run {r['k']}:"]
         lines += [f"- {c['time']:.0f} s {c['id']}" for c in slowest]
-        by_file: dict[str, float] = defaultdict(float)
+        by_file: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         for case in r["cases"]:
-            by_file[case["file"]] += case["time"]
+            by_file[case["file"]][0] += case["time"]
+            by_file[case["file"]][1] += case["cpu"] or 0.0
+        measured = any(case["cpu"] is not None for case in r["cases"])
         lines += ["", f"Time by file, {r['condition']} run {r['k']} (set-up and tear-down included):"]
-        lines += [f"- {t:.0f} s {f}" for f, t in sorted(by_file.items(), key=lambda x: -x[1])]
+        lines += [
+            f"- {t:.0f} s{f', {c:.0f} core-s of CPU' if measured else ''} {f}"
+            for f, (t, c) in sorted(by_file.items(), key=lambda x: -x[1][0])
+        ]
+        if measured:
+            total = sum(c for _, c in by_file.values())
+            lines += ["", f"CPU time of the tests, {r['condition']} run {r['k']}: {total:.0f} core-s"]
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     return text

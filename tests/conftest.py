@@ -13,6 +13,7 @@ from typing import TypeVar
 import pytest
 
 from course import rank_pool
+from tests import cpu_time
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -114,6 +115,11 @@ def pytest_collection_modifyitems(config, items):
         if not any(item.iter_markers("xdist_group")):
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=start_order)  # stable: within a group, file order
+
+
+def pytest_configure(config):
+    """Each test's CPU time in the JUnit XML, the run's in its summary (tests/cpu_time.py)."""
+    config.pluginmanager.register(cpu_time, "cpu-time")
 
 
 def pytest_sessionfinish(session, exitstatus):

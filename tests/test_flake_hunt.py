@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import cpu_time
 from tests.conftest import ROOT, wait_until
 
 spec = importlib.util.spec_from_file_location("flake_hunt", ROOT / "scripts" / "flake-hunt.py")
@@ -63,6 +64,57 @@ def test_a_runs_junit_xml_is_read_with_each_outcome_and_its_first_line(tmp_path)
     assert "| plain | 1 | 1 | 1 | 1 | 1 | 1 | 1.0 min |" in text, text
     assert "test_cases.py::test_fails (plain, 1 of 1)" in text and "one is not two" in text, text
     assert (tmp_path / "report.md").read_text() == text
+
+
+BURNING = '''
+import os, subprocess, sys, time
+
+BURN = """
+import os, sys, time
+if os.fork():
+    sys.exit()  # the parent ends at once: the child burns on alone, reparented away from the test
+end = time.process_time() + 1.5
+while time.process_time() < end:
+    pass
+open(sys.argv[1], "w").close()
+"""
+
+def test_burns(tmp_path):
+    done = tmp_path / "done"
+    subprocess.run([sys.executable, "-c", BURN, str(done)], check=True)
+    while not done.exists():
+        time.sleep(0.05)
+
+def test_sleeps():
+    time.sleep(1.5)
+'''
+
+
+@pytest.mark.skipif(cpu_time.ACCOUNT is None, reason="no cgroup for a CPU account here: not root, or none writable")
+def test_each_tests_cpu_time_counts_what_it_started_also_after_its_parent_ended(tmp_path):
+    """In pytest-xdist's workers, as `make test` runs: a test whose orphaned grandchild burns 1.5 s of CPU is
+    charged for it (rusage would not see it), one that sleeps 1.5 s is not; the report sums them by file."""
+    (tmp_path / "test_cpu.py").write_text(BURNING)
+    junit = tmp_path / "run.xml"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.cpu_time", "-p", "no:cacheprovider"]
+        + [f"--junitxml={junit}", "test_cpu.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "CPU time of the run: " in done.stdout, done.stdout
+    cases = flake_hunt.results(junit)
+    cpu = {c["id"].split("::")[1]: c["cpu"] for c in cases}
+    assert cpu["test_burns"] >= 1.4 and cpu["test_sleeps"] < 0.5, cpu
+    text = flake_hunt.report([{"condition": "plain", "k": 1, "code": 0, "seconds": 60, "cases": cases}], tmp_path)
+    assert "core-s of CPU test_cpu.py" in text, text
+    assert f"CPU time of the tests, plain run 1: {sum(cpu.values()):.0f} core-s" in text, text
+    left = [p for p in cpu_time.ACCOUNT.group.glob("**/course-tests-*") if p.is_dir()]  # the run's, made in ours
+    assert not left, f"the accounts' cgroups are left behind: {left}"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the quota is a cgroup of /sys/fs/cgroup: only root can make one")
