@@ -37,6 +37,7 @@ class Account:
                 if mount is None:
                     continue
                 group = mount / path.lstrip("/") / name
+                _remove_stale(group.parent, name.rpartition("-")[0])
                 try:
                     group.mkdir(exist_ok=True)
                     (group / "cgroup.procs").write_text(str(os.getpid()))
@@ -59,6 +60,15 @@ class Account:
                 with contextlib.suppress(OSError):
                     (self.group.parent / "cgroup.procs").write_text(pid)
             self.group.rmdir()
+
+
+def _remove_stale(parent: Path, prefix: str) -> None:
+    """The empty cgroups PREFIX-PID of runs that were killed before they could remove theirs."""
+    for stale in parent.glob(f"{prefix}-*"):
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                stale.rmdir()  # refused while it still holds a process or a cgroup
 
 
 # As a pytest plugin (tests/conftest.py registers it; `-p tests.cpu_time` elsewhere): each pytest process (the xdist

@@ -93,9 +93,14 @@ def test_sleeps():
 @pytest.mark.skipif(cpu_time.ACCOUNT is None, reason="no cgroup for a CPU account here: not root, or none writable")
 def test_each_tests_cpu_time_counts_what_it_started_also_after_its_parent_ended(tmp_path):
     """In pytest-xdist's workers, as `make test` runs: a test whose orphaned grandchild burns 1.5 s of CPU is
-    charged for it (rusage would not see it), one that sleeps 1.5 s is not; the report sums them by file."""
+    charged for it (rusage would not see it), one that sleeps 1.5 s is not; the report sums them by file; no
+    cgroup is left, not even an empty one a killed run left."""
     (tmp_path / "test_cpu.py").write_text(BURNING)
     junit = tmp_path / "run.xml"
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    stale = cpu_time.ACCOUNT.group / f"course-tests-{ended.pid}"  # as a killed run (of this pid) would leave it
+    stale.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.cpu_time", "-p", "no:cacheprovider"]
         + [f"--junitxml={junit}", "test_cpu.py"],
@@ -114,7 +119,7 @@ def test_each_tests_cpu_time_counts_what_it_started_also_after_its_parent_ended(
     assert "core-s of CPU test_cpu.py" in text, text
     assert f"CPU time of the tests, plain run 1: {sum(cpu.values()):.0f} core-s" in text, text
     left = [p for p in cpu_time.ACCOUNT.group.glob("**/course-tests-*") if p.is_dir()]  # the run's, made in ours
-    assert not left, f"the accounts' cgroups are left behind: {left}"
+    assert not left, f"the accounts' cgroups (or a killed run's) are left behind: {left}"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the quota is a cgroup of /sys/fs/cgroup: only root can make one")
