@@ -66,6 +66,13 @@ def view(tmp_path_factory, model):
         yield engines.view
 
 
+def test_overlap_sums_the_time_two_ranks_calls_ran_at_once():
+    rank0 = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
+    assert data_and_model.overlap(rank0, [(0.5, 1.5), (2.5, 3.5)]) == pytest.approx(1.5)
+    assert data_and_model.overlap(rank0, [(3.0, 4.0), (5.0, 6.0)]) == 0.0  # one after the other: none
+    assert data_and_model.overlap(rank0, []) == 0.0
+
+
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-cuts-answer"}), ids=str)
 def test_cuts(case, model):
     names = define(case, {"BATCH": BATCH, "rows": model["rows"]})
@@ -80,6 +87,45 @@ def test_pipeline(case, view, model):
         case,
         lambda: data_and_model.pipeline(names["pipeline"], view, model["x_in"], model["expected"], timeout=5),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="a capped CPU is a cgroup of /sys/fs/cgroup: only root can make one")
+def test_a_right_pipeline_overlaps_where_the_cpu_is_capped_and_busy(tmp_path):
+    """As on a hub that caps each user at one core while other work fills the cap: the rank waiting in `recv`
+    polls, the cap runs out and the other rank's wake-ups wait, so even the right pipeline's batch can take as long
+    as without one (the clock the check once read). Its stages still work at the same time, for more than the check
+    asks; those of the answer whose stages take turns do not."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    spec = importlib.util.spec_from_file_location("flake_hunt", ROOT / "scripts" / "flake-hunt.py")
+    flake_hunt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flake_hunt)
+    pipelines = cases(NOTEBOOK, {"ex-pipeline-answer"})
+    turns = next(c for c in pipelines if "take turns" in c.label)
+    answers = {"right": pipelines[0].answers["ex-pipeline-answer"], "turns": turns.answers["ex-pipeline-answer"]}
+    (tmp_path / "answers.json").write_text(json.dumps(answers))
+    with flake_hunt.one_core() as join:
+        busy = [subprocess.Popen([sys.executable, "-c", flake_hunt.BUSY], preexec_fn=join) for _ in range(6)]
+        try:
+            done = subprocess.run(
+                [sys.executable, str(ROOT / "tests" / "programs" / "pipeline_overlap.py"), "answers.json"],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                preexec_fn=join,
+            )
+        finally:
+            for loop in busy:
+                loop.kill()
+                loop.wait()
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    least = data_and_model.OVERLAP_SHARE * data_and_model.STAGE_SECONDS
+    assert found["right"]["overlap"] >= least and found["turns"]["overlap"] < 0.05, found
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-layout-answer"}), ids=str)
