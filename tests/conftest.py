@@ -117,27 +117,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=start_order)  # stable: within a group, file order
 
 
-# The machine's tests mostly wait, then need the CPU at once (a browser, a Slurm job, a grading run); the other
-# workers compute all the time. Beside them the machine's tests run first in the CPU's queue: the others at a lower
-# priority (niceness, which what a test starts inherits) take what is left, so the one chain of the machine's
-# tests is not slowed by the work that can run beside it.
-OTHERS_NICENESS = 10
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """In a pytest-xdist worker: niceness 0 for the machine's tests, OTHERS_NICENESS for the rest (back to 0 needs
-    root; without it, a worker that ran the others stays nice)."""
-    if not hasattr(item.config, "workerinput"):
-        return
-    wanted = 0 if getattr(item, "_xdist_group", "") == MACHINE else OTHERS_NICENESS
-    if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, wanted)
-        except PermissionError:
-            pass
-
-
 def pytest_configure(config):
     """Each test's CPU time in the JUnit XML, the run's in its summary (tests/cpu_time.py)."""
     config.pluginmanager.register(cpu_time, "cpu-time")
