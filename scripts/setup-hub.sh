@@ -69,7 +69,7 @@ fi
 PIP="$PREFIX/bin/python -m pip --disable-pip-version-check -q"
 # What is installed is recorded as a digest of the student copy (and this set-up): unchanged, nothing is reinstalled.
 digest() { (cd "$1" && find . -type f ! -name '.course-student-copy' -print0 | sort -z | xargs -0 sha256sum) \
-  | cat - scripts/setup-hub.sh deploy/jupyterhub/* | sha256sum | cut -d' ' -f1; }
+  | cat - scripts/setup-hub.sh $(find deploy/jupyterhub -type f | sort) | sha256sum | cut -d' ' -f1; }
 STAMP="$PREFIX/.course-hub-installed"
 WANT="$BUILD $(digest "$STUDENT")"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then

@@ -1168,9 +1168,19 @@ def test_a_learner_sees_slurms_reason_when_it_refuses_or_holds_the_job(slurm_hub
             if "RUNNING" in _slurm(["squeue", "-h", "-j", blocker, "-o", "%T"], virtual_cluster):
                 break
             time.sleep(1)
+        # The hub refuses the pending page's progress stream (400) when the spawn fails just as the page opens it
+        # (jupyterhub/jupyterhub#4244): its first request here gets that answer, and the page must not go blank.
+        refused = []
+
+        def refuse(route) -> None:
+            refused.append(route.request.url)
+            route.fulfill(status=400, body="not starting")
+
+        page.route(re.compile(r"/hub/api/users/[^/]+/server/progress"), refuse, times=1)
         page.goto(f"{slurm_hub.url}/hub/spawn/{user}")
         start_with(page, partition="")
         expect(page.locator("#progress-message")).to_contain_text("pending in the queue: Resources", timeout=120_000)
+        assert refused, "the pending page never asked the hub for its progress"
         page.screenshot(path=str(ARTIFACTS / "hub-slurm-pending.png"))
         (pending,) = _jobs_of(user, virtual_cluster)
         assert pending[2] == "PENDING", pending

@@ -71,6 +71,9 @@ c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
 c.Spawner.start_timeout = 180  # JupyterLab's first start on a busy login node takes a while
 c.Spawner.http_timeout = 180
+# JupyterHub's pages, with the "starting up" page reloading when the hub refuses its progress stream (a spawn that
+# fails as the page opens would otherwise say "starting up" for ever): templates/spawn_pending.html says why.
+c.JupyterHub.template_paths = [str(Path(__file__).with_name("templates"))]
 # A terminal finds `course`, `nbgrader`, `mpiexec` and `horovodrun`; the course's settings reach every kernel.
 c.Spawner.environment = {
     "PATH": f"{PREFIX / 'bin'}:/usr/local/bin:/usr/bin:/bin",
