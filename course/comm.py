@@ -11,6 +11,7 @@ are the instructor's (`course.answers.ALL`), and the checks refuse an answer tha
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -344,15 +345,36 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT
     For checking a learner's collective on more ranks than the notebook's engines: `function` may be
     defined in the notebook (it travels by value, with cloudpickle). An exception on a rank, or a function that
     does not return within `timeout` seconds of every rank starting it (a send with no matching receive),
-    raises AssertionError with one line that says which rank and what happened.
+    raises AssertionError with one line that says which rank and what happened; a job whose ranks end with
+    neither a result nor an exception runs once more before it does (with Open MPI's own account of the job).
     """
     import cloudpickle
 
-    from course import mpi, processes, rank_pool
+    from course import mpi
 
     mpi.command(ranks)  # a rank count below 1: one clear error
     payload = cloudpickle.dumps((function, args))
     name = getattr(function, "__name__", "the function")
+    try:
+        return _run_job(payload, ranks, name, timeout)
+    except _EndedEarly:
+        # Ranks ended with neither a result nor an exception: Open MPI lost them (a rank that failed to start, a
+        # kill from outside) or the function ended its own process. Once more in a new job: a loss that is not the
+        # function's does not cost a learner the check, and a function that does it again is told so.
+        try:
+            return _run_job(payload, ranks, name, timeout)
+        except _EndedEarly as again:
+            raise AssertionError(f"{again} (in two jobs, one after the other)") from None
+
+
+class _EndedEarly(AssertionError):
+    """A job that ended before every rank returned, with no rank reporting an exception."""
+
+
+def _run_job(payload: bytes, ranks: int, name: str, timeout: float) -> list:
+    """One job of on_ranks: in the kept ranks (course.rank_pool) or a new `mpiexec`; its results, by rank."""
+    from course import mpi, processes, rank_pool
+
     if rank_pool.wanted():
         pool = rank_pool.pool(ranks, mpi.env())
         job = pool.submit(payload)
@@ -382,16 +404,31 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT
         return _results(out, ranks, waited, log.read_text(errors="replace"), name, timeout)
 
 
+_BOX = re.compile(r"^-{40,}\n(.*?)\n-{40,}$", re.S | re.M)  # a message Open MPI prints between lines of dashes
+_MORE = re.compile(r"\d+ more process(es)? ha(s|ve) sent help message .*")  # the same message, from other ranks
+
+
+def mpi_says(output: str, limit: int = 600) -> str:
+    """What Open MPI said in a job's OUTPUT, in one line: its boxed messages and how many more ranks sent the same,
+    without its advice on seeing them all; else the output's last line. A failed job is explained by these."""
+    said = [" ".join(box.split()) for box in _BOX.findall(output)]
+    said += [more.group(0) for more in _MORE.finditer(output)]
+    if not said:
+        said = output.strip().splitlines()[-1:] or ["no output"]
+    text = " / ".join(said)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _results(job: Path, ranks: int, waited: str | None, output: str, name: str, timeout: float) -> list:
     """Every rank's result (`JOB.RANK`), or AssertionError saying in one line what went wrong."""
-    last = output.strip().splitlines()[-1:] or ["no output"]
+    said = mpi_says(output)
     if waited == "hung":
         raise AssertionError(
             f"{name} did not finish within {timeout:.0f} s on {ranks} ranks: does every send have a matching "
             "receive on the neighbour?"
         )
     if waited == "not started":
-        raise AssertionError(f"the job on {ranks} ranks did not start within {START_TIMEOUT} s: {last[0]}")
+        raise AssertionError(f"the job on {ranks} ranks did not start within {START_TIMEOUT} s: {said}")
     results = []
     for rank in range(ranks):
         path = Path(f"{job}.{rank}")
@@ -402,5 +439,5 @@ def _results(job: Path, ranks: int, waited: str | None, output: str, name: str, 
             raise AssertionError(f"on {ranks} ranks, rank {rank} raised {value}")
         results.append(value)
     if len(results) != ranks:
-        raise AssertionError(f"the job on {ranks} ranks ended before every rank returned: {last[0]}")
+        raise _EndedEarly(f"the job on {ranks} ranks ended before every rank returned: {said}")
     return results

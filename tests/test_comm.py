@@ -108,6 +108,30 @@ def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or
     with pytest.raises(AssertionError, match=r"^on 3 ranks, rank 2 raised ValueError: chunk index out of range$"):
         comm.on_ranks(fails_on_rank_two, 3)
 
+    def every_rank_aborts():
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(7)
+
+    # No rank returns: the message is Open MPI's own account of the job, not its advice on seeing more of it
+    with pytest.raises(AssertionError, match=r"^the job on 3 ranks ended before every rank returned: ") as ended:
+        comm.on_ranks(every_rank_aborts, 3)
+    assert "MPI_ABORT was invoked on rank" in str(ended.value) and "errorcode 7" in str(ended.value), ended.value
+    assert "orte_base_help_aggregate" not in str(ended.value), ended.value
+
+    def killed_on_rank_one():
+        import os
+        import signal
+
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        MPI.COMM_WORLD.Barrier()
+
+    with pytest.raises(AssertionError, match=r"process rank 1 .* exited on signal 9"):
+        comm.on_ranks(killed_on_rank_one, 3)
+
     def waits_for_a_message_never_sent():
         import numpy as np
         from mpi4py import MPI
@@ -356,3 +380,33 @@ def _ended(pids: list[int]) -> bool:
             pass
     _, alive = psutil.wait_procs([p for p in found if processes.running(p)], timeout=60)
     return alive == []
+
+
+def test_a_job_that_loses_a_rank_before_it_starts_runs_once_more_and_a_repeated_loss_is_reported(tmp_path, monkeypatch):
+    """A rank Open MPI loses before the function starts (here: rank 1's process exits as it is launched, before
+    Python) costs the call a second job, not its result; a rank lost in every job is reported with Open MPI's words."""
+    from course import mpi, rank_pool
+
+    monkeypatch.setattr(rank_pool, "KEEP", False)
+    launch, lost = mpi.command, tmp_path / "lost"
+    # mkdir succeeds once: rank 1 of the first job only (or of every job, with LOSE_ALWAYS) exits with status 1
+    lose_once = '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { [ -n "$LOSE_ALWAYS" ] || mkdir "$LOST"; } && exit 1; exec "$@"'
+
+    def losing(n: int, *program: str) -> list[str]:
+        return launch(n, "sh", "-c", lose_once, "sh", *program) if program else launch(n)
+
+    monkeypatch.setattr(mpi, "command", losing)
+    monkeypatch.setenv("LOST", str(lost))
+
+    def rank_and_size():
+        from mpi4py import MPI
+
+        return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.allreduce(1)
+
+    assert comm.on_ranks(rank_and_size, 3) == [(0, 3), (1, 3), (2, 3)]
+    assert lost.is_dir(), "the first job did not lose its rank 1: nothing was tried again"
+
+    monkeypatch.setenv("LOSE_ALWAYS", "1")
+    with pytest.raises(AssertionError, match=r"ended before every rank returned: .*non-zero.*\(in two jobs") as ended:
+        comm.on_ranks(rank_and_size, 3)
+    assert "orte_base_help_aggregate" not in str(ended.value)
