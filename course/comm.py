@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -385,6 +386,7 @@ def _run_job(payload: bytes, ranks: int, name: str, timeout: float) -> list:
         finally:
             if waited is not None or pool.process.poll() is not None:  # hung, failed, or interrupted: a new pool
                 rank_pool.discard(ranks)
+    segments = mpi.segments_folder()  # the ranks' shared memory: removed below, however the job ends
     with tempfile.TemporaryDirectory(prefix="course-ranks-") as tmp:
         job, out, log = Path(tmp) / "job.pkl", Path(tmp) / "result", Path(tmp) / "output"
         job.write_bytes(payload)
@@ -392,7 +394,11 @@ def _run_job(payload: bytes, ranks: int, name: str, timeout: float) -> list:
         command = mpi.command(ranks, sys.executable, "-c", _RANK_PROGRAM, root, str(job), str(out))
         with open(log, "w") as output:
             process = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, env=mpi.env(), start_new_session=True
+                command,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=mpi.with_segments(mpi.env(), segments),
+                start_new_session=True,
             )
         waited = "not waited"
         try:
@@ -401,6 +407,7 @@ def _run_job(payload: bytes, ranks: int, name: str, timeout: float) -> list:
             if waited is not None:  # hung, not started, or the wait itself interrupted: end every rank
                 processes.kill_group(process.pid)
             process.wait()
+            shutil.rmtree(segments, ignore_errors=True)
         return _results(out, ranks, waited, log.read_text(errors="replace"), name, timeout)
 
 

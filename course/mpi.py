@@ -116,6 +116,25 @@ def env(base: dict[str, str] | None = None) -> dict[str, str]:
     return result
 
 
+# Each rank's shared-memory file (Open MPI 4.1's vader segment, 4 MB) goes to /dev/shm, named by the job's id, which
+# comes from mpiexec's process id. A job that ends normally removes its files; one that aborts or is killed (a wrong
+# answer's check, a hung collective) leaves them, for good, in the node's memory, under names a later mpiexec with
+# the same process id will use again. A job of the checks gets a folder of its own instead, removed after it.
+SEGMENTS = "OMPI_MCA_btl_vader_backing_directory"
+
+
+def segments_folder() -> Path:
+    """A new private folder for one job's shared-memory files: on /dev/shm (memory) where the machine has it."""
+    shm = Path("/dev/shm")
+    where = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="course-mpi-", dir=where))
+
+
+def with_segments(environment: dict[str, str], folder: Path) -> dict[str, str]:
+    """ENVIRONMENT with its jobs' shared-memory files in FOLDER, unless it already names a place for them."""
+    return environment if SEGMENTS in environment else {**environment, SEGMENTS: str(folder)}
+
+
 def loopback_library() -> Path | None:
     """LOOPBACK_C built into the user's cache (once per version of it), or None where no C compiler builds it."""
     compiler = shutil.which("cc") or shutil.which("gcc")

@@ -47,11 +47,16 @@ class Pool:
 
         self.ranks, self.env, self.cwd, self.jobs = ranks, env, os.getcwd(), 0
         self.folder = Path(tempfile.mkdtemp(prefix="course-rank-pool-"))  # mode 0700: this user's only
+        self.segments = mpi.segments_folder()  # the ranks' shared memory, removed with the pool
         root = str(Path(__file__).resolve().parent.parent)
         program = [sys.executable, "-c", _RANK_PROGRAM, root, str(self.folder), str(os.getpid())]
         with open(self.folder / "output", "w") as output:
             self.process = subprocess.Popen(
-                mpi.command(ranks, *program), stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                mpi.command(ranks, *program),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=mpi.with_segments(env, self.segments),
+                start_new_session=True,
             )
 
     def fits(self, ranks: int, env: dict[str, str]) -> bool:
@@ -80,6 +85,7 @@ class Pool:
             processes.kill_group(self.process.pid)
         self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.segments, ignore_errors=True)
 
 
 _POOLS: dict[int, Pool] = {}

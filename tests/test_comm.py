@@ -1,9 +1,12 @@
 """course.comm: the hand-written collectives equal MPI's on 2 and 4 real MPI ranks; the cost model's arithmetic."""
 
+import os
 import re
 import subprocess
 import sys
 import time
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,17 +111,6 @@ def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or
     with pytest.raises(AssertionError, match=r"^on 3 ranks, rank 2 raised ValueError: chunk index out of range$"):
         comm.on_ranks(fails_on_rank_two, 3)
 
-    def every_rank_aborts():
-        from mpi4py import MPI
-
-        MPI.COMM_WORLD.Abort(7)
-
-    # No rank returns: the message is Open MPI's own account of the job, not its advice on seeing more of it
-    with pytest.raises(AssertionError, match=r"^the job on 3 ranks ended before every rank returned: ") as ended:
-        comm.on_ranks(every_rank_aborts, 3)
-    assert "MPI_ABORT was invoked on rank" in str(ended.value) and "errorcode 7" in str(ended.value), ended.value
-    assert "orte_base_help_aggregate" not in str(ended.value), ended.value
-
     def killed_on_rank_one():
         import os
         import signal
@@ -129,7 +121,11 @@ def test_on_ranks_runs_a_notebook_function_on_three_ranks_and_names_a_failing_or
             os.kill(os.getpid(), signal.SIGKILL)
         MPI.COMM_WORLD.Barrier()
 
-    with pytest.raises(AssertionError, match=r"process rank 1 .* exited on signal 9"):
+    # No rank returns: the message is Open MPI's own account of the job (mpiexec's, which it always prints)
+    with pytest.raises(
+        AssertionError,
+        match=r"^the job on 3 ranks ended before every rank returned: .*process rank 1 .* exited on signal 9",
+    ):
         comm.on_ranks(killed_on_rank_one, 3)
 
     def waits_for_a_message_never_sent():
@@ -410,3 +406,57 @@ def test_a_job_that_loses_a_rank_before_it_starts_runs_once_more_and_a_repeated_
     with pytest.raises(AssertionError, match=r"ended before every rank returned: .*non-zero.*\(in two jobs") as ended:
         comm.on_ranks(rank_and_size, 3)
     assert "orte_base_help_aggregate" not in str(ended.value)
+
+
+def test_a_jobs_shared_memory_files_are_its_own_and_gone_after_it_even_when_it_aborts(tmp_path, monkeypatch):
+    """Open MPI leaves an aborted job's shared-memory files in /dev/shm under names a later job reuses: here each
+    job's ranks keep theirs in a folder of the job's own, and the folder is gone after the job, aborted or not."""
+    from course import mpi, rank_pool
+
+    monkeypatch.setattr(rank_pool, "KEEP", False)
+    seen = tmp_path / "seen"
+
+    def lists_its_segments_then_aborts(path):
+        import os
+        from pathlib import Path
+
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        world.Barrier()  # every rank has set up its shared memory
+        if world.Get_rank() == 0:
+            folder = os.environ[mpi.SEGMENTS]
+            Path(path).write_text("\n".join([folder, *sorted(os.listdir(folder))]))
+        world.Barrier()
+        if world.Get_rank() == 0:
+            world.Abort(3)
+        world.Barrier()
+
+    with pytest.raises(AssertionError, match="ended before every rank returned"):
+        comm.on_ranks(lists_its_segments_then_aborts, 2, str(seen))
+    folder, *files = seen.read_text().splitlines()
+    assert sum(name.startswith("vader_segment.") for name in files) == 2, files  # one per rank, in the job's folder
+    assert not Path(folder).exists(), f"the aborted job's shared memory is still in {folder}: {os.listdir(folder)}"
+
+
+# The end of a real job's output where three ranks called MPI_Abort (Open MPI 4.1.4): one boxed message, the count
+# of ranks that sent the same, and Open MPI's advice on seeing them all
+ABORTED_BY_THREE = """--------------------------------------------------------------------------
+MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD
+with errorcode 7.
+
+NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.
+--------------------------------------------------------------------------
+[vm:19032] 2 more processes have sent help message help-mpi-api.txt / mpi-abort
+[vm:19032] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error messages
+"""
+
+
+def test_what_open_mpi_said_is_its_messages_and_their_count_not_its_advice():
+    said = comm.mpi_says(ABORTED_BY_THREE)
+    assert said.startswith("MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD with errorcode 7."), said
+    assert said.endswith("/ 2 more processes have sent help message help-mpi-api.txt / mpi-abort"), said
+    assert "orte_base_help_aggregate" not in said
+    assert comm.mpi_says("") == "no output"
+    assert comm.mpi_says("rank 1: out of memory\n") == "rank 1: out of memory"
+    assert len(comm.mpi_says("-" * 74 + "\n" + "x " * 900 + "\n" + "-" * 74, limit=100)) == 100
