@@ -54,21 +54,28 @@ class Account:
         return int((self.group / "cpuacct.usage").read_text()) / 1e9
 
     def leave(self) -> None:
-        """Move what is still in the cgroup (this process, a daemon left running) to the parent; remove it."""
-        with contextlib.suppress(OSError):
-            for pid in (self.group / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    (self.group.parent / "cgroup.procs").write_text(pid)
-            self.group.rmdir()
+        """Move what is still in the cgroup (this process, a daemon left running) to the parent; remove it, and the
+        cgroups made in it by the processes it started (xdist's workers, which may not have ended yet: the
+        controller can end first, and a cgroup that holds another cannot be removed), deepest first."""
+        inner = sorted(self.group.glob("**/course-tests-*"), key=lambda path: len(path.parts), reverse=True)
+        for group in [*inner, self.group]:
+            with contextlib.suppress(OSError):
+                for pid in (group / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        (self.group.parent / "cgroup.procs").write_text(pid)
+                group.rmdir()
 
 
 def _remove_stale(parent: Path, prefix: str) -> None:
-    """The empty cgroups PREFIX-PID of runs that were killed before they could remove theirs."""
+    """The empty cgroups PREFIX-PID of runs that were killed before they could remove theirs, with the empty ones
+    made in them."""
     for stale in parent.glob(f"{prefix}-*"):
         pid = stale.name.rpartition("-")[2]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            with contextlib.suppress(OSError):
-                stale.rmdir()  # refused while it still holds a process or a cgroup
+            inner = sorted(stale.glob(f"**/{prefix}-*"), key=lambda path: len(path.parts), reverse=True)
+            for group in [*inner, stale]:
+                with contextlib.suppress(OSError):
+                    group.rmdir()  # refused while it still holds a process or a cgroup
 
 
 # As a pytest plugin (tests/conftest.py registers it; `-p tests.cpu_time` elsewhere): each pytest process (the xdist

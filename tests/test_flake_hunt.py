@@ -100,7 +100,7 @@ def test_each_tests_cpu_time_counts_what_it_started_also_after_its_parent_ended(
     ended = subprocess.Popen(["true"])
     ended.wait()
     stale = cpu_time.ACCOUNT.group / f"course-tests-{ended.pid}"  # as a killed run (of this pid) would leave it
-    stale.mkdir()
+    (stale / f"course-tests-{ended.pid}").mkdir(parents=True)  # with its worker's inside, as a killed run leaves them
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.cpu_time", "-p", "no:cacheprovider"]
         + [f"--junitxml={junit}", "test_cpu.py"],
