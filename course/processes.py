@@ -38,12 +38,15 @@ def kill_tree(process: psutil.Process, timeout: float = 10) -> None:
 
 
 def kill_group(pid: int) -> None:
-    """SIGKILL the process group that `pid` leads (a launcher started with start_new_session=True, such as mpiexec
-    and its ranks), even members that have lost their parent."""
-    try:
+    """SIGKILL what a launcher started with start_new_session=True leads (such as mpiexec and its ranks): its process
+    group and every process of its session, even members that have lost their parent. Open MPI puts each rank in a
+    process group of its own, inside mpiexec's session."""
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(process.pid) == pid:
+                process.kill()
 
 
 def end(processes: list[psutil.Process], timeout: float = 10) -> None:

@@ -1,12 +1,18 @@
 """`doctor --json` tells the truth about this machine's stack."""
 
+import contextlib
 import json
+import os
 import shutil
 import subprocess
+import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
-from course import doctor
+from course import doctor, mpi, processes
 from course.doctor import machine
 from tests.conftest import run_course
 
@@ -32,7 +38,7 @@ def test_reports_horovod_with_tensorflow_mpi_and_gloo(report):
 def test_reports_an_mpi_that_starts_two_ranks(report):
     _, facts = report
     mpi = facts["checks"]["mpi"]
-    assert mpi["ok"] and mpi["facts"]["ranks_started"] == 2 and mpi["facts"]["sum"] == 3
+    assert mpi["ok"] and mpi["facts"]["ranks_started"] == 2 and mpi["facts"]["sum"] == 3, mpi
     assert "Open MPI" in mpi["facts"]["library"]
 
 
@@ -83,3 +89,61 @@ def test_gpus_without_nccl_in_horovod_are_a_note_with_the_rebuild():
     assert not without.ok and not without.essential and "make setup GPU=1" in without.fix
     assert "4 GPU(s)" in without.detail and "NCCL 2.16.5" in without.detail and "has no NCCL" in without.detail
     assert with_nccl.ok and with_nccl.fix == "" and "all-reduces with NCCL" in with_nccl.detail
+
+
+def test_a_probe_that_gives_no_answer_is_ended_with_what_it_started_and_says_its_last_line():
+    """A probe that hangs is reported with the last line it printed, and neither it nor its children outlive it."""
+    program = (
+        "import subprocess, sys, time; child = subprocess.Popen(['sleep', '600.25']);"
+        "print(child.pid, flush=True); print('waiting for the others', file=sys.stderr, flush=True); time.sleep(600)"
+    )
+    started = time.monotonic()
+    facts = machine._probe([sys.executable, "-c", program], timeout=5)
+    assert facts["hung"] and facts["error"] == "no answer within 5 s; it last said: waiting for the others", facts
+    assert time.monotonic() - started < 60
+    assert not _running("sleep 600.25"), "the probe's child outlived it"
+
+
+def test_an_mpi_job_that_hangs_once_is_tried_again_and_the_report_says_so(tmp_path, monkeypatch):
+    """A first 2-rank job whose rank 1 never starts its program (as a job that hangs in its start) is ended with its
+    ranks; the second job answers, so MPI is reported working, with a word about the first. Two hung jobs fail."""
+    launch, held = mpi.command, tmp_path / "held"
+    # mkdir succeeds once: rank 1 of the first job only (or of every job, with HOLD_ALWAYS) sleeps instead
+    hold_once = (
+        '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { [ -n "$HOLD_ALWAYS" ] || mkdir "$HELD"; } && exec sleep 601; exec "$@"'
+    )
+    monkeypatch.setattr(mpi, "command", lambda n, *program: launch(n, "sh", "-c", hold_once, "sh", *program))
+    monkeypatch.setattr(machine, "MPI_TIMEOUT", 30)  # a 2-rank job answers in about a second; this one never does
+    monkeypatch.setenv("HELD", str(held))
+    shm_before = set(Path("/dev/shm").glob("course-mpi-*"))
+
+    check = machine.check_mpi()
+    assert held.is_dir(), "the first job's rank 1 was not held: nothing was tried again"
+    assert check.ok and check.facts["ranks_started"] == 2 and check.facts["sum"] == 3, check
+    assert "(a first mpiexec -n 2 hung: no answer within 30 s" in check.detail, check.detail
+    assert not _holding(held), "the first job's processes outlived it"
+
+    monkeypatch.setenv("HOLD_ALWAYS", "1")
+    check = machine.check_mpi()
+    assert not check.ok and "no answer within 30 s" in check.detail and "(twice in a row)" in check.detail, check
+    assert not _holding(held), "the first job's processes outlived it"
+    assert set(Path("/dev/shm").glob("course-mpi-*")) <= shm_before, "a job's shared-memory folder was left"
+
+
+def _running(text: str) -> list[psutil.Process]:
+    """The processes (not zombies) whose command line holds TEXT."""
+    return [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if text in " ".join(p.info["cmdline"] or []) and processes.running(p) and p.pid != os.getpid()
+    ]
+
+
+def _holding(held: Path) -> list[psutil.Process]:
+    """The processes (not zombies) started with HELD=held in their environment: the jobs of the test above."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("HELD") == str(held) and processes.running(process):
+                found.append(process)
+    return found

@@ -66,8 +66,10 @@ def test_processes_whose_parent_ended_are_told_apart_for_stop_to_end_them_at_onc
 
 
 def test_kill_group_ends_a_launcher_and_the_ranks_that_lost_it():
-    """What a learner's collective on more ranks leaves when it hangs: a session whose leader may be gone."""
-    leader = subprocess.Popen([sys.executable, "-c", FAMILY.format(inner=INNER)], start_new_session=True)
+    """What a learner's collective on more ranks leaves when it hangs: a session whose leader may be gone, its
+    ranks each in a process group of their own (as Open MPI starts them)."""
+    own_group = "import os; os.setpgid(0, 0); " + INNER
+    leader = subprocess.Popen([sys.executable, "-c", FAMILY.format(inner=own_group)], start_new_session=True)
     root = psutil.Process(leader.pid)
     for _ in range(100):
         if len(root.children(recursive=True)) == 2:
