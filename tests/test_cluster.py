@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import psutil
 import pytest
@@ -664,3 +665,37 @@ def test_slurm_refusing_the_job_is_one_clear_error(slurm):
     assert cluster.running_ids() == []
     # its own processes only: other clusters may be starting beside this test (the strength test's runs)
     assert gone(launched_for("course-t-gpus")) == [], "the controller of a refused engine job was left running"
+
+
+@pytest.mark.slow
+def test_a_quick_px_cell_shows_every_engines_output_also_when_it_comes_seconds_after_the_results(capsys):
+    """An engine's output travels to the notebook through the controller's IOPub relay, a process apart from the
+    results': on a busy node it can arrive seconds after them. A quick %%px cell still shows every engine's line.
+    Here the relay is stopped for 4 s as the cell runs (SIGSTOP), so the output comes 4 s after the results."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()  # as in a notebook: the cluster turns on %px in it
+    with cluster.start(2, engines="local", quiet=True) as started:
+        relay = _iopub_relay(started)
+        relay.suspend()
+        resume = threading.Timer(4, relay.resume)
+        resume.start()
+        try:
+            capsys.readouterr()
+            assert shell.run_cell("%%px\nimport os\nprint('hello from', os.getpid())").success
+            shown = capsys.readouterr().out
+        finally:
+            resume.cancel()
+            relay.resume()
+    assert shown.count("hello from") == 2, shown
+
+
+def _iopub_relay(started) -> psutil.Process:
+    """The process of STARTED's controller that relays the engines' output (it listens on the clients' iopub port)."""
+    port = started.client._config["iopub"]
+    port = int(str(port).rsplit(":", 1)[-1])
+    controller = psutil.Process(started._ipp.controller.pid)
+    for process in [controller, *controller.children(recursive=True)]:
+        if any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in process.net_connections()):
+            return process
+    raise AssertionError(f"no process of the controller listens on the iopub port {port}")

@@ -36,6 +36,12 @@ from course.cluster.status import EngineState, Status
 OUTPUT_LAG = 5.0  # seconds for a process's last words to reach its launcher's output, at most
 FIRST_CALL_TIMEOUT = 60.0  # seconds for registered engines to answer their first call (see ControllerBroken)
 ALIVE_FOR = 0.25  # s: how long a controller seen running is taken to be running (Cluster._down_reason)
+# %px shows an engine's output only while it waits: for a cell whose results are back within `--progress-after`
+# seconds (ipyparallel's default: 2), until that many seconds after it sent the cell; for a longer one, 1 s after
+# them. The output travels through the controller's IOPub relay, apart from the results, and on a busy node it can
+# come later: that engine's lines are then never shown. A quick cell waits for its output up to this many seconds
+# (no wait at all when it is there); a progress bar appears after them.
+PX_PROGRESS_AFTER = 10.0
 
 
 class Cluster:
@@ -277,6 +283,7 @@ class Cluster:
         shell = get_ipython()
         if shell is not None:
             self.view.activate()  # %px, %%px, %autopx run on these engines
+            shell.run_line_magic("pxconfig", f"--progress-after {PX_PROGRESS_AFTER}")
             cells.watch(shell, self.client)  # which cell sent which requests: checks judge an answer by its cell
 
     # ---- records (for re-attach, status and stop --all)
