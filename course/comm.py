@@ -360,8 +360,9 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT
         return _run_job(payload, ranks, name, timeout)
     except _EndedEarly:
         # Ranks ended with neither a result nor an exception: Open MPI lost them (a rank that failed to start, a
-        # kill from outside) or the function ended its own process. Once more in a new job: a loss that is not the
-        # function's does not cost a learner the check, and a function that does it again is told so.
+        # kill from outside) or the function ended its own process; or they were not all started in START_TIMEOUT
+        # (a launch that hangs). Once more in a new job: a loss that is not the function's does not cost a learner
+        # the check, and a function that does it again is told so.
         try:
             return _run_job(payload, ranks, name, timeout)
         except _EndedEarly as again:
@@ -369,7 +370,7 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT
 
 
 class _EndedEarly(AssertionError):
-    """A job that ended before every rank returned, with no rank reporting an exception."""
+    """A job whose ranks did not all return, none reporting an exception: it ended, or never started them all."""
 
 
 def _run_job(payload: bytes, ranks: int, name: str, timeout: float) -> list:
@@ -435,7 +436,7 @@ def _results(job: Path, ranks: int, waited: str | None, output: str, name: str, 
             "receive on the neighbour?"
         )
     if waited == "not started":
-        raise AssertionError(f"the job on {ranks} ranks did not start within {START_TIMEOUT} s: {said}")
+        raise _EndedEarly(f"the job on {ranks} ranks did not start within {START_TIMEOUT} s: {said}")
     results = []
     for rank in range(ranks):
         path = Path(f"{job}.{rank}")

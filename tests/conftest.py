@@ -33,6 +33,22 @@ def wait_until(found: Callable[[], T], seconds: float, what: str, every: float =
         time.sleep(every)
 
 
+def started_with(variable: str, value: str) -> list:
+    """The processes (not zombies) whose environment has VARIABLE=VALUE: what a test's job started, wherever it went."""
+    import contextlib
+
+    import psutil
+
+    from course import processes
+
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(variable) == value and processes.running(process):
+                found.append(process)
+    return found
+
+
 def run_course(
     *args: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import pytest
 from sklearn.cluster import KMeans
 
 from course import UserError, answers, comm, mpi
-from tests.conftest import PROGRAMS
+from tests.conftest import PROGRAMS, started_with
 from tests.programs import comm_check
 
 
@@ -406,6 +406,43 @@ def test_a_job_that_loses_a_rank_before_it_starts_runs_once_more_and_a_repeated_
     with pytest.raises(AssertionError, match=r"ended before every rank returned: .*non-zero.*\(in two jobs") as ended:
         comm.on_ranks(rank_and_size, 3)
     assert "orte_base_help_aggregate" not in str(ended.value)
+
+
+def test_a_job_whose_ranks_do_not_all_start_in_time_runs_once_more_and_a_repeated_one_is_reported(
+    tmp_path, monkeypatch
+):
+    """A launch that hangs (here: rank 1 of the first job sleeps instead of starting Python, so the others wait for
+    it in MPI_Init) is ended with its ranks after START_TIMEOUT and the call runs in a new job; every job hanging is
+    reported, and nothing of either job is left."""
+    from course import mpi, rank_pool
+
+    monkeypatch.setattr(rank_pool, "KEEP", False)
+    monkeypatch.setattr(comm, "START_TIMEOUT", 20)  # a 3-rank job starts in seconds; this one never does
+    launch, held = mpi.command, tmp_path / "held"
+    # mkdir succeeds once: rank 1 of the first job only (or of every job, with HOLD_ALWAYS) sleeps instead
+    hold_once = (
+        '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { [ -n "$HOLD_ALWAYS" ] || mkdir "$HELD"; } && exec sleep 602; exec "$@"'
+    )
+
+    def holding(n: int, *program: str) -> list[str]:
+        return launch(n, "sh", "-c", hold_once, "sh", *program) if program else launch(n)
+
+    monkeypatch.setattr(mpi, "command", holding)
+    monkeypatch.setenv("HELD", str(held))
+
+    def rank_and_size():
+        from mpi4py import MPI
+
+        return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.allreduce(1)
+
+    assert comm.on_ranks(rank_and_size, 3) == [(0, 3), (1, 3), (2, 3)]
+    assert held.is_dir(), "the first job's rank 1 was not held: nothing was tried again"
+    assert not started_with("HELD", str(held)), "the held job's processes outlived it"
+
+    monkeypatch.setenv("HOLD_ALWAYS", "1")
+    with pytest.raises(AssertionError, match=r"did not start within 20 s: .*\(in two jobs, one after the other\)$"):
+        comm.on_ranks(rank_and_size, 3)
+    assert not started_with("HELD", str(held)), "the held jobs' processes outlived them"
 
 
 def test_a_jobs_shared_memory_files_are_its_own_and_gone_after_it_even_when_it_aborts(tmp_path, monkeypatch):

@@ -1,20 +1,18 @@
 """`doctor --json` tells the truth about this machine's stack."""
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from course import doctor, mpi, processes
 from course.doctor import machine
-from tests.conftest import run_course
+from tests.conftest import run_course, started_with
 
 pytestmark = pytest.mark.slow
 
@@ -122,12 +120,12 @@ def test_an_mpi_job_that_hangs_once_is_tried_again_and_the_report_says_so(tmp_pa
     assert held.is_dir(), "the first job's rank 1 was not held: nothing was tried again"
     assert check.ok and check.facts["ranks_started"] == 2 and check.facts["sum"] == 3, check
     assert "(a first mpiexec -n 2 hung: no answer within 30 s" in check.detail, check.detail
-    assert not _holding(held), "the first job's processes outlived it"
+    assert not started_with("HELD", str(held)), "the first job's processes outlived it"
 
     monkeypatch.setenv("HOLD_ALWAYS", "1")
     check = machine.check_mpi()
     assert not check.ok and "no answer within 30 s" in check.detail and "(twice in a row)" in check.detail, check
-    assert not _holding(held), "the first job's processes outlived it"
+    assert not started_with("HELD", str(held)), "the first job's processes outlived it"
     assert len(made) == 4, made  # a folder for each of the four jobs
     assert not [folder for folder in made if folder.exists()], "a job's shared-memory folder was left"
 
@@ -139,13 +137,3 @@ def _running(text: str) -> list[psutil.Process]:
         for p in psutil.process_iter(["cmdline"])
         if text in " ".join(p.info["cmdline"] or []) and processes.running(p) and p.pid != os.getpid()
     ]
-
-
-def _holding(held: Path) -> list[psutil.Process]:
-    """The processes (not zombies) started with HELD=held in their environment: the jobs of the test above."""
-    found = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if process.environ().get("HELD") == str(held) and processes.running(process):
-                found.append(process)
-    return found
