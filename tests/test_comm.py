@@ -378,21 +378,27 @@ def _ended(pids: list[int]) -> bool:
     return alive == []
 
 
+def _first_jobs_rank_1(monkeypatch: pytest.MonkeyPatch, marker: Path, instead: str) -> None:
+    """Make rank 1 of the first MPI job (of every job once EVERY_JOB is set) run the shell command INSTEAD of its
+    program: `mkdir MARKER` succeeds only once, and the jobs' processes have MARKER in their environment."""
+    launch = mpi.command
+    then = f'[ "$OMPI_COMM_WORLD_RANK" = 1 ] && {{ [ -n "$EVERY_JOB" ] || mkdir "$MARKER"; }} && {instead}; exec "$@"'
+
+    def command(n: int, *program: str) -> list[str]:
+        return launch(n, "sh", "-c", then, "sh", *program) if program else launch(n)
+
+    monkeypatch.setattr(mpi, "command", command)
+    monkeypatch.setenv("MARKER", str(marker))
+
+
 def test_a_job_that_loses_a_rank_before_it_starts_runs_once_more_and_a_repeated_loss_is_reported(tmp_path, monkeypatch):
     """A rank Open MPI loses before the function starts (here: rank 1's process exits as it is launched, before
     Python) costs the call a second job, not its result; a rank lost in every job is reported with Open MPI's words."""
-    from course import mpi, rank_pool
+    from course import rank_pool
 
     monkeypatch.setattr(rank_pool, "KEEP", False)
-    launch, lost = mpi.command, tmp_path / "lost"
-    # mkdir succeeds once: rank 1 of the first job only (or of every job, with LOSE_ALWAYS) exits with status 1
-    lose_once = '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { [ -n "$LOSE_ALWAYS" ] || mkdir "$LOST"; } && exit 1; exec "$@"'
-
-    def losing(n: int, *program: str) -> list[str]:
-        return launch(n, "sh", "-c", lose_once, "sh", *program) if program else launch(n)
-
-    monkeypatch.setattr(mpi, "command", losing)
-    monkeypatch.setenv("LOST", str(lost))
+    lost = tmp_path / "lost"
+    _first_jobs_rank_1(monkeypatch, lost, "exit 1")  # rank 1's process exits with status 1, before Python
 
     def rank_and_size():
         from mpi4py import MPI
@@ -402,7 +408,7 @@ def test_a_job_that_loses_a_rank_before_it_starts_runs_once_more_and_a_repeated_
     assert comm.on_ranks(rank_and_size, 3) == [(0, 3), (1, 3), (2, 3)]
     assert lost.is_dir(), "the first job did not lose its rank 1: nothing was tried again"
 
-    monkeypatch.setenv("LOSE_ALWAYS", "1")
+    monkeypatch.setenv("EVERY_JOB", "1")
     with pytest.raises(AssertionError, match=r"ended before every rank returned: .*non-zero.*\(in two jobs") as ended:
         comm.on_ranks(rank_and_size, 3)
     assert "orte_base_help_aggregate" not in str(ended.value)
@@ -414,21 +420,12 @@ def test_a_job_whose_ranks_do_not_all_start_in_time_runs_once_more_and_a_repeate
     """A launch that hangs (here: rank 1 of the first job sleeps instead of starting Python, so the others wait for
     it in MPI_Init) is ended with its ranks after START_TIMEOUT and the call runs in a new job; every job hanging is
     reported, and nothing of either job is left."""
-    from course import mpi, rank_pool
+    from course import rank_pool
 
     monkeypatch.setattr(rank_pool, "KEEP", False)
     monkeypatch.setattr(comm, "START_TIMEOUT", 20)  # a 3-rank job starts in seconds; this one never does
-    launch, held = mpi.command, tmp_path / "held"
-    # mkdir succeeds once: rank 1 of the first job only (or of every job, with HOLD_ALWAYS) sleeps instead
-    hold_once = (
-        '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { [ -n "$HOLD_ALWAYS" ] || mkdir "$HELD"; } && exec sleep 602; exec "$@"'
-    )
-
-    def holding(n: int, *program: str) -> list[str]:
-        return launch(n, "sh", "-c", hold_once, "sh", *program) if program else launch(n)
-
-    monkeypatch.setattr(mpi, "command", holding)
-    monkeypatch.setenv("HELD", str(held))
+    held = tmp_path / "held"
+    _first_jobs_rank_1(monkeypatch, held, "exec sleep 602")  # the other ranks wait for it in MPI_Init
 
     def rank_and_size():
         from mpi4py import MPI
@@ -437,12 +434,12 @@ def test_a_job_whose_ranks_do_not_all_start_in_time_runs_once_more_and_a_repeate
 
     assert comm.on_ranks(rank_and_size, 3) == [(0, 3), (1, 3), (2, 3)]
     assert held.is_dir(), "the first job's rank 1 was not held: nothing was tried again"
-    assert not started_with("HELD", str(held)), "the held job's processes outlived it"
+    assert not started_with("MARKER", str(held)), "the held job's processes outlived it"
 
-    monkeypatch.setenv("HOLD_ALWAYS", "1")
+    monkeypatch.setenv("EVERY_JOB", "1")
     with pytest.raises(AssertionError, match=r"did not start within 20 s: .*\(in two jobs, one after the other\)$"):
         comm.on_ranks(rank_and_size, 3)
-    assert not started_with("HELD", str(held)), "the held jobs' processes outlived them"
+    assert not started_with("MARKER", str(held)), "the held jobs' processes outlived them"
 
 
 def test_a_jobs_shared_memory_files_are_its_own_and_gone_after_it_even_when_it_aborts(tmp_path, monkeypatch):
