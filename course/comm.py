@@ -347,7 +347,8 @@ def on_ranks(function: Callable, ranks: int, *args, timeout: float = RUN_TIMEOUT
     defined in the notebook (it travels by value, with cloudpickle). An exception on a rank, or a function that
     does not return within `timeout` seconds of every rank starting it (a send with no matching receive),
     raises AssertionError with one line that says which rank and what happened; a job whose ranks end with
-    neither a result nor an exception runs once more before it does (with Open MPI's own account of the job).
+    neither a result nor an exception, or are not all started within START_TIMEOUT s, runs once more before it
+    does (with Open MPI's own account of the job).
     """
     import cloudpickle
 
