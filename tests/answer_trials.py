@@ -6,9 +6,11 @@ one kernel, as nbgrader's autograde runs it (errors allowed, NBGRADER_EXECUTION=
 Just before an answer cell, each trial that starts there (a wrong answer, or the released stub) takes its
 cells' places and the cells from there through its exercise's last check run, with the names only those answer
 cells bind unbound first, as in a fresh run; a graded cell that ends in an
-error is one nbgrader scores zero (nbgrader.utils.determine_grade). After each trial the solution's cells run
-again, as a learner runs an exercise again after a mistake; a solution check failing there is reported, since
-it would mark down a learner who retried, and would leave the next trial a state no fresh run has. The strength
+error is one nbgrader scores zero (nbgrader.utils.determine_grade). After an exercise's first trial the solution's
+cells run again, as a learner runs an exercise again after a mistake; a solution check failing there is reported,
+since it would mark down a learner who retried. After its other trials they run again only where the trial may
+have left state the next one would inherit (course.mutation.trials.leaves_state: the engines, files, objects
+made before the exercise); elsewhere the next detour sets everything its cells bind afresh anyway. The strength
 test grades the fixture course both ways and compares, so this shortcut answers to nbgrader's own grading. The
 machinery (the kernel, the detours) is course/mutation/trials.py, shared with `python -m course mutation-report`.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,6 +30,9 @@ import nbformat
 
 from course.mutation import trials as one_run  # the machinery this shares with the mutation report
 from course.mutation.trials import CELL_TIMEOUT, bound, raised, spans
+from tests import script_runs
+
+_SCRIPT_RUNS = "import tests.script_runs as _runs\n_runs.install()\ndel _runs"
 
 __all__ = ["CELL_TIMEOUT", "bound", "raised", "run", "spans"]
 
@@ -34,7 +40,7 @@ __all__ = ["CELL_TIMEOUT", "bound", "raised", "run", "spans"]
 def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     """Run SOURCE once with every trial's detour. Returns, per trial, the graded cells that failed (with their
     errors) and what its own answer cells raised (a released stub must say it is unanswered); the solution's failed
-    graded cells; and, per trial, the graded cells the solution failed when run again right after it (the last
+    graded cells; and, per trial after which the solution ran again, the graded cells it failed then (the last
     trial at a cell is followed by the solution's own run).
 
     The solution's own cells, each as it last ran (its line through the notebook, top to bottom), are written to
@@ -57,6 +63,8 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
     executed = copy.deepcopy(nb)
     left_running, peak = True, memory.PeakMemory()
     with peak, one_run.notebook_kernel(source, nb, workdir, CELL_TIMEOUT) as client:
+        if os.environ.get(script_runs.VARIABLE):  # the session's one run of each script answer
+            one_run.execute(client, nbformat.v4.new_code_cell(_SCRIPT_RUNS), 0)
         for index in range(len(solution_cells)):
             here = starting.get(index, [])
             if here:
@@ -64,10 +72,9 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
             for k in here:
                 started = time.monotonic()
                 failed[k], answered[k] = one_run.detour(client, solution_cells, trials[k], *where[k])
-                if k != here[-1]:  # the solution again, so that the next trial starts where a right answer leaves
+                if k != here[-1] and (k == here[0] or one_run.leaves_state(solution_cells, trials[k], *where[k])):
                     again, _ = one_run.detour(client, solution_cells, {}, *where[k])
-                    if again:
-                        retried[k] = again
+                    retried[k] = again
                 seconds[k] = round(time.monotonic() - started, 1)
             if here:
                 one_run.keep_ranks(client, index, False)

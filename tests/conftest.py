@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import TypeVar
 import pytest
 
 from course import rank_pool
-from tests import cpu_time
+from tests import cpu_time, script_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -134,14 +136,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """Each test's CPU time in the JUnit XML, the run's in its summary (tests/cpu_time.py)."""
+    """Each test's CPU time in the JUnit XML, the run's in its summary (tests/cpu_time.py); one folder of script
+    runs for the whole session (tests/script_runs.py), made before xdist's workers start, so theirs too."""
     config.pluginmanager.register(cpu_time, "cpu-time")
+    if not hasattr(config, "workerinput") and script_runs.VARIABLE not in os.environ:
+        config._script_runs = tempfile.mkdtemp(prefix="course-script-runs-")
+        os.environ[script_runs.VARIABLE] = config._script_runs
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session."""
+    """The engine clusters the fast check tests shared (tests/check_cases.py) end with the session, and so do the
+    script runs it kept."""
     if "tests.check_cases" in sys.modules:
         sys.modules["tests.check_cases"].stop_shared()
+    kept = getattr(session.config, "_script_runs", None)
+    if kept:
+        shutil.rmtree(kept, ignore_errors=True)
+        os.environ.pop(script_runs.VARIABLE, None)
 
 
 # Session fixtures any test may ask for by name: a real single-node Slurm, and the two-node virtual cluster beside it

@@ -14,6 +14,7 @@ import pytest
 
 from course import UserError
 from course.checks import horovod_script
+from tests import script_runs
 from tests.check_cases import Case, cases, defined, judge
 from tests.conftest import ROOT
 
@@ -40,11 +41,12 @@ _RUNS: dict[str, horovod_script.Run] = {}  # each script's run, made once for th
 
 
 def run_of(case: Case, tmp_path_factory: pytest.TempPathFactory) -> horovod_script.Run:
-    """CASE's script, written by its own `%%writefile {OUT}/train_hvd.py` cell, run as the notebook runs it."""
+    """CASE's script, written by its own `%%writefile {OUT}/train_hvd.py` cell, run as the notebook runs it (once
+    per session: the strength test's notebook run reads the same run, tests/script_runs.py)."""
     if case.label not in _RUNS:
         out = tmp_path_factory.mktemp("horovod-script")
         defined(case, {"OUT": out})
-        _RUNS[case.label] = horovod_script.run_script(out / "train_hvd.py", out / "hvd", ranks=2)
+        _RUNS[case.label] = script_runs.run_script(out / "train_hvd.py", out / "hvd", ranks=2)
     return _RUNS[case.label]
 
 

@@ -330,3 +330,35 @@ def test_keep_ranks_switches_the_kernels_rank_pool_and_ends_it(tmp_path):
         assert said(client) == "True False [2]"  # the same ranks answer both calls
         trials.keep_ranks(client, 0, False)
         assert said(client) == "False True []"
+
+
+@pytest.mark.parametrize(
+    "answer, leaves",
+    [
+        ("answer = np.mean(data) + len(local := [1])", False),  # names of its own: the next detour binds them anew
+        ("mine = []\nmine.append(1)\nanswer = mine", False),
+        ("data.append(1)\nanswer = data", True),  # an object made before the exercise, edited in place
+        ("data[0] = 2\nanswer = data", True),
+        ("settings.rate += 1\nanswer = 1", True),
+        ("%%px\nanswer = 1", True),  # the engines keep it
+        ("%%writefile train.py\nprint(1)", True),  # a file
+        ("with open('out.txt', 'w') as f:\n    f.write('1')\nanswer = 1", True),
+        ("import os\nos.environ['RANKS'] = '2'\nanswer = 1", True),
+        ("answer = view.apply_sync(len, [1])", True),
+        ("model.fit(data)\nanswer = model", True),
+    ],
+)
+def test_a_trial_leaves_state_for_the_next_one_only_beyond_its_own_names(answer, leaves):
+    """The solution runs again between two trials at one exercise only where the first may leave state behind
+    (tests/answer_trials.py); what the trial's own cells bind, the next detour binds afresh."""
+    from course.mutation import trials
+
+    before = nbformat.v4.new_code_cell(
+        "import numpy as np\ndata, local, settings, model, view = [1], [], None, None, None"
+    )
+    answer_cell = nbformat.v4.new_code_cell("answer = np.mean(data)")
+    answer_cell.metadata["nbgrader"] = {"grade_id": "ex1-answer", "solution": True, "grade": False}
+    check = nbformat.v4.new_code_cell("assert answer is not None")
+    cells = [before, answer_cell, check]
+    assert not trials.leaves_state(cells, {}, 1, 2), "the solution's own cells keep nothing"
+    assert trials.leaves_state(cells, {"ex1-answer": answer}, 1, 2) is leaves

@@ -4,7 +4,9 @@ For each notebook: every plausible wrong answer in tests/fixtures/wrong_answers/
 its own exercise's checks, and together they lose points on every graded cell; every other right answer in
 tests/fixtures/right_answers/<notebook>.json keeps full marks; the released stub of each answer
 (what an unanswered notebook holds) scores zero on every check of its exercise, and its own cell fails, if at all, only
-by saying it is unanswered (NotImplementedError); the solution keeps full marks.
+by saying it is unanswered (NotImplementedError); the solution keeps full marks, also run again right after
+its exercise's first trial (a learner who fixes a mistake keeps full marks: proved once per exercise; after the
+other trials the solution runs again only where a trial may leave state the next would inherit).
 Each notebook runs once for all of these (tests/answer_trials.py: every answer tried in place, just before its
 exercise). In `make test` each notebook's run and its tests are one unit of pytest-xdist's workers, the costliest
 first (conftest.py), beside the tests that mostly wait for Slurm, a hub or a browser; their clusters are on record
@@ -34,6 +36,7 @@ import pytest
 
 from course import memory, processes, run
 from course.grading.release import render, student_version
+from course.mutation.trials import spans
 from tests.conftest import ROOT
 from tests.grading_support import (
     answer_cells,
@@ -77,6 +80,16 @@ def trials(source: Path) -> list[tuple[str, dict[str, str]]]:
     wrong = [(f"wrong answer {k} ({w.get('why')})", answer_cells(w)) for k, w in enumerate(wrong_answers(source.stem))]
     right = [(f"right answer {k} ({w.get('why')})", answer_cells(w)) for k, w in enumerate(right_answers(source.stem))]
     return wrong + [(f"the released stub of {g}", {g: s}) for g, s in stubs(source).items()] + right
+
+
+def first_trials(source: Path) -> list[int]:
+    """The first trial of each exercise that has more than one: the solution must run again after it."""
+    labelled = trials(source)
+    where = spans(source, nbformat.read(str(source), as_version=4), [answers for _, answers in labelled])
+    at: dict[int, list[int]] = {}
+    for k, (first, _) in enumerate(where):
+        at.setdefault(first, []).append(k)
+    return [ks[0] for ks in at.values() if len(ks) > 1]
 
 
 _TRIED: dict[str, dict] = {}  # each notebook's trials, run once for the tests that read them
@@ -145,6 +158,8 @@ def test_solution_full_marks_unanswered_zero_wrong_answers_lose_points(source, r
     assert not result["solution"], f"the solution of {source.name} loses points: {result['solution']} ({retry})"
     for k, again in result["retried"].items():
         assert not again, f"the solution of {source.name} loses points {again} ({retry}: {labelled[int(k)][0]})"
+    unretried = sorted(set(first_trials(source)) - {int(k) for k in result["retried"]})
+    assert not unretried, f"{source.name}: the solution did not run again after trials {unretried} ({retry})"
     checks = exercise_checks(source)
     orphans = set(cells) - set().union(*checks.values())
     assert not orphans, f"{sorted(orphans)} of {source.name} come before any answer cell: no exercise of theirs"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 import os
+import re
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -206,3 +207,47 @@ def detour(client, cells: list, trial: dict[str, str], first: int, last: int) ->
         if graded(cell) and failed(cell):
             failures[grade_id(cell)] = error(cell)
     return failures, answers
+
+
+# What a cell can change that the next detour at its exercise does not set again by running its cells afresh: the
+# engines, files, the environment, and objects made before the exercise (trained, edited in place).
+_OUTSIDE = re.compile(
+    r"^\s*%%?(px|autopx|writefile|file)\b"  # cells or lines run on the engines; files written
+    r"|\b(view|rc|client|engines|cluster)\b"  # the notebook's engines and clusters
+    r"|\bos\.(environ|chdir|putenv)|\bopen\(|\.(write_text|write_bytes|save|savez|to_csv|mkdir|unlink)\(|rmtree"
+    r"|\.(fit|compile|set_weights|assign|assign_add|load_weights)\(",  # a model trained, or its weights set
+    re.MULTILINE,
+)
+_EDITS = {"append", "extend", "insert", "update", "pop", "popitem", "clear", "remove", "sort", "setdefault", "add"}
+
+
+def _edits_earlier(source: str, earlier: set[str]) -> bool:
+    """Whether SOURCE edits in place an object bound to one of EARLIER (names bound before its exercise)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        tree = ast.parse(TransformerManager().transform_cell(source))
+    except SyntaxError:
+        return True  # unread: assume it might
+    for node in ast.walk(tree):
+        target = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _EDITS:
+            target = node.func.value
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            target = node.value
+        elif isinstance(node, ast.AugAssign):
+            target = node.target
+        while isinstance(target, (ast.Subscript, ast.Attribute)):
+            target = target.value
+        if isinstance(target, ast.Name) and target.id in earlier:
+            return True
+    return False
+
+
+def leaves_state(cells: list, trial: dict[str, str], first: int, last: int) -> bool:
+    """Whether a trial's detour (cells FIRST..LAST, TRIAL's answers in place) may leave state the next detour at
+    the same cell would inherit: the solution's cells must then run between them (tests/answer_trials.py)."""
+    earlier, _ = _bindings(cells[:first])
+    sources = [trial.get(grade_id(c), c.source) for c in cells[first : last + 1] if c.cell_type == "code"]
+    sources += [s for g, s in trial.items() if g not in {grade_id(c) for c in cells[first : last + 1]}]
+    return any(_OUTSIDE.search(s) or _edits_earlier(s, earlier) for s in sources)
