@@ -1,0 +1,31 @@
+"""tests/script_runs.py: one real run per script and launch in a session, the same Run for every later call."""
+
+from __future__ import annotations
+
+from tests import script_runs
+
+
+def test_a_script_runs_once_per_session_and_again_when_its_bytes_change(tmp_path, monkeypatch):
+    runs = tmp_path / "runs.txt"  # each real run of the script adds a line here, outside its folder
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(runs)!r}, 'a').write('ran\\n')\nprint('trained')\nraise SystemExit(3)\n")
+    monkeypatch.setenv(script_runs.VARIABLE, str(tmp_path / "kept"))
+
+    first = script_runs.run_script(script, tmp_path / "a", ranks=1, horovod=False)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "stale").write_text("from an earlier run")
+    second = script_runs.run_script(script, tmp_path / "b", ranks=1, horovod=False)
+    assert runs.read_text() == "ran\n", "the second call ran the script again"
+    assert (
+        (second.returncode, second.output, second.ranks) == (first.returncode, first.output, 1) == (3, first.output, 1)
+    )
+    assert "trained" in second.output
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(p.name for p in (tmp_path / "a").iterdir())
+
+    script.write_text(script.read_text() + "# changed\n")
+    script_runs.run_script(script, tmp_path / "c", ranks=1, horovod=False)
+    assert runs.read_text() == "ran\n" * 2, "other bytes are another run"
+
+    monkeypatch.delenv(script_runs.VARIABLE)
+    script_runs.run_script(script, tmp_path / "d", ranks=1, horovod=False)
+    assert runs.read_text() == "ran\n" * 3, "without the session's folder every call runs"
