@@ -153,6 +153,32 @@ if ! have "$HVD" || [ -z "$HVD_TF_OPS" ] || { gpu_requested && ! hvd_nccl; }; th
   fi
   eval "$BUILD_LINE"
 fi
+
+# PyTorch: its CPU build from PyTorch's own index where that answers (the default index serves Linux only the CUDA
+# build, about 3 GB with its CUDA libraries), the CUDA build from the default index with GPU=1.
+TORCH=$(pin torch)
+TORCH_CPU_INDEX=${COURSE_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+torch_build() { $PY -c 'from importlib.metadata import version; print(version("torch"))' 2>/dev/null; }
+reaches() { $PY -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$1" 2>/dev/null; }
+if ! have "$TORCH" || { gpu_requested && [[ "$(torch_build)" == *+cpu ]]; }; then
+  FROM=()
+  if gpu_requested; then
+    echo "[setup] installing $TORCH, the CUDA build, from the default index (about 3 GB with its CUDA libraries)"
+    FROM=(--force-reinstall)
+  elif reaches "$TORCH_CPU_INDEX/torch/"; then
+    echo "[setup] installing $TORCH, the CPU build, from PyTorch's CPU index $TORCH_CPU_INDEX (about 200 MB)"
+    FROM=(--index-url "$TORCH_CPU_INDEX")
+  else
+    echo "[setup] PyTorch's CPU index $TORCH_CPU_INDEX cannot be reached: installing $TORCH from the default index" \
+      "(its CPU build where pip's local packages hold one, else on Linux the CUDA build, about 3 GB)"
+  fi
+  $PIP install "${FROM[@]}" "$TORCH" || {
+    echo "[setup] $TORCH could not be installed from either index: download its wheel for Python 3.11 where one" \
+      "can be reached, then run '$PY -m pip install FILE.whl' and make setup again" >&2
+    exit 1
+  }
+  echo "[setup] torch $(torch_build) installed"
+fi
 if [ "${1:-}" = "--stack-only" ]; then exit 0; fi
 
 STAMP=.venv/.course-installed  # "gpu" after a GPU set-up; empty after a CPU one (as set-ups before GPU=1 left it)

@@ -40,6 +40,22 @@ def test_reports_an_mpi_that_starts_two_ranks(report):
     assert "Open MPI" in mpi["facts"]["library"]
 
 
+def test_reports_torch_and_a_two_rank_gloo_group(report):
+    _, facts = report
+    torch = facts["checks"]["torch"]
+    assert torch["ok"] and torch["facts"]["version"].startswith("2.13.0"), torch
+    assert torch["facts"]["groups"]["gloo"]["sums"] == [3.0, 3.0]
+    assert "CPU build" in torch["detail"] and "gloo group all-reduced correctly" in torch["detail"]
+
+
+def test_a_gloo_group_that_cannot_form_is_named_with_what_to_do(monkeypatch):
+    """Members that wait for a peer who never comes (a group of 3 of which 2 start) time out and say so."""
+    member = machine.TORCH_MEMBER.replace("world_size=2", "world_size=3").replace("seconds=60", "seconds=3")
+    monkeypatch.setattr(machine, "TORCH_MEMBER", member)
+    check = machine.check_torch()
+    assert not check.ok and "gloo group failed" in check.detail and "loopback" in check.fix, check
+
+
 def test_essentials_decide_the_exit_status(report):
     status, facts = report
     essentials_ok = all(c["ok"] for c in facts["checks"].values() if c["essential"])

@@ -11,11 +11,11 @@ from tests.conftest import ROOT
 
 
 def pins(lines) -> dict[str, str]:
-    """{normalised name: specifier} of requirement strings, skipping comments and tool-only lines."""
+    """{normalised name: specifier} of requirement strings, skipping comments and pip's options (an index)."""
     result = {}
     for line in lines:
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line and not line.startswith("-"):
             req = Requirement(line)
             result[req.name.lower().replace("_", "-")] = str(req.specifier)
     return result
@@ -69,3 +69,10 @@ def test_the_cpu_and_cuda_builds_are_alternatives_of_one_tensorflow():
         list(cpu) == ["tensorflow-cpu"] and list(gpu) == ["tensorflow"] and cpu["tensorflow-cpu"] == gpu["tensorflow"]
     )
     assert EXTRAS["gpu"] == [f"tensorflow[and-cuda]{gpu['tensorflow']}"]
+
+
+@pytest.mark.parametrize("source", ["environment.yml", "binder/requirements.txt", "scripts/setup-python.sh"])
+def test_torch_comes_from_pytorchs_cpu_index_where_it_answers(source):
+    """The CPU build (~200 MB), not the default index's CUDA build (~3 GB with its libraries), on CPU machines."""
+    assert "https://download.pytorch.org/whl/cpu" in (ROOT / source).read_text()
+    assert PYPROJECT["torch"] == "==2.13.0"

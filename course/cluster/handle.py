@@ -58,6 +58,7 @@ class Cluster:
         self._owner = records.me()  # the process that started it (replaced by the record's when re-attached)
         self._controller: list | None = None
         self._seen_alive = -1.0  # time.monotonic() when the controller was last seen running
+        self.torch_group = None  # the engines' torch.distributed group, where course.torch_group.form made one
 
     # ---- properties
     @property
@@ -336,6 +337,7 @@ class Cluster:
         if self.stopped:
             raise ClusterError(f"cluster {self.cluster_id} was stopped; start a new one with course.cluster.start()")
         pids = self._local_pids(include_controller=False)
+        self.torch_group = None  # it ends with its engines
         self._ipp.stop_engines_sync()
         processes.wait_gone(pids)
         self._engines.wait_ended(records.recorded_job(self.cluster_id))
@@ -371,6 +373,8 @@ class Cluster:
         job = records.recorded_job(self.cluster_id)
         if records.record_file(self.cluster_id).exists():
             records.update_record(self.cluster_id, state="stopping")
+        if self.torch_group is not None:
+            self._leave_torch_group()
         if self.client is not None:
             self.client.close()
         # One at a time: ipyparallel's stop_cluster gives up on the controller when stopping the engines fails (a
@@ -394,6 +398,19 @@ class Cluster:
         records.cluster_file(self.cluster_id).unlink(missing_ok=True)  # by name: a loaded handle has none of its own
         records.remove_record(self.cluster_id)
         self.stopped = True
+
+    def _leave_torch_group(self) -> None:
+        """Destroy the engines' process group before they stop, so no rank waits on peers that are gone."""
+        from course import torch_group
+
+        try:
+            torch_group.destroy(self, timeout=10)
+        except Exception as exc:  # engines already gone or stuck: stopping them ends the group too
+            print(
+                f"course.cluster: the torch process group of {self.cluster_id} was not destroyed: {exc}",
+                file=sys.stderr,
+            )
+        self.torch_group = None
 
     def end_at_exit(self) -> None:
         """The program that started this cluster ends with its work done: where the kind allows (local engines), end

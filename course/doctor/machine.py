@@ -1,6 +1,6 @@
 """The machine's checks of `python -m course doctor`: what an instructor needs to know before a workshop.
 
-Heavy probes (TensorFlow, Horovod, MPI, ipyparallel) run in subprocesses, side by side, so a broken
+Heavy probes (TensorFlow, Horovod, PyTorch, MPI, ipyparallel) run in subprocesses, side by side, so a broken
 library is reported rather than crashing the report, and the report also works inside a notebook.
 """
 
@@ -83,6 +83,39 @@ assert client[:].apply_sync(lambda: 42) == [42]
 t1 = time.perf_counter()
 cluster.stop_cluster_sync()
 print("DOCTOR " + json.dumps({"version": ipp.__version__, "start_s": t1 - t0, "stop_s": time.perf_counter() - t1}))
+"""
+
+# PyTorch and its collectives: two member processes form a group on loopback and all-reduce rank + 1 (sum 3), over
+# gloo, and over NCCL where two GPUs are seen. Members are processes of their own: a group needs one per rank.
+TORCH_MEMBER = r"""
+import datetime, json, sys
+import torch, torch.distributed as dist
+backend, port, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=60))
+device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+total = torch.tensor([rank + 1.0], device=device)
+dist.all_reduce(total)
+print("DOCTOR " + json.dumps({"rank": rank, "sum": total.item()}), flush=True)
+dist.destroy_process_group()
+"""
+
+TORCH_PROBE = r"""
+import json, socket, subprocess, sys
+import torch, torch.distributed as dist
+gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+facts = {"version": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus, "groups": {}}
+for backend in ["gloo"] + (["nccl"] if len(gpus) >= 2 and dist.is_nccl_available() else []):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    members = [subprocess.Popen([sys.executable, "-c", MEMBER, backend, str(port), str(r)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for r in range(2)]
+    said = [m.communicate(timeout=90) for m in members]
+    sums = [json.loads(o.split("DOCTOR ", 1)[1])["sum"] for o, _ in said if "DOCTOR " in o]
+    errors = [e.strip().splitlines()[-1] for o, e in said if "DOCTOR " not in o and e.strip()]
+    facts["groups"][backend] = {"sums": sums, "error": errors[0] if errors else ""}
+print("DOCTOR " + json.dumps(facts))
 """
 
 
@@ -276,6 +309,33 @@ def _mpi_probe(cmd: list[str]) -> dict:
         shutil.rmtree(segments, ignore_errors=True)
 
 
+def check_torch() -> Check:
+    """PyTorch's version and build, its devices, and a real 2-rank all-reduce over gloo (and NCCL with 2 GPUs)."""
+    facts = _probe([sys.executable, "-c", TORCH_PROBE.replace("MEMBER", repr(TORCH_MEMBER), 1)], timeout=240)
+    if "error" in facts:
+        return Check("torch", False, facts["error"], "reinstall the stack: make setup (GPU nodes: make setup GPU=1)")
+    build = f"CUDA build (CUDA {facts['cuda']})" if facts["cuda"] else "CPU build"
+    devices = f"{len(facts['gpus'])} GPU(s): {', '.join(facts['gpus'])}" if facts["gpus"] else "no GPU"
+    groups, broken = [], []
+    for backend, group in facts["groups"].items():
+        if group["sums"] == [3.0, 3.0]:
+            groups.append(f"a 2-rank {backend} group all-reduced correctly")
+        else:
+            broken.append(backend)
+            why = group["error"] or f"it summed {group['sums']}, not 3 on both ranks"
+            groups.append(f"a 2-rank {backend} group failed: {why}")
+    if facts["gpus"] and "nccl" not in facts["groups"]:
+        groups.append("NCCL not tried (a 2-rank group needs 2 GPUs)")
+    fix = (
+        f"torch.distributed's {' and '.join(broken)} cannot form a group here: check that 127.0.0.1 is reachable "
+        "and that no firewall blocks loopback ports (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME name the interface)"
+        if broken
+        else ""
+    )
+    detail = f"{facts['version']} {build}, {devices}; " + "; ".join(groups)
+    return Check("torch", not broken, detail, fix, facts=facts)
+
+
 def check_ipyparallel() -> Check:
     from course.cluster import HEARTBEAT
 
@@ -379,8 +439,10 @@ def check_resources() -> Check:
 
 def run_checks() -> list[Check]:
     """All checks, the slow ones side by side."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        slow = [pool.submit(check_tensorflow_and_horovod), pool.submit(check_mpi), pool.submit(check_ipyparallel)]
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        slow = [
+            pool.submit(check) for check in (check_tensorflow_and_horovod, check_torch, check_mpi, check_ipyparallel)
+        ]
         quick = [check_python(), check_nbgrader(), check_slurm(), check_datasets(), check_resources()]
-        tf_hvd, mpi_check, ipp_check = (f.result() for f in slow)
-    return [quick[0], *tf_hvd, mpi_check, ipp_check, *quick[1:]]
+        tf_hvd, torch_check, mpi_check, ipp_check = (f.result() for f in slow)
+    return [quick[0], *tf_hvd, torch_check, mpi_check, ipp_check, *quick[1:]]
