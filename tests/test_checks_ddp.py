@@ -1,0 +1,94 @@
+"""course.checks.ddp, notebook 12's checks, tried directly on every answer the fixtures hold for its exercises
+(tests/check_cases.py): on two local engines formed into a gloo group as the notebook forms them, with the quick
+profile's sizes; and the checks' own helpers, on new gloo groups of 1 and 3 ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from course import torch_group
+from course.checks import ddp
+from tests.check_cases import cases, define, judge, shared_cluster
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = "12_pytorch_ddp"
+COVERED = {"ex-collectives-answer", "ex-ddp-answer", "ex-accumulate-answer"}
+QUICK = {"RANKS": 2, "SAMPLES": 96, "EPOCHS": 2, "BATCH": 16, "LR": 0.1, "MICRO": 4, "K": 3}  # the quick profile
+
+
+@pytest.fixture(scope="module")
+def view(tmp_path_factory):
+    """Two local engines as one gloo group, as the notebook makes them."""
+    with shared_cluster(tmp_path_factory, QUICK["RANKS"], engines="local") as engines:
+        torch_group.destroy(engines)  # a module before this one may have left one formed
+        torch_group.form(engines)
+        yield engines.view
+        torch_group.destroy(engines)
+
+
+@pytest.fixture(scope="module")
+def seen(view):
+    return view.apply_sync(ddp.collectives_seen)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-collectives-answer"}), ids=str)
+def test_collectives(case, seen):
+    judge(case, lambda: ddp.collectives(define(case, {})["after"], seen))
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-ddp-answer"}), ids=str)
+def test_ddp_training(case, view):
+    def run():
+        names = define(case, {})
+        q = QUICK
+        runs = view.apply_sync(
+            ddp.ddp_run, names["wrap"], names["train"], q["SAMPLES"], q["EPOCHS"], q["BATCH"], q["LR"]
+        )
+        return ddp.ddp_training(runs, q["SAMPLES"], q["EPOCHS"], q["BATCH"], q["LR"])
+
+    judge(case, run)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-accumulate-answer"}), ids=str)
+def test_accumulation(case, view):
+    def run():
+        names = define(case, {})
+        q = QUICK
+        runs = view.apply_sync(ddp.accumulation_run, names["accumulate"], q["SAMPLES"], q["MICRO"], q["K"], q["LR"])
+        return ddp.accumulation(runs, q["SAMPLES"], q["MICRO"], q["K"], q["LR"])
+
+    judge(case, run)
+
+
+def test_the_collectives_seen_on_one_and_three_ranks_are_their_definitions():
+    """What the check compares predictions with, from real groups: worked out by hand for 1 and 3 ranks."""
+    assert ddp.on_gloo_ranks(ddp.collectives_seen, 1) == [
+        {"all_reduce": [0.0], "reduce_scatter": [0.0], "all_gather": [0.0], "broadcast": [0.0]}
+    ]
+    three = ddp.on_gloo_ranks(ddp.collectives_seen, 3)
+    assert [r["all_reduce"] for r in three] == [[30.0, 33.0, 36.0]] * 3
+    assert [r["reduce_scatter"] for r in three] == [[30.0], [33.0], [36.0]]
+    assert [r["all_gather"] for r in three] == [[0.0, 1.0, 2.0, 10.0, 11.0, 12.0, 20.0, 21.0, 22.0]] * 3
+    assert [r["broadcast"] for r in three] == [[0.0, 1.0, 2.0]] * 3
+
+
+def test_a_rank_that_fails_in_a_gloo_group_is_named():
+    def fails_on_rank_1():
+        import torch.distributed as dist
+
+        if dist.get_rank() == 1:
+            raise ValueError("only rank 1")
+        return dist.get_rank()
+
+    fails_on_rank_1.__module__ = "__main__"  # sent by value, as a notebook's function is
+    with pytest.raises(AssertionError, match="rank 1.*ValueError: only rank 1"):
+        ddp.on_gloo_ranks(fails_on_rank_1, 2)
+
+
+def test_one_process_follows_the_global_batches_it_is_given():
+    """The reference the weights are held to: one SGD step per batch, and the batch's order inside it irrelevant."""
+    first = ddp.one_process([[0, 1, 2, 3], [4, 5, 6, 7]], 8, 0.1)
+    assert ddp._close(ddp.one_process([[3, 2, 1, 0], [7, 6, 5, 4]], 8, 0.1), first)
+    assert not ddp._close(ddp.one_process([[0, 1, 2, 3, 4, 5, 6, 7]], 8, 0.1), first)
+    assert not ddp._close(ddp.one_process([[0, 1, 2, 3], [4, 5, 6, 7]], 8, 0.2), first)
