@@ -13,7 +13,7 @@ from tests.check_cases import cases, define, judge, shared_cluster
 pytestmark = pytest.mark.slow
 
 NOTEBOOK = "12_pytorch_ddp"
-COVERED = {"ex-collectives-answer", "ex-ddp-answer", "ex-accumulate-answer"}
+COVERED = {"ex-collectives-answer", "ex-ddp-answer", "ex-buckets-answer", "ex-accumulate-answer"}
 QUICK = {"RANKS": 2, "SAMPLES": 96, "EPOCHS": 2, "BATCH": 16, "LR": 0.1, "MICRO": 4, "K": 3}  # the quick profile
 
 
@@ -48,6 +48,24 @@ def test_ddp_training(case, view):
         return ddp.ddp_training(runs, q["SAMPLES"], q["EPOCHS"], q["BATCH"], q["LR"])
 
     judge(case, run)
+
+
+@pytest.fixture(scope="module")
+def built(view):
+    """The buckets DDP built for the visible cases, rank 0's (every rank builds the same)."""
+    visible = [c for c in ddp.BUCKET_CASES if not c[3]]
+    return visible, view.apply_sync(ddp.bucket_runs, visible)[0]
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-buckets-answer"}), ids=str)
+def test_buckets(case, built):
+    judge(case, lambda: ddp.buckets(define(case, {})["predict"], *built))
+
+
+def test_every_rank_builds_the_same_buckets_and_launches_them_during_the_backward_pass(view):
+    runs = view.apply_sync(ddp.bucket_run, (256,) * 7, 0.25)
+    assert runs[0]["buckets"] == runs[1]["buckets"] and len(runs[0]["buckets"]) == 6
+    assert 0 < runs[0]["launched_at"][0] < runs[0]["ready_at"][-1] <= runs[0]["backward_s"]
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-accumulate-answer"}), ids=str)

@@ -309,3 +309,88 @@ def accumulation(runs: list[dict], n: int, micro: int, k: int, lr: float) -> Non
             f"rank {r['rank']}'s weights differ from one process's stepping once on each batch of {k} x {micro} "
             f"x {size} samples (the gradient of the mean loss over them)",
         )
+
+
+# ---- exercise: which gradients DDP all-reduces together
+
+
+def bucket_run(widths: tuple[int, ...], cap_mb: float, bias: bool = True) -> dict:
+    """On every rank of a group: a chain of Linear layers (float32) of `widths` in DDP with `bucket_cap_mb=cap_mb`,
+    two steps. Of the second (DDP rebuilds its buckets after the first): the order the gradients became ready, each
+    bucket's parameters as DDP all-reduced them, and when (s after the backward pass began) each event happened."""
+    import time
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(a, b, bias=bias) for a, b in zip(widths, widths[1:])]
+    model = DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=cap_mb)
+    names = {id(p): n for n, p in model.module.named_parameters()}
+    seen: dict = {"ready": [], "buckets": [], "began": 0.0}
+
+    def on_ready(param):
+        seen["ready"].append((names[id(param)], param.numel() * param.element_size(), time.perf_counter()))
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(on_ready)
+
+    def timed_all_reduce(state, bucket):
+        seen["buckets"].append(([names[id(p)] for p in bucket.parameters()], time.perf_counter()))
+        return _counting_hook(state, bucket)
+
+    model.register_comm_hook({"buckets": 0, "steps": 0, "bytes": 0}, timed_all_reduce)
+    x = torch.randn(8, widths[0])
+    for _ in range(2):
+        seen["ready"].clear(), seen["buckets"].clear()
+        model.zero_grad()
+        loss = model(x).square().mean()
+        seen["began"] = time.perf_counter()
+        loss.backward()
+        seen["ended"] = time.perf_counter()
+    t0 = seen["began"]
+    return {
+        "ready": [(n, size) for n, size, _ in seen["ready"]],
+        "ready_at": [t - t0 for _, _, t in seen["ready"]],
+        "buckets": [b for b, _ in seen["buckets"]],
+        "launched_at": [t - t0 for _, t in seen["buckets"]],
+        "backward_s": seen["ended"] - t0,
+    }
+
+
+# (widths, bucket_cap_mb, bias, hidden): chains of 256 KiB layers cut by caps around them, a weight exactly the cap
+# (a bucket closes when it reaches it), a cap below one parameter, one bucket for all, layers of unequal sizes.
+BUCKET_CASES = [
+    ((256,) * 7, 0.5, True, False),
+    ((256,) * 7, 0.25, False, False),
+    ((256,) * 7, 0.1, True, False),
+    ((256,) * 7, 25.0, True, False),
+    ((64, 512, 512, 10), 1.0, True, False),
+    ((48, 300, 200, 300, 48), 0.3, True, True),
+    ((128,) * 5, 0.125, False, True),
+]
+
+
+def bucket_runs(cases: list[tuple]) -> list[dict]:
+    """On every rank of a group: bucket_run for each case, in order."""
+    return [bucket_run(widths, cap, bias) for widths, cap, bias, _ in cases]
+
+
+@check
+def buckets(predict, cases: list[tuple], runs: list[dict]) -> None:
+    """`predict(ready, cap_bytes)`: the buckets (lists of parameter names) DDP builds for gradients ready in the
+    order `ready` ((name, bytes) pairs), against what it built (rank 0's `bucket_runs` of `cases`)."""
+    for (widths, cap, bias, _), run in zip(cases, runs):
+        cap_bytes = int(cap * 2**20)
+        model = f"Linear layers of widths {widths}{'' if bias else ' without biases'}, bucket_cap_mb={cap}"
+        try:
+            predicted = [list(b) for b in predict(list(run["ready"]), cap_bytes)]
+        except TypeError:
+            expect(False, f"{model}: predict(ready, {cap_bytes}) should return a list of lists of names")
+        really = run["buckets"]
+        expect(
+            len(predicted) == len(really),
+            f"{model}: DDP built {len(really)} bucket(s), you predict {len(predicted)}",
+        )
+        wrong = next((i for i, (p, r) in enumerate(zip(predicted, really)) if p != r), None)
+        expect(wrong is None, f"{model}: bucket {wrong} does not hold the parameters you predict, in that order")
