@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from course import torch_group
-from course.checks import ddp
+from course.checks import ddp, quiz
 from tests.check_cases import cases, define, judge, shared_cluster
 
 pytestmark = pytest.mark.slow
 
 NOTEBOOK = "12_pytorch_ddp"
-COVERED = {"ex-collectives-answer", "ex-ddp-answer", "ex-buckets-answer", "ex-accumulate-answer"}
+COVERED = {"ex-collectives-answer", "ex-ddp-answer", "ex-buckets-answer", "ex-accumulate-answer", "ex-side-answer"}
 QUICK = {"RANKS": 2, "SAMPLES": 96, "EPOCHS": 2, "BATCH": 16, "LR": 0.1, "MICRO": 4, "K": 3}  # the quick profile
 
 
@@ -77,6 +77,11 @@ def test_accumulation(case, view):
         return ddp.accumulation(runs, q["SAMPLES"], q["MICRO"], q["K"], q["LR"])
 
     judge(case, run)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-side-answer"}), ids=str)
+def test_side_by_side(case):
+    judge(case, lambda: quiz.check(define(case, {})["side_by_side"], ddp.SIDE_BY_SIDE_KEY, ddp.SIDE_BY_SIDE_WHY))
 
 
 def test_the_collectives_seen_on_one_and_three_ranks_are_their_definitions():

@@ -22,11 +22,12 @@ GLOO_TIMEOUT = 60  # s a rank of on_gloo_ranks waits for its peers in a collecti
 def on_gloo_ranks(function, ranks: int, *args, timeout: float = comm.RUN_TIMEOUT) -> list:
     """`function(*args)` on every rank of a new gloo group of `ranks` processes (an `mpiexec` job: what
     `course.comm.on_ranks` says of failures and time limits holds); the results, by rank."""
-    return comm.on_ranks(_in_gloo_group, ranks, function, args, timeout=timeout)
+    return comm.on_ranks(in_gloo_group, ranks, function, args, timeout=timeout)
 
 
-def _in_gloo_group(function, args):
-    """On an MPI rank: form a gloo group of the job's ranks (rank 0's port, told by MPI), run, destroy it."""
+def in_gloo_group(function, args: tuple = ()):
+    """On every rank of an MPI job: `function(*args)` in a gloo group of the job's ranks (rank 0's port, told by
+    MPI), destroyed after."""
     import datetime
     import socket
 
@@ -309,6 +310,28 @@ def accumulation(runs: list[dict], n: int, micro: int, k: int, lr: float) -> Non
             f"rank {r['rank']}'s weights differ from one process's stepping once on each batch of {k} x {micro} "
             f"x {size} samples (the gradient of the mean loss over them)",
         )
+
+
+# ---- exercise: Horovod's steps and DDP's, side by side
+
+SIDE_BY_SIDE_KEY = {  # Horovod's steps (notebook 07) -> the letter of DDP's; python -m course.checks.quiz Q A
+    "start": "a6a25acf8067cb9c13a63a30f84c33b9336a6eba200b85265a7b12fdccf9133e",
+    "gpu": "3c2dad119f69207e681025be58071841137f37a8adf227689cb9a17e216d287e",
+    "shard": "c8292224fb4c81b774501fe0ec33aed2810a3452010eff19a018d2bff4e24bd9",
+    "average": "6bba3f872ba8fe4c3c9c63a3cd1f749534e13404d97f22a9e043ad6f03c922a3",
+    "same start": "902bfcdc0cefb6176a7dc25dcc2bf3ac1466e6c26e6aa21377ac9adf69c0dae6",
+    "outputs": "d2756bd6aaed0b6fa58a280d20d87f71012ec141b663bb015c9da48fe219461f",
+    "launcher": "aba6b301ee327d8bc15c1d9f67fefb21431c54763130e7bdb1112887919693fa",
+}
+SIDE_BY_SIDE_WHY = {  # shown for a row once its answer is right
+    "start": "init_process_group forms the group as hvd.init() does: every rank meets at the rendezvous.",
+    "gpu": "One GPU per process, chosen by the rank on this node: LOCAL_RANK, which torchrun sets.",
+    "shard": "DistributedSampler gives each rank its 1/N of the samples; set_epoch reshuffles as shard + shuffle do.",
+    "average": "DDP all-reduces and averages the gradients during backward(), as Horovod's optimizer wrapper does.",
+    "same start": "DDP's constructor broadcasts rank 0's parameters and buffers: no callback is needed.",
+    "outputs": "One rank writes, as in Horovod: files, logs and checkpoints on rank 0.",
+    "launcher": "torchrun starts the processes of a node and sets RANK, LOCAL_RANK and WORLD_SIZE, as horovodrun does.",
+}
 
 
 # ---- exercise: which gradients DDP all-reduces together
