@@ -1,5 +1,5 @@
-"""One `horovodrun` of each script answer per test session: course.checks.horovod_script.run_script, remembered by
-the script's bytes and the run's arguments.
+"""One `horovodrun` (or `torchrun`) of each script answer per test session: course.checks.horovod_script.run_script
+and course.checks.torchrun_script.run_script, remembered by the script's bytes and the run's arguments.
 
 The strength test's notebook run and tests/test_checks_horovod_script.py run the same fixture scripts (and the
 solution's, again after each wrong trial): each run takes about 30 core-s. With COURSE_TEST_SCRIPT_RUNS naming a
@@ -16,17 +16,19 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
-from course.checks import horovod_script
+from course.checks import horovod_script, torchrun_script
 
 VARIABLE = "COURSE_TEST_SCRIPT_RUNS"
 _REAL = horovod_script.run_script
+_REAL_TORCHRUN = torchrun_script.run_script
 
 
-def key(script: Path, ranks: int, horovod: bool) -> str:
+def key(script: Path, *launch) -> str:
     """What names one run: the script's bytes and how it is launched (its path and folder do not change a run)."""
-    return hashlib.sha256(script.read_bytes() + f"\0{ranks}\0{horovod}".encode()).hexdigest()[:24]
+    return hashlib.sha256(script.read_bytes() + "".join(f"\0{a}" for a in launch).encode()).hexdigest()[:24]
 
 
 def run_script(
@@ -38,15 +40,43 @@ def run_script(
 ) -> horovod_script.Run:
     """horovod_script.run_script, run once per script and launch in this session (VARIABLE's folder)."""
     script, folder = Path(script), Path(folder)
-    cache = os.environ.get(VARIABLE)
-    if not cache or not script.is_file():
+    if not os.environ.get(VARIABLE) or not script.is_file():
         return _REAL(script, folder, ranks, horovod, timeout)  # the real function's own error for a missing script
-    kept = Path(cache) / key(script, ranks, horovod)
+
+    def again(returncode: int, output: str) -> horovod_script.Run:
+        return horovod_script.Run(script.name, ranks, returncode, output, horovod_script.read_records(folder))
+
+    return _once(key(script, ranks, horovod), folder, lambda: _REAL(script, folder, ranks, horovod, timeout), again)
+
+
+def run_torchrun(
+    script: str | os.PathLike,
+    folder: str | os.PathLike,
+    ranks: int = 2,
+    args: list[str] = (),
+    timeout: float = torchrun_script.TIMEOUT,
+) -> torchrun_script.Run:
+    """torchrun_script.run_script, run once per script and launch in this session (VARIABLE's folder)."""
+    script, folder = Path(script), Path(folder)
+    if not os.environ.get(VARIABLE) or not script.is_file():
+        return _REAL_TORCHRUN(script, folder, ranks, args, timeout)
+
+    def again(returncode: int, output: str) -> torchrun_script.Run:
+        return torchrun_script.Run(script.name, ranks, returncode, output, torchrun_script.read_records(folder))
+
+    real = lambda: _REAL_TORCHRUN(script, folder, ranks, args, timeout)  # noqa: E731
+    return _once(key(script, ranks, "torchrun", *args), folder, real, again)
+
+
+def _once(name: str, folder: Path, real: Callable, again: Callable):
+    """real() the first time NAME is asked for in this session, its folder and output kept; later, a copy of
+    them in `folder` and again(returncode, output)."""
+    kept = Path(os.environ[VARIABLE]) / name
     kept.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{kept}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if not (kept / "run.json").is_file():
-            done = _REAL(script, folder, ranks, horovod, timeout)
+            done = real()
             if done.returncode == -1:
                 return done  # stopped at its time limit: a busy machine's, not the script's, so not kept
             shutil.rmtree(kept, ignore_errors=True)
@@ -57,11 +87,10 @@ def run_script(
         shutil.rmtree(folder)  # as the real function: the folder holds this run only
     shutil.copytree(kept / "folder", folder)
     said = json.loads((kept / "run.json").read_text())
-    return horovod_script.Run(
-        script.name, ranks, said["returncode"], said["output"], horovod_script.read_records(folder)
-    )
+    return again(said["returncode"], said["output"])
 
 
 def install() -> None:
-    """Make horovod_script.run_script this one, where a notebook's cells call it (a trial kernel)."""
+    """Make the script runners these, where a notebook's cells call them (a trial kernel)."""
     horovod_script.run_script = run_script
+    torchrun_script.run_script = run_torchrun

@@ -1,19 +1,28 @@
 """course.checks.ddp, notebook 12's checks, tried directly on every answer the fixtures hold for its exercises
 (tests/check_cases.py): on two local engines formed into a gloo group as the notebook forms them, with the quick
-profile's sizes; and the checks' own helpers, on new gloo groups of 1 and 3 ranks."""
+profile's sizes; the torchrun script, run with torchrun; and the checks' own helpers, on new gloo groups of 1
+and 3 ranks."""
 
 from __future__ import annotations
 
 import pytest
 
 from course import torch_group
-from course.checks import ddp, quiz
+from course.checks import ddp, quiz, torchrun_script
+from tests import script_runs
 from tests.check_cases import cases, define, judge, shared_cluster
 
 pytestmark = pytest.mark.slow
 
 NOTEBOOK = "12_pytorch_ddp"
-COVERED = {"ex-collectives-answer", "ex-ddp-answer", "ex-buckets-answer", "ex-accumulate-answer", "ex-side-answer"}
+COVERED = {
+    "ex-collectives-answer",
+    "ex-ddp-answer",
+    "ex-buckets-answer",
+    "ex-accumulate-answer",
+    "ex-script-answer",
+    "ex-side-answer",
+}
 QUICK = {"RANKS": 2, "SAMPLES": 96, "EPOCHS": 2, "BATCH": 16, "LR": 0.1, "MICRO": 4, "K": 3}  # the quick profile
 
 
@@ -77,6 +86,16 @@ def test_accumulation(case, view):
         return ddp.accumulation(runs, q["SAMPLES"], q["MICRO"], q["K"], q["LR"])
 
     judge(case, run)
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-script-answer"}), ids=str)
+def test_torchrun_script(case, tmp_path):
+    """The script a case's %%writefile cell writes, run with torchrun for real (once per session: tests/script_runs)."""
+    q = QUICK
+    args = ["--samples", q["SAMPLES"], "--epochs", q["EPOCHS"], "--batch", q["BATCH"], "--lr", q["LR"]]
+    define(case, {"OUT": tmp_path})
+    run = script_runs.run_torchrun(tmp_path / "train_ddp.py", tmp_path / "ddp", ranks=q["RANKS"], args=args)
+    judge(case, lambda: torchrun_script.ddp_script(run, q["SAMPLES"], q["EPOCHS"], q["BATCH"], q["LR"]))
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-side-answer"}), ids=str)

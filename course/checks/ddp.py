@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from course import comm
+from course.torch_data import regression, small_model
 from course.checks import check, expect
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -110,24 +111,6 @@ def collectives(after, seen: list[dict]) -> None:
 
 
 # ---- exercises: DDP's training loop, and accumulation with no_sync
-
-
-def regression(n: int, features: int = 6, seed: int = 0):
-    """A small regression dataset of `n` samples (float64), the same wherever it is made."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, features, generator=g, dtype=torch.float64)
-    w = torch.randn(features, 1, generator=g, dtype=torch.float64)
-    return torch.utils.data.TensorDataset(x, torch.tanh(x @ w) + 0.1 * torch.randn(n, 1, generator=g, dtype=x.dtype))
-
-
-def small_model(features: int = 6, hidden: int = 16, seed: int = 0):
-    """A two-layer MLP in float64, the same initial weights wherever it is made."""
-    import torch
-
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)).double()
 
 
 class Recorded:
