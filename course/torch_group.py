@@ -33,13 +33,19 @@ class Group:
 
 def form(cluster, backend: str | None = None, port: int | None = None, timeout: float = DEFAULT_TIMEOUT) -> Group:
     """Make `cluster`'s engines one process group: engine `cluster.ids[r]` is rank r. `backend`: "gloo" or
-    "nccl" (default: NCCL where every engine sees a GPU, else gloo); `port`: the rendezvous port (default: a free one)."""
+    "nccl" (default: NCCL where every engine sees a GPU, else gloo); `port`: the rendezvous port (default: a free one).
+    A group this handle formed is refused; one left by a previous run (a re-attached cluster) is replaced."""
     ids = list(cluster.view.targets)
     if len(ids) < 2:
         raise UserError(
             f"a process group needs 2 or more engines; this cluster has {len(ids)}: start it with 2 or more"
         )
     facts = cluster.view.apply_sync(_engine_facts)
+    if getattr(cluster, "torch_group", None) is None and any(f.get("initialized") for f in facts):
+        # A re-attached cluster (a restarted notebook): the group is the previous kernel's, which no one uses now.
+        print("course.torch_group: the engines' group of the notebook's previous run destroyed; forming a new one")
+        cluster.view.apply_sync(_leave)
+        facts = cluster.view.apply_sync(_engine_facts)
     _refuse_mixed(ids, facts)
     backend = _backend(backend, facts)
     hosts = [f["host"] for f in facts]

@@ -74,6 +74,18 @@ def test_a_group_already_formed_is_refused_in_one_line_and_destroyed_when_the_cl
     torch_group.destroy(engines)
 
 
+def test_a_group_left_by_a_previous_run_is_replaced(engines, capsys):
+    """A restarted notebook re-attaches to its cluster, whose engines still hold the old kernel's group."""
+    torch_group.form(engines)
+    engines.torch_group = None  # what a fresh handle of the same cluster knows
+    group = torch_group.form(engines)
+    try:
+        assert {s["sum"] for s in engines.view.apply_sync(on_every_rank)} == {3.0} and group.world_size == 2
+    finally:
+        torch_group.destroy(engines)
+    assert "previous run destroyed" in capsys.readouterr().out
+
+
 def test_bad_requests_are_refused_before_any_engine_waits(engines):
     one = SimpleNamespace(view=engines.client.direct_view(engines.ids[:1]), client=engines.client)
     with pytest.raises(UserError, match="needs 2 or more engines; this cluster has 1"):

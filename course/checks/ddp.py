@@ -174,9 +174,9 @@ def ddp_run(wrap, train, n: int, epochs: int, batch: int, lr: float) -> dict:
         return {"wrapped": type(model).__name__}
     state = {"buckets": 0, "steps": 0, "bytes": 0}
     model.register_comm_hook(state, _counting_hook)
-    trained, own = _watched(lambda: train(model, dataset, epochs, batch, lr))
+    _, own = _watched(lambda: train(model, dataset, epochs, batch, lr))
     return {"wrapped": "", "rank": dist.get_rank(), "draws": dataset.draws, "hook": state, "own_all_reduces": own,
-            "weights": _flat(trained if trained is not None else model)}  # fmt: skip
+            "weights": _flat(model)}  # fmt: skip
 
 
 def one_process(batches: list[list[int]], n: int, lr: float) -> list[float]:
@@ -365,10 +365,11 @@ def bucket_run(widths: tuple[int, ...], cap_mb: float, bias: bool = True) -> dic
 
 
 # (widths, bucket_cap_mb, bias, hidden): chains of 256 KiB layers cut by caps around them, a weight exactly the cap
-# (a bucket closes when it reaches it), a cap below one parameter, one bucket for all, layers of unequal sizes.
+# (a bucket closes when it reaches it) and a byte short of it, a cap below one parameter, one bucket for all, layers of unequal sizes.
 BUCKET_CASES = [
     ((256,) * 7, 0.5, True, False),
     ((256,) * 7, 0.25, False, False),
+    ((256,) * 4, 262145 / 2**20, False, False),  # one byte above a weight: the next weight joins its bucket
     ((256,) * 7, 0.1, True, False),
     ((256,) * 7, 25.0, True, False),
     ((64, 512, 512, 10), 1.0, True, False),
