@@ -242,13 +242,21 @@ def ddp_training(runs: list[dict], n: int, epochs: int, batch: int, lr: float) -
             f"({epochs} epoch(s) of {math.ceil(share / local)} steps, {local} samples per rank per step)",
         )
     batches = [b for drawn in epochs_of for b in _batches(drawn, local)]
+    _as_one_process(
+        runs,
+        batches,
+        n,
+        lr,
+        f"after training differ from one process's trained on the same global batches of {batch} "
+        "(the gradient of the mean loss over each global batch)",
+    )
+
+
+def _as_one_process(runs: list[dict], batches: list[list[int]], n: int, lr: float, differ: str) -> None:
+    """Every rank's weights are one process's on `batches`; else "rank r's weights " + `differ`."""
     reference = one_process(batches, n, lr)
     for r in runs:
-        expect(
-            _close(r["weights"], reference),
-            f"rank {r['rank']}'s weights after training differ from one process's trained on the same global "
-            f"batches of {batch} (the gradient of the mean loss over each global batch)",
-        )
+        expect(_close(r["weights"], reference), f"rank {r['rank']}'s weights {differ}")
 
 
 def accumulation_run(accumulate, n: int, micro: int, k: int, lr: float) -> dict:
@@ -286,13 +294,14 @@ def accumulation(runs: list[dict], n: int, micro: int, k: int, lr: float) -> Non
             f"passes; with {k} micro-batches per step, once per optimizer step ({steps}) is enough",
         )
     batches = _batches([r["draws"] for r in runs], micro * k)
-    reference = one_process(batches, n, lr)
-    for r in runs:
-        expect(
-            _close(r["weights"], reference),
-            f"rank {r['rank']}'s weights differ from one process's stepping once on each batch of {k} x {micro} "
-            f"x {size} samples (the gradient of the mean loss over them)",
-        )
+    _as_one_process(
+        runs,
+        batches,
+        n,
+        lr,
+        f"differ from one process's stepping once on each batch of {k} x {micro} x {size} "
+        "samples (the gradient of the mean loss over them)",
+    )
 
 
 # ---- exercise: Horovod's steps and DDP's, side by side
