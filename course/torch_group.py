@@ -51,7 +51,7 @@ def form(cluster, backend: str | None = None, port: int | None = None, timeout: 
     hosts = [f["host"] for f in facts]
     first = cluster.client[ids[0]]
     address = "127.0.0.1" if len(set(hosts)) == 1 else facts[0]["address"]
-    port = first.apply_sync(_free_port, address, port)
+    port = first.apply_sync(_open_store, address, port, len(ids), timeout)
     if isinstance(port, str):
         raise UserError(port)
     url = f"tcp://{address}:{port}"
@@ -138,18 +138,25 @@ def _engine_facts() -> dict:
     }
 
 
-def _free_port(address: str, port: int | None) -> int | str:
-    """A port free on this host (the one asked for, if it is), or why not in words."""
+_STORE = []  # on the first engine: the rendezvous store _open_store opened, until _join forms the group with it
+
+
+def _open_store(address: str, port: int | None, size: int, timeout: float) -> int | str:
+    """Open the group's rendezvous store on this host (on `port`, else one the system picks: no race with other
+    groups starting); its port, or why not in words."""
+    import datetime
     import socket
 
-    with socket.socket() as s:
-        try:
-            s.bind((address, port or 0))
-        except OSError as exc:
-            return (
-                f"port {port} on {socket.gethostname()} cannot be used ({exc.strerror}): pick another or leave it out"
-            )
-        return s.getsockname()[1]
+    import torch.distributed as dist
+
+    try:
+        store = dist.TCPStore(address, port or 0, size, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=timeout))  # fmt: skip
+    except (RuntimeError, OSError) as exc:
+        why = "address already in use" if "EADDRINUSE" in str(exc) else str(exc).splitlines()[0]
+        return f"port {port} on {socket.gethostname()} cannot be used ({why}): pick another or leave it out"
+    _STORE[:] = [store]
+    return store.port
 
 
 def _join(backend: str, url: str, rank: int, size: int, local_rank: int, local_size: int, timeout: float) -> int:
@@ -169,9 +176,9 @@ def _join(backend: str, url: str, rank: int, size: int, local_rank: int, local_s
     )
     if backend == "nccl":
         torch.cuda.set_device(0 if torch.cuda.device_count() == 1 else local_rank)
-    dist.init_process_group(
-        backend, init_method=url, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=timeout)
-    )
+    wait = datetime.timedelta(seconds=timeout)
+    store = _STORE.pop() if rank == 0 else dist.TCPStore(host, int(port), size, is_master=False, timeout=wait)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=wait)
     return dist.get_rank()
 
 

@@ -27,27 +27,24 @@ def on_gloo_ranks(function, ranks: int, *args, timeout: float = comm.RUN_TIMEOUT
 
 
 def in_gloo_group(function, args: tuple = ()):
-    """On every rank of an MPI job: `function(*args)` in a gloo group of the job's ranks (rank 0's port, told by
-    MPI), destroyed after."""
+    """On every rank of an MPI job: `function(*args)` in a gloo group of the job's ranks, destroyed after. Rank 0
+    opens the rendezvous store on a port the system picks (no race with other jobs) and tells the others by MPI."""
     import datetime
-    import socket
 
     import torch
     import torch.distributed as dist
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    port = None
-    if world.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = world.bcast(port)
-    torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=GLOO_TIMEOUT)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=world.rank, world_size=world.size, timeout=timeout
-    )
+    store = None
+    if world.rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world.size, is_master=True, timeout=timeout, wait_for_workers=False)
+    port = world.bcast(store.port if store else None)
+    if store is None:
+        store = dist.TCPStore("127.0.0.1", port, world.size, is_master=False, timeout=timeout)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=store, rank=world.rank, world_size=world.size, timeout=timeout)
     try:
         return function(*args)
     finally:
