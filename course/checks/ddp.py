@@ -375,7 +375,7 @@ def bucket_run(widths: tuple[int, ...], cap_mb: float, bias: bool = True) -> dic
 BUCKET_CASES = [
     ((256,) * 7, 0.5, True, False),
     ((256,) * 7, 0.25, False, False),
-    ((256,) * 4, 262145 / 2**20, False, False),  # one byte above a weight: the next weight joins its bucket
+    ((256,) * 5, 262145 / 2**20, False, False),  # a byte above a weight: the next weight joins its bucket, twice
     ((256,) * 7, 0.1, True, False),
     ((256,) * 7, 25.0, True, False),
     ((64, 512, 512, 10), 1.0, True, False),
