@@ -78,6 +78,11 @@ SETTINGS: tuple[Setting, ...] = (
         "set-up: `1` installs TensorFlow's CUDA build and builds Horovod with NCCL (as `make setup GPU=1`)",
     ),
     Setting(
+        "COURSE_TORCH_CPU_INDEX",
+        "`https://download.pytorch.org/whl/cpu`",
+        "set-up: the package index PyTorch's CPU build is taken from where it answers (else the default index)",
+    ),
+    Setting(
         "COURSE_NO_UV_INSTALL",
         "unset",
         "set-up: `1` never installs uv from PyPI to fetch a Python 3.11 (a host with only Python 3.12+ then stops"

@@ -18,9 +18,12 @@ from course.checks import check, expect
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 TOLERANCE = 1e-9  # float64 throughout: DDP's average and one process's differ only by rounding
 GLOO_TIMEOUT = 60  # s a rank of on_gloo_ranks waits for its peers in a collective before it raises
+# s a gloo job may run once its ranks started: importing torch and forming the group take seconds, 20-40 on a
+# loaded machine (comm.on_ranks' 20 s were seen too short in CI); a hung answer still fails within it
+GLOO_RUN_TIMEOUT = 120
 
 
-def on_gloo_ranks(function, ranks: int, *args, timeout: float = comm.RUN_TIMEOUT) -> list:
+def on_gloo_ranks(function, ranks: int, *args, timeout: float = GLOO_RUN_TIMEOUT) -> list:
     """`function(*args)` on every rank of a new gloo group of `ranks` processes (an `mpiexec` job: what
     `course.comm.on_ranks` says of failures and time limits holds); the results, by rank."""
     return comm.on_ranks(in_gloo_group, ranks, function, args, timeout=timeout)
