@@ -699,3 +699,54 @@ def _iopub_relay(started) -> psutil.Process:
         if any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in process.net_connections()):
             return process
     raise AssertionError(f"no process of the controller listens on the iopub port {port}")
+
+
+@pytest.mark.slow
+def test_a_px_cell_in_a_kernel_shows_every_engines_line_when_the_output_came_before_the_cell_streamed():
+    """In a kernel (JupyterLab's path), %%px shows each engine's output as its own display. On a busy kernel the
+    engines' output can arrive before the cell starts streaming it: here the kernel waits for it first. Each engine's
+    line must still be its own display, none replacing another's (ipyparallel 9.2 gave them one display id)."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, kernel = start_new_kernel(kernel_name="python3")
+    try:
+        _in_kernel(kernel, "import course.cluster\ncluster = course.cluster.start(2, engines='local', quiet=True)")
+        _in_kernel(
+            kernel,
+            "from ipyparallel.client.asyncresult import AsyncResult\n"
+            "streaming = AsyncResult.stream_output\n"
+            "def busy(self):\n    self.wait_for_output(60)\n    return streaming(self)\n"
+            "AsyncResult.stream_output = busy",
+        )
+        shown = _in_kernel(kernel, "%%px\nimport os\nprint('hello from', os.getpid())")
+        engines = _in_kernel(kernel, "print(sorted(cluster.view.apply_sync(__import__('os').getpid)))")
+        _in_kernel(kernel, "cluster.stop()")
+    finally:
+        manager.shutdown_kernel(now=True)
+    pids = sorted(int(p) for p in re.findall(r"\d+", "".join(engines)))
+    lines = sorted(text for text in shown if "hello from" in text)
+    assert sorted(int(line.split()[-1]) for line in lines) == pids, (shown, pids)
+
+
+def _in_kernel(kernel, code: str) -> list[str]:
+    """Run CODE in KERNEL; the outputs a notebook would show, in order (a display id's updates replace its outputs)."""
+    msg_id = kernel.execute(code)
+    shown: list[list] = []  # [display id or None, text]
+    while True:
+        msg = kernel.get_iopub_msg(timeout=180)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        key = content.get("transient", {}).get("display_id")
+        if kind in ("display_data", "update_display_data"):
+            for output in shown:
+                if key and output[0] == key:
+                    output[1] = content["data"]["text/plain"]
+            if kind == "display_data":
+                shown.append([key, content["data"]["text/plain"]])
+        elif kind == "stream":
+            shown.append([None, content["text"]])
+        elif kind == "error":
+            raise AssertionError(f"{content['ename']}: {content['evalue']}")
+        elif kind == "status" and content["execution_state"] == "idle":
+            return [text for _, text in shown]

@@ -3,7 +3,7 @@ engine and calls that fail at once (ClusterDown) once the cluster's controller i
 
 Written for ipyparallel 9.2.0 (pinned in pyproject.toml and environment.yml). These override private methods of
 ipyparallel's Client (`_send`, `_build_targets`, `_handle_apply_reply`, `_closed`, `_io_loop`, `outstanding`) and
-DirectView (`_really_apply`) and swap a view's `__class__`: check each against a new ipyparallel before moving the pin
+DirectView (`_really_apply`) and swap a view's `__class__`, and wrap AsyncResult's `_iopub_streaming_output_callback`: check each against a new ipyparallel before moving the pin
 (tests/test_cluster.py starts real clusters and kills their engines and controllers).
 """
 
@@ -20,6 +20,8 @@ def client_class() -> type:  # noqa: C901 - it holds the two classes, built on f
     import ipyparallel as ipp
     from ipyparallel.client.view import DirectView
     from ipyparallel.error import CompositeError
+
+    _stream_each_engine_apart()
 
     class View(DirectView):
         """ipyparallel's DirectView; a call that several engines answer with ClusterDown raises it once."""
@@ -102,3 +104,21 @@ def client_class() -> type:  # noqa: C901 - it holds the two classes, built on f
                 ) from None
 
     return Client
+
+
+def _stream_each_engine_apart() -> None:
+    """In a kernel, %%px shows each engine's output as a display keyed by its request; output that arrived before the
+    cell began streaming is replayed without that key, so every engine got the same one and only the last was shown."""
+    from ipyparallel.client.asyncresult import AsyncResult
+
+    callback = AsyncResult._iopub_streaming_output_callback
+    if getattr(callback, "course_keyed", False):
+        return
+
+    def keyed(self, eid, msg_future, msg):
+        if not msg.get("parent_header", {}).get("msg_id"):
+            msg = {**msg, "parent_header": {"msg_id": msg_future.msg_id}}
+        return callback(self, eid, msg_future, msg)
+
+    keyed.course_keyed = True
+    AsyncResult._iopub_streaming_output_callback = keyed
