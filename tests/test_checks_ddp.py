@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from course import torch_group
+from course import UserError, torch_group
 from course.checks import ddp, quiz, torchrun_script
 from tests import script_runs
 from tests.check_cases import cases, define, judge, shared_cluster
@@ -21,9 +21,19 @@ COVERED = {
     "ex-buckets-answer",
     "ex-accumulate-answer",
     "ex-script-answer",
+    "ex-resume-answer",
     "ex-side-answer",
 }
-QUICK = {"RANKS": 2, "SAMPLES": 96, "EPOCHS": 2, "BATCH": 16, "LR": 0.1, "MICRO": 4, "K": 3}  # the quick profile
+QUICK = {
+    "RANKS": 2,
+    "SAMPLES": 96,
+    "EPOCHS": 2,
+    "BATCH": 16,
+    "LR": 0.1,
+    "MICRO": 4,
+    "K": 3,
+    "RESUME_EPOCHS": 3,
+}  # the quick profile
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +106,28 @@ def test_torchrun_script(case, tmp_path):
     define(case, {"OUT": tmp_path})
     run = script_runs.run_torchrun(tmp_path / "train_ddp.py", tmp_path / "ddp", ranks=q["RANKS"], args=args)
     judge(case, lambda: torchrun_script.ddp_script(run, q["SAMPLES"], q["EPOCHS"], q["BATCH"], q["LR"]))
+
+
+@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-resume-answer"}), ids=str)
+def test_resume_script(case, tmp_path):
+    """The resume script run twice with torchrun for real: untouched, and with its last rank killed mid-epoch."""
+    q = QUICK
+    args = ["--samples", q["SAMPLES"], "--epochs", q["RESUME_EPOCHS"], "--batch", q["BATCH"], "--lr", q["LR"],
+            "--checkpoint", "../checkpoint.pt"]  # fmt: skip
+    define(case, {"OUT": tmp_path})
+    script = tmp_path / "train_resume.py"
+    kill = torchrun_script.kill_point(q["SAMPLES"], q["RANKS"], q["BATCH"])
+    untouched = script_runs.run_torchrun(script, tmp_path / "untouched", q["RANKS"], args, max_restarts=1)
+    lost = script_runs.run_torchrun(script, tmp_path / "lost", q["RANKS"], args, max_restarts=1, kill=kill)
+    judge(case, lambda: torchrun_script.resume_script(untouched, lost, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"]))
+
+
+def test_a_rank_is_lost_half_way_through_the_epoch_after_the_first_saved_one():
+    """96 samples on 2 ranks, 8 per rank per step: 48 draws an epoch, 6 steps; lost at the 4th step's first draw."""
+    assert torchrun_script.kill_point(96, 2, 16) == (1, 48 + 3 * 8 + 1)
+    assert torchrun_script.kill_point(960, 4, 64, epoch=2) == (3, 2 * 240 + 7 * 16 + 1)
+    with pytest.raises(UserError, match="1 step per epoch"):
+        torchrun_script.kill_point(8, 2, 8)
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-side-answer"}), ids=str)

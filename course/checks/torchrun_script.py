@@ -9,6 +9,7 @@ calls of the script's own. After it, the weights of its DDP model and the files 
 
     run = torchrun_script.run_script("train_ddp.py", "out/ddp", ranks=2, args=["--epochs", "2"])
     torchrun_script.ddp_script(run, n=96, epochs=2, batch=16, lr=0.1)   # -> what is wrong, or None
+    lost = torchrun_script.run_script("train_resume.py", "out/lost", max_restarts=1, kill=(1, 75))  # rank 1 killed
 
     python -m course.checks.torchrun_script SCRIPT FOLDER [ARGS ...]    # what each rank runs, under torchrun
 """
@@ -16,9 +17,11 @@ calls of the script's own. After it, the weights of its DDP model and the files 
 from __future__ import annotations
 
 import json
+import math
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +32,11 @@ from course.checks import check, ddp, expect
 
 TIMEOUT = 300  # seconds for one run: seconds of training, on a machine that may be shared
 RANK_FILE = "record-{rank}.json"
+KILLED_FILE = "killed.json"  # written by the rank the check kills, just before it dies
+# torch 2.13's restarted ranks can read the failed attempt's addresses from the store torchrun shares with the
+# training's process group (pytorch/pytorch#135712); half of the restarts failed so here, none with this set
+UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+KILL = "COURSE_TORCHRUN_KILL"  # "RANK:DRAWS": that rank kills itself at that draw, in torchrun's first attempt only
 
 
 @dataclass
@@ -40,12 +48,20 @@ class Run:
     returncode: int
     output: str
     records: dict[int, dict] = field(default_factory=dict)
+    folder: str = ""  # where it ran: each rank's folder and what the job shares
 
 
 def run_script(
-    script: str | os.PathLike, folder: str | os.PathLike, ranks: int = 2, args: list[str] = (), timeout: float = TIMEOUT
+    script: str | os.PathLike,
+    folder: str | os.PathLike,
+    ranks: int = 2,
+    args: list[str] = (),
+    timeout: float = TIMEOUT,
+    max_restarts: int = 0,
+    kill: tuple[int, int] | None = None,
 ) -> Run:
-    """Run `script` with `torchrun --standalone --nproc-per-node ranks` in a fresh `folder`, ARGS after it."""
+    """Run `script` with `torchrun --standalone --nproc-per-node ranks --max-restarts max_restarts` in a fresh
+    `folder`, ARGS after it; with `kill=(rank, draws)` that rank dies by SIGKILL at its draws-th sample, once."""
     script = Path(script).resolve()
     if not script.is_file():
         raise UserError(f"no script {script}: write it first (e.g. with %%writefile)")
@@ -53,9 +69,15 @@ def run_script(
     if folder.exists():
         shutil.rmtree(folder)  # the check's own output folder: a rerun starts clean
     folder.mkdir(parents=True)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                f"--max-restarts={max_restarts}"]  # fmt: skip
     program = torchrun + ["-m", "course.checks.torchrun_script", str(script), str(folder), *map(str, args)]
     env = devices.default_threads(dict(os.environ, PYTHONWARNINGS="ignore"), 1)  # the ranks share the cores
+    env.pop(KILL, None)
+    if max_restarts:
+        env[UNSHARED_STORE] = "1"
+    if kill:
+        env[KILL] = f"{kill[0]}:{kill[1]}"
     job = subprocess.Popen(program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                            cwd=folder, start_new_session=True)  # fmt: skip
     try:
@@ -64,7 +86,7 @@ def run_script(
     except subprocess.TimeoutExpired:
         processes.kill_group(job.pid)  # torchrun and every rank it started
         output, returncode = job.communicate()[0] + f"\nstopped after {timeout:.0f} s", -1
-    return Run(script.name, ranks, returncode, output, read_records(folder))
+    return Run(script.name, ranks, returncode, output, read_records(folder), str(folder))
 
 
 def read_records(folder: str | os.PathLike) -> dict[int, dict]:
@@ -77,10 +99,17 @@ def _tail(output: str, lines: int = 8) -> str:
     return "\n".join(output.strip().splitlines()[-lines:])
 
 
+def _raised(run: Run, when: str = "", attempt: int = 0) -> None:
+    """Fail with the first error a rank of RUN recorded in torchrun's ATTEMPT (its script raised), if any."""
+    for r in sorted(run.records.values(), key=lambda r: r["rank"]):
+        expect(r.get("attempt", 0) != attempt or not r["error"], f"{when}rank {r['rank']} raised {r['error']}")
+
+
 @check
 def ddp_script(run: Run, n: int, epochs: int, batch: int, lr: float) -> None:
     """The job ran on every rank with torchrun's variables; its training is ddp.ddp_training's right one; rank 0,
     and only rank 0, wrote `model.pt`, which holds the trained weights."""
+    _raised(run)
     expect(
         run.returncode == 0 and len(run.records) == run.ranks,
         f"torchrun on {run.ranks} processes failed (exit code {run.returncode}, ranks that finished: "
@@ -88,7 +117,6 @@ def ddp_script(run: Run, n: int, epochs: int, batch: int, lr: float) -> None:
     )
     ranks = [run.records[r] for r in range(run.ranks)]
     for r in ranks:
-        expect(not r["error"], f"rank {r['rank']} raised {r['error']}")
         expect(r["initialized"], f"rank {r['rank']} never formed the process group (init_process_group)")
         expect(not r["wrapped"], f"rank {r['rank']} never wrapped its model in DistributedDataParallel")
     problem = ddp.ddp_training(ranks, n, epochs, batch, lr)
@@ -101,20 +129,137 @@ def ddp_script(run: Run, n: int, epochs: int, batch: int, lr: float) -> None:
     )
 
 
+def kill_point(n: int, ranks: int, batch: int, epoch: int = 1) -> tuple[int, int]:
+    """Where resume_script's run loses a rank: the last rank, at a draw half-way through `epoch` (0-based), at
+    least one step in, so that rank 0 has saved the epoch before (its step's all-reduce needed rank 0)."""
+    share, local = math.ceil(n / ranks), batch // ranks
+    steps = math.ceil(share / local)
+    if steps < 2:
+        raise UserError(f"{steps} step per epoch: a rank is lost in the middle of an epoch of at least 2 steps")
+    return ranks - 1, epoch * share + (steps // 2) * local + 1
+
+
+def _state_has(saved: object, key: str) -> bool:
+    """Whether `key` is a key anywhere in the nested dicts and lists `saved`."""
+    if isinstance(saved, dict):
+        return key in saved or any(_state_has(v, key) for v in saved.values())
+    return isinstance(saved, (list, tuple)) and any(_state_has(v, key) for v in saved)
+
+
+def _checkpoint_of(run: Run, folder: Path) -> object:
+    """What rank 0 saved last besides model.pt, loaded from the job's folder (None if it saved nothing else)."""
+    from torch.serialization import load
+
+    paths = [p for p in run.records[0]["saves"] if p != "rank0/model.pt"]
+    try:
+        return load(folder / paths[-1], weights_only=True) if paths else None
+    except Exception:  # not a file of tensors and plain values: say nothing about what is in it
+        return {}
+
+
+@check
+def resume_script(untouched: Run, lost: Run, n: int, epochs: int, batch: int, killed_epoch: int = 1) -> None:
+    """`lost` lost its last rank in the middle of epoch `killed_epoch` and torchrun restarted every rank; the
+    restarted ranks trained the epochs left only, on the same samples, and end with the weights of `untouched` (the
+    same script and arguments, never interrupted). Rank 0 alone writes; what it saved holds the optimizer's state."""
+    _raised(untouched, "uninterrupted, ")
+    expect(
+        untouched.returncode == 0 and len(untouched.records) == untouched.ranks,
+        f"the uninterrupted torchrun failed (exit code {untouched.returncode}); the end of its output:\n"
+        f"{_tail(untouched.output)}",
+    )
+    size, share = untouched.ranks, math.ceil(n / untouched.ranks)
+    first = [untouched.records[r] for r in range(size)]
+    for r in first:
+        expect(
+            len(r["draws"]) == epochs * share,
+            f"uninterrupted, rank {r['rank']} drew {len(r['draws'])} samples, not {epochs} epochs of {share}",
+        )
+    folder = Path(lost.folder)
+    victim, _ = kill_point(n, size, batch, killed_epoch)
+    expect(
+        (folder / KILLED_FILE).is_file(),
+        f"rank {victim} was to be lost half-way through epoch {killed_epoch + 1}, but the job "
+        f"{'ended' if lost.returncode == 0 else 'failed'} before (exit code {lost.returncode}); the end of its "
+        f"output:\n{_tail(lost.output)}",
+    )
+    counts = {r["rank"]: len(r["draws"]) for r in lost.records.values() if r["attempt"] == 1}
+    expect(
+        len(set(counts.values())) <= 1,
+        f"after the restart the ranks drew different numbers of samples (rank: samples {counts}): they did not "
+        "resume from the same epoch (every rank reads the checkpoint)",
+    )
+    _raised(lost, "after the restart, ", attempt=1)
+    expect(
+        lost.returncode == 0 and len(lost.records) == size and all(r["attempt"] == 1 for r in lost.records.values()),
+        f"rank {victim} was killed in epoch {killed_epoch + 1} and torchrun started every rank again, but the job "
+        f"did not end well (exit code {lost.returncode}); the end of its output:\n{_tail(lost.output)}",
+    )
+    again = [lost.records[r] for r in range(size)]
+    left = epochs - killed_epoch
+    for r in again:
+        done = len(r["draws"]) / share
+        expect(
+            len(r["draws"]) == left * share,
+            f"after the restart rank {r['rank']} trained {done:g} epoch(s), not the {left} left of {epochs}: "
+            + ("it started again from the first (resume from the checkpoint)" if done == epochs else
+               "it resumes at the epoch after the last one the checkpoint holds"),
+        )  # fmt: skip
+        expect(
+            r["draws"] == first[r["rank"]]["draws"][killed_epoch * share :],
+            f"after the restart rank {r['rank']} drew other samples than the uninterrupted run in the same epochs: "
+            "the sampler's epoch is the epoch's own number (set_epoch)",
+        )
+    writers = sorted({r["rank"] for r in first + again if r["saves"]} - {0})
+    expect(not writers, f"rank(s) {writers} wrote files too: one rank (rank 0) writes, every rank reads")
+    for r in again:
+        if not ddp._close(r["weights"], first[0]["weights"]):
+            saved = _checkpoint_of(lost, folder)
+            expect(
+                saved is None or not isinstance(saved, dict) or not saved or _state_has(saved, "momentum_buffer"),
+                "the checkpoint holds no optimizer state (SGD's momentum buffers): the resumed steps start "
+                "without momentum; save and load optimizer.state_dict() too",
+            )
+            expect(
+                False,
+                f"after the restart rank {r['rank']}'s weights differ from the uninterrupted run's: every rank "
+                "continues from the checkpoint (the model's and the optimizer's state)",
+            )
+    expect(
+        ddp._close(again[0]["saved"], again[0]["weights"]),
+        "rank 0's model.pt does not hold the trained weights (save the module's state_dict after training)",
+    )
+
+
 # ---- what each rank runs under torchrun
 
 
 def _instrument(record: dict) -> None:
-    """Record the samples drawn, count DDP's all-reduces and the script's own, keep the DDP models made."""
+    """Record the samples drawn, count DDP's all-reduces and the script's own, keep the DDP models made, record
+    where torch.save and torch.load went; kill the rank KILL names at its draw, in the first attempt only."""
+    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import TensorDataset
 
     getitem, init, all_reduce = TensorDataset.__getitem__, DistributedDataParallel.__init__, dist.all_reduce
+    save, load = torch.save, torch.load
+    victim, at = map(int, os.environ.get(KILL, "-1:0").split(":"))
 
     def drawn(self, index):
         record["draws"].append(int(index))
+        if record["rank"] == victim and record["attempt"] == 0 and len(record["draws"]) == at:
+            (Path(record["folder"]) / KILLED_FILE).write_text(json.dumps({"rank": victim, "draws": at}))
+            os.kill(os.getpid(), signal.SIGKILL)  # as a node that fails: no exception, no clean-up
         return getitem(self, index)
+
+    def saved(obj, f, *args, **kwargs):
+        record["saves"].append(_where(f, record["folder"]))
+        return save(obj, f, *args, **kwargs)
+
+    def loaded(f, *args, **kwargs):
+        record["loads"].append(_where(f, record["folder"]))
+        return load(f, *args, **kwargs)
 
     def made(self, *args, **kwargs):
         init(self, *args, **kwargs)
@@ -126,14 +271,24 @@ def _instrument(record: dict) -> None:
         return all_reduce(*args, **kwargs)
 
     TensorDataset.__getitem__, DistributedDataParallel.__init__, dist.all_reduce = drawn, made, own
+    torch.save, torch.load = saved, loaded
+
+
+def _where(f, folder: str) -> str:
+    """Where a torch.save/load went: its path relative to the job's FOLDER where it is inside it ("" if not a path)."""
+    if not isinstance(f, (str, os.PathLike)):
+        return ""
+    path = Path(f).resolve()
+    return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
 
 
 def _saved(path: Path) -> list[float]:
     """The weights in a state_dict file, flat, in the model's order ([] if there is none or it is not one)."""
     import torch
+    from torch.serialization import load  # torch.load itself is watched: this load is the check's, not the script's
 
     try:
-        state = torch.load(path, weights_only=True)
+        state = load(path, weights_only=True)
         return torch.cat([t.reshape(-1) for t in state.values()]).tolist()
     except Exception:  # no file, or not a state_dict of tensors: the check says what it expected
         return []
@@ -145,13 +300,14 @@ def main(argv: list[str]) -> None:
 
     import torch.distributed as dist
 
-    script, folder, args = Path(argv[0]), Path(argv[1]), argv[2:]
+    script, folder, args = Path(argv[0]), Path(argv[1]).resolve(), argv[2:]
     rank = int(os.environ["RANK"])
     home = folder / f"rank{rank}"
     home.mkdir(parents=True, exist_ok=True)
     os.chdir(home)
     record = {"rank": rank, "draws": [], "hook": {"buckets": 0, "steps": 0, "bytes": 0}, "own_all_reduces": 0,
-              "models": [], "error": "", "initialized": False}  # fmt: skip
+              "models": [], "error": "", "initialized": False, "saves": [], "loads": [], "folder": str(folder),
+              "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}  # fmt: skip
     record["env"] = {v: os.environ.get(v) for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
     _instrument(record)
     init = dist.init_process_group
@@ -176,6 +332,8 @@ def main(argv: list[str]) -> None:
     record["files"] = sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file())
     record["saved"] = _saved(home / "model.pt")
     (folder / RANK_FILE.format(rank=rank)).write_text(json.dumps(record))
+    if record["error"]:
+        sys.exit(1)  # torchrun sees the rank fail: it stops the others (or restarts them all) instead of waiting
 
 
 if __name__ == "__main__":
