@@ -146,13 +146,13 @@ def _state_has(saved: object, key: str) -> bool:
     return isinstance(saved, (list, tuple)) and any(_state_has(v, key) for v in saved)
 
 
-def _checkpoint_of(run: Run, folder: Path) -> object:
+def _checkpoint_of(run: Run) -> object:
     """What rank 0 saved last besides model.pt, loaded from the job's folder (None if it saved nothing else)."""
     from torch.serialization import load
 
     paths = [p for p in run.records[0]["saves"] if p != "rank0/model.pt"]
     try:
-        return load(folder / paths[-1], weights_only=True) if paths else None
+        return load(Path(run.folder) / paths[-1], weights_only=True) if paths else None
     except Exception:  # not a file of tensors and plain values: say nothing about what is in it
         return {}
 
@@ -162,41 +162,9 @@ def resume_script(untouched: Run, lost: Run, n: int, epochs: int, batch: int, ki
     """`lost` lost its last rank in the middle of epoch `killed_epoch` and torchrun restarted every rank; the
     restarted ranks trained the epochs left only, on the same samples, and end with the weights of `untouched` (the
     same script and arguments, never interrupted). Rank 0 alone writes; what it saved holds the optimizer's state."""
-    _raised(untouched, "uninterrupted, ")
-    expect(
-        untouched.returncode == 0 and len(untouched.records) == untouched.ranks,
-        f"the uninterrupted torchrun failed (exit code {untouched.returncode}); the end of its output:\n"
-        f"{_tail(untouched.output)}",
-    )
-    size, share = untouched.ranks, math.ceil(n / untouched.ranks)
-    first = [untouched.records[r] for r in range(size)]
-    for r in first:
-        expect(
-            len(r["draws"]) == epochs * share,
-            f"uninterrupted, rank {r['rank']} drew {len(r['draws'])} samples, not {epochs} epochs of {share}",
-        )
-    folder = Path(lost.folder)
-    victim, _ = kill_point(n, size, batch, killed_epoch)
-    expect(
-        (folder / KILLED_FILE).is_file(),
-        f"rank {victim} was to be lost half-way through epoch {killed_epoch + 1}, but the job "
-        f"{'ended' if lost.returncode == 0 else 'failed'} before (exit code {lost.returncode}); the end of its "
-        f"output:\n{_tail(lost.output)}",
-    )
-    counts = {r["rank"]: len(r["draws"]) for r in lost.records.values() if r["attempt"] == 1}
-    expect(
-        len(set(counts.values())) <= 1,
-        f"after the restart the ranks drew different numbers of samples (rank: samples {counts}): they did not "
-        "resume from the same epoch (every rank reads the checkpoint)",
-    )
-    _raised(lost, "after the restart, ", attempt=1)
-    expect(
-        lost.returncode == 0 and len(lost.records) == size and all(r["attempt"] == 1 for r in lost.records.values()),
-        f"rank {victim} was killed in epoch {killed_epoch + 1} and torchrun started every rank again, but the job "
-        f"did not end well (exit code {lost.returncode}); the end of its output:\n{_tail(lost.output)}",
-    )
-    again = [lost.records[r] for r in range(size)]
-    left = epochs - killed_epoch
+    first = _uninterrupted(untouched, n, epochs)
+    again = _restarted(lost, n, batch, killed_epoch)
+    share, left = math.ceil(n / untouched.ranks), epochs - killed_epoch
     for r in again:
         done = len(r["draws"]) / share
         expect(
@@ -214,9 +182,9 @@ def resume_script(untouched: Run, lost: Run, n: int, epochs: int, batch: int, ki
     expect(not writers, f"rank(s) {writers} wrote files too: one rank (rank 0) writes, every rank reads")
     for r in again:
         if not ddp._close(r["weights"], first[0]["weights"]):
-            saved = _checkpoint_of(lost, folder)
+            saved = _checkpoint_of(lost)
             expect(
-                saved is None or not isinstance(saved, dict) or not saved or _state_has(saved, "momentum_buffer"),
+                not isinstance(saved, dict) or not saved or _state_has(saved, "momentum_buffer"),
                 "the checkpoint holds no optimizer state (SGD's momentum buffers): the resumed steps start "
                 "without momentum; save and load optimizer.state_dict() too",
             )
@@ -229,6 +197,46 @@ def resume_script(untouched: Run, lost: Run, n: int, epochs: int, batch: int, ki
         ddp._close(again[0]["saved"], again[0]["weights"]),
         "rank 0's model.pt does not hold the trained weights (save the module's state_dict after training)",
     )
+
+
+def _uninterrupted(run: Run, n: int, epochs: int) -> list[dict]:
+    """RUN's records by rank, once it ended well and every rank drew its share of every epoch."""
+    _raised(run, "uninterrupted, ")
+    expect(
+        run.returncode == 0 and len(run.records) == run.ranks,
+        f"the uninterrupted torchrun failed (exit code {run.returncode}); the end of its output:\n{_tail(run.output)}",
+    )
+    share = math.ceil(n / run.ranks)
+    for r in run.records.values():
+        expect(
+            len(r["draws"]) == epochs * share,
+            f"uninterrupted, rank {r['rank']} drew {len(r['draws'])} samples, not {epochs} epochs of {share}",
+        )
+    return [run.records[r] for r in range(run.ranks)]
+
+
+def _restarted(run: Run, n: int, batch: int, killed_epoch: int) -> list[dict]:
+    """RUN's records by rank, once its rank was killed, every rank ran again (attempt 1) alike, and it ended well."""
+    victim, _ = kill_point(n, run.ranks, batch, killed_epoch)
+    expect(
+        (Path(run.folder) / KILLED_FILE).is_file(),
+        f"rank {victim} was to be lost half-way through epoch {killed_epoch + 1}, but the job "
+        f"{'ended' if run.returncode == 0 else 'failed'} before (exit code {run.returncode}); the end of its "
+        f"output:\n{_tail(run.output)}",
+    )
+    counts = {r["rank"]: len(r["draws"]) for r in run.records.values() if r["attempt"] == 1}
+    expect(
+        len(set(counts.values())) <= 1,
+        f"after the restart the ranks drew different numbers of samples (rank: samples {counts}): they did not "
+        "resume from the same epoch (every rank reads the checkpoint)",
+    )
+    _raised(run, "after the restart, ", attempt=1)
+    expect(
+        run.returncode == 0 and len(run.records) == run.ranks and all(r["attempt"] == 1 for r in run.records.values()),
+        f"rank {victim} was killed in epoch {killed_epoch + 1} and torchrun started every rank again, but the job "
+        f"did not end well (exit code {run.returncode}); the end of its output:\n{_tail(run.output)}",
+    )
+    return [run.records[r] for r in range(run.ranks)]
 
 
 # ---- what each rank runs under torchrun
