@@ -119,7 +119,10 @@ def test_resume_script(case, tmp_path):
     kill = torchrun_script.kill_point(q["SAMPLES"], q["RANKS"], q["BATCH"])
     untouched = script_runs.run_torchrun(script, tmp_path / "untouched", q["RANKS"], args, max_restarts=1)
     lost = script_runs.run_torchrun(script, tmp_path / "lost", q["RANKS"], args, max_restarts=1, kill=kill)
-    judge(case, lambda: torchrun_script.resume_script(untouched, lost, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"]))
+    judge(
+        case,
+        lambda: torchrun_script.resume_script(untouched, lost, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"], q["LR"]),
+    )
 
 
 def test_a_rank_is_lost_half_way_through_the_epoch_after_the_first_saved_one():

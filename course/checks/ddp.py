@@ -179,13 +179,13 @@ def ddp_run(wrap, train, n: int, epochs: int, batch: int, lr: float) -> dict:
             "weights": _flat(model)}  # fmt: skip
 
 
-def one_process(batches: list[list[int]], n: int, lr: float) -> list[float]:
-    """One process: plain SGD from small_model()'s weights on the samples of each global batch, averaged over the
-    batch."""
+def one_process(batches: list[list[int]], n: int, lr: float, momentum: float = 0.0) -> list[float]:
+    """One process: SGD (plain, or with `momentum`) from small_model()'s weights on the samples of each global
+    batch, averaged over the batch."""
     import torch
 
     data, model = regression(n), small_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     for batch in batches:
         x = torch.stack([data[i][0] for i in batch])
         y = torch.stack([data[i][1] for i in batch])

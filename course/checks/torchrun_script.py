@@ -32,6 +32,7 @@ from course.checks import check, ddp, expect
 
 TIMEOUT = 300  # seconds for one run: seconds of training, on a machine that may be shared
 RANK_FILE = "record-{rank}.json"
+MOMENTUM = 0.9  # the resume exercise's SGD: momentum buffers are the optimizer state a resume must carry
 KILLED_FILE = "killed.json"  # written by the rank the check kills, just before it dies
 # torch 2.13's restarted ranks can read the failed attempt's addresses from the store torchrun shares with the
 # training's process group (pytorch/pytorch#135712); half of the restarts failed so here, none with this set
@@ -158,11 +159,11 @@ def _checkpoint_of(run: Run) -> object:
 
 
 @check
-def resume_script(untouched: Run, lost: Run, n: int, epochs: int, batch: int, killed_epoch: int = 1) -> None:
-    """`lost` lost its last rank in the middle of epoch `killed_epoch` and torchrun restarted every rank; the
-    restarted ranks trained the epochs left only, on the same samples, and end with the weights of `untouched` (the
-    same script and arguments, never interrupted). Rank 0 alone writes; what it saved holds the optimizer's state."""
-    first = _uninterrupted(untouched, n, epochs)
+def resume_script(untouched: Run, lost: Run, n: int, epochs: int, batch: int, lr: float, killed_epoch: int = 1) -> None:
+    """`untouched` trained as one process would with SGD(lr, momentum=MOMENTUM); `lost` lost its last rank in the
+    middle of epoch `killed_epoch` and torchrun restarted every rank; the restarted ranks trained the epochs left
+    only, on the same samples, to `untouched`'s weights. Rank 0 alone writes; its checkpoint holds the momentum."""
+    first = _uninterrupted(untouched, n, epochs, batch, lr)
     again = _restarted(lost, n, batch, killed_epoch)
     share, left = math.ceil(n / untouched.ranks), epochs - killed_epoch
     for r in again:
@@ -180,27 +181,27 @@ def resume_script(untouched: Run, lost: Run, n: int, epochs: int, batch: int, ki
         )
     writers = sorted({r["rank"] for r in first + again if r["saves"]} - {0})
     expect(not writers, f"rank(s) {writers} wrote files too: one rank (rank 0) writes, every rank reads")
+    saved = _checkpoint_of(lost)
+    expect(
+        not isinstance(saved, dict) or not saved or _state_has(saved, "momentum_buffer"),
+        "the checkpoint holds no optimizer state (the momentum buffers of SGD with momentum=0.9): save and load "
+        "optimizer.state_dict() too, or the resumed steps start without momentum",
+    )
     for r in again:
-        if not ddp._close(r["weights"], first[0]["weights"]):
-            saved = _checkpoint_of(lost)
-            expect(
-                not isinstance(saved, dict) or not saved or _state_has(saved, "momentum_buffer"),
-                "the checkpoint holds no optimizer state (SGD's momentum buffers): the resumed steps start "
-                "without momentum; save and load optimizer.state_dict() too",
-            )
-            expect(
-                False,
-                f"after the restart rank {r['rank']}'s weights differ from the uninterrupted run's: every rank "
-                "continues from the checkpoint (the model's and the optimizer's state)",
-            )
+        expect(
+            ddp._close(r["weights"], first[0]["weights"]),
+            f"after the restart rank {r['rank']}'s weights differ from the uninterrupted run's: every rank "
+            "continues from the checkpoint (the model's and the optimizer's state)",
+        )
     expect(
         ddp._close(again[0]["saved"], again[0]["weights"]),
         "rank 0's model.pt does not hold the trained weights (save the module's state_dict after training)",
     )
 
 
-def _uninterrupted(run: Run, n: int, epochs: int) -> list[dict]:
-    """RUN's records by rank, once it ended well and every rank drew its share of every epoch."""
+def _uninterrupted(run: Run, n: int, epochs: int, batch: int, lr: float) -> list[dict]:
+    """RUN's records by rank, once it ended well, every rank drew its share of every epoch and holds one process's
+    weights on the same global batches with SGD(lr, momentum=MOMENTUM)."""
     _raised(run, "uninterrupted, ")
     expect(
         run.returncode == 0 and len(run.records) == run.ranks,
@@ -212,7 +213,15 @@ def _uninterrupted(run: Run, n: int, epochs: int) -> list[dict]:
             len(r["draws"]) == epochs * share,
             f"uninterrupted, rank {r['rank']} drew {len(r['draws'])} samples, not {epochs} epochs of {share}",
         )
-    return [run.records[r] for r in range(run.ranks)]
+    ranks = [run.records[r] for r in range(run.ranks)]
+    drawn = [[r["draws"][e * share : (e + 1) * share] for r in ranks] for e in range(epochs)]
+    batches = [b for epoch in drawn for b in ddp._batches(epoch, batch // run.ranks)]
+    expect(
+        ddp._close(ranks[0]["weights"], ddp.one_process(batches, n, lr, MOMENTUM)),
+        f"uninterrupted, rank 0's weights differ from one process's on the same global batches with "
+        f"SGD(lr={lr}, momentum={MOMENTUM}): the optimizer is the exercise's, the loss the single script's",
+    )
+    return ranks
 
 
 def _restarted(run: Run, n: int, batch: int, killed_epoch: int) -> list[dict]:
