@@ -111,6 +111,13 @@ SETTINGS: tuple[Setting, ...] = (
         internal=True,
     ),
     Setting(
+        "COURSE_TORCHRUN_KILL",
+        "set by the resume check",
+        "`RANK:DRAWS`: under `course.checks.torchrun_script`, that rank kills itself at that draw in torchrun's first "
+        "attempt (a lost rank)",
+        internal=True,
+    ),
+    Setting(
         "COURSE_TEST_HOLD_AT_EXIT",
         "unset",
         "tests only: seconds rank 0 of course.programs.horovod_mnist waits, after the time-limit stop, before it "
