@@ -140,7 +140,7 @@ def smoothing(smooth_local: Callable, view: Any) -> None:
     import numpy as np
 
     x = np.random.default_rng(1).random(20)
-    got = next(r for r in view.apply_sync(smoothed_on_root, x, smooth_local) if r is not None)
+    got = next(r for r in deadline.apply(view, smoothed_on_root, x, smooth_local) if r is not None)
     expect(got.shape == x.shape, "the gathered result should have one value per input value")
     want = _one_process_smooth(x)
     expect(np.allclose(got[1:-1], want[1:-1]), "the smoothed values differ from the one-process result")
@@ -222,7 +222,7 @@ def prediction_problems(predict: Callable, results: list[dict]) -> list[str]:
 def predictions(predict: Callable, view: Any) -> None:
     """Exercise `ex-predict`: `predict(rank, size)` against what the six collectives left on each rank, on the
     notebook's engines and on 3 ranks."""
-    on_engines = (len(view), lambda: view.apply_sync(what_collectives_leave))
+    on_engines = (len(view), lambda: deadline.apply(view, what_collectives_leave))
     on_three = (3, lambda: on_ranks(what_collectives_leave, 3))
     for size, results in (on_engines, on_three):
         problems = prediction_problems(predict, results())
@@ -277,7 +277,7 @@ def ring(ring_allreduce: Callable, view: Any) -> None:
     import numpy as np
 
     ranks = len(view)
-    used = [u for u in view.apply_sync(shortcut, ring_allreduce, np.arange(8.0)) if u]
+    used = [u for u in deadline.apply(view, shortcut, ring_allreduce, np.arange(8.0)) if u]
     expect(
         not used,
         f"my_ring_allreduce: {used[0] if used else ''}: build the ring yourself, from comm.Sendrecv between neighbours",
@@ -285,7 +285,7 @@ def ring(ring_allreduce: Callable, view: Any) -> None:
     cases = [(ranks, 8 * ranks, np.float64), (ranks, 1001, np.float64), (3, 10, np.int64), (4, 1001, np.float64)]
     for size, n, dtype in cases:
         if size == ranks:  # on the notebook's engines
-            problems = view.apply_sync(wrong_chunks, ring_allreduce, n, dtype)
+            problems = deadline.apply(view, wrong_chunks, ring_allreduce, n, dtype)
         else:  # on a new MPI job of 3 or 4 ranks
             problems = on_ranks(wrong_chunks, size, ring_allreduce, n, dtype)
         bad = [(r, p) for r, p in enumerate(problems) if p]
@@ -412,7 +412,7 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
     import numpy as np
 
     ranks = len(view)
-    used = [u for u in view.apply_sync(shortcut, ps_allreduce, np.arange(8.0), server=0) if u]
+    used = [u for u in deadline.apply(view, shortcut, ps_allreduce, np.arange(8.0), server=0) if u]
     expect(
         not used,
         f"my_parameter_server_allreduce: {used[0] if used else ''}: write the exchange yourself, "
@@ -427,7 +427,7 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
             except AssertionError as error:  # a rank raised, or waits for a message never sent
                 raise Wrong(f"on {where} ranks with {', '.join(c.name for c in table)} in turn: {error}") from None
         else:
-            found = view.apply_sync(server_cases, ps_allreduce, args)
+            found = deadline.apply(view, server_cases, ps_allreduce, args)
         for k, case in enumerate(table):
             ok = [per_rank[k] for per_rank in found]
             expect(
@@ -436,7 +436,7 @@ def parameter_server(ps_allreduce: Callable, view: Any) -> None:
                 "returned another sum or data type than MPI.Allreduce: does every worker get the sum of all the "
                 "arrays, in their own data type?",
             )
-    for rank, log in view.apply_sync(first_calls, ps_allreduce, ranks - 1):
+    for rank, log in deadline.apply(view, first_calls, ps_allreduce, ranks - 1):
         if rank == ranks - 1:
             expect(
                 log and log[0][0] == "recv",
@@ -544,5 +544,5 @@ def fusion(fused_allreduce: Callable, view: Any) -> None:
     a 0-d and an empty tensor, a single tensor), fused into one all-reduce on the notebook's engines, against one
     MPI.Allreduce per tensor; the collectives asked for are counted by the communicator."""
     for case in FUSION_CASES:
-        for problem in view.apply_sync(fusion_problems, fused_allreduce, list(case.shapes), case.dtype):
+        for problem in deadline.apply(view, fusion_problems, fused_allreduce, list(case.shapes), case.dtype):
             expect(not problem, f"with {case.name} (shapes {list(case.shapes)}): {problem}")

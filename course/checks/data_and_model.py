@@ -183,7 +183,7 @@ def _pipeline_output(pipeline: Callable, view: Any, x_in: np.ndarray, expected: 
 
     front, back = Reference("front"), Reference("back")
     for m in (1, 3, 8):
-        out = view.apply_sync(on_model, pipeline, front, back, x_in, m)[1]
+        out = deadline.apply(view, on_model, pipeline, front, back, x_in, m)[1]
         expect(
             out is not None and np.shape(out) == expected.shape,
             f"with {m} micro-batches rank 1 returned shape {np.shape(out)}; the unsplit model gives {expected.shape}",
@@ -192,13 +192,13 @@ def _pipeline_output(pipeline: Callable, view: Any, x_in: np.ndarray, expected: 
             np.allclose(out, expected, rtol=1e-5, atol=1e-6),
             f"with {m} micro-batches the pipeline's output differs from the unsplit model's (are the slices in order?)",
         )
-    others = [r for i, r in enumerate(view.apply_sync(on_model, pipeline, front, back, x_in, 2)) if i != 1]
+    others = [r for i, r in enumerate(deadline.apply(view, on_model, pipeline, front, back, x_in, 2)) if i != 1]
     expect(all(r is None for r in others), "every rank but rank 1 should return None")
 
 
 def _pipeline_stages(pipeline: Callable, view: Any, timeout: float) -> None:
     """Each stage once per micro-batch, on its own rank, on the engines and on 3 ranks."""
-    seen = view.apply_sync(stages_seen, pipeline, 3)
+    seen = deadline.apply(view, stages_seen, pipeline, 3)
     idle = {"front": [0, 0], "back": [0, 0]}
     want = [{"front": [3, 12], "back": [0, 0]}, {"front": [0, 0], "back": [3, 12]}] + [idle] * (len(seen) - 2)
     for rank, (got, w) in enumerate(zip(seen, want)):
@@ -236,7 +236,7 @@ def pipeline(
     in seconds (key 8: the micro-batches)."""
     _pipeline_output(pipeline, view, x_in, expected)
     _pipeline_stages(pipeline, view, timeout)
-    ranks = view.apply_sync(batch_seconds, pipeline, 8)
+    ranks = deadline.apply(view, batch_seconds, pipeline, 8)
     out, seconds = ranks[1][1], overlap(ranks[0][2], ranks[1][2])
     if together is not None:
         together[8] = seconds
@@ -473,13 +473,13 @@ def _kmeans_cases(kmeans_step: Callable, view: Any, notebook: tuple[np.ndarray, 
     except AssertionError as error:  # a collective that some ranks skipped
         raise Wrong(f"on 3 ranks: {error}") from None
     _kmeans_results(three, on_three, 10)
-    _kmeans_results(view.apply_sync(kmeans_cases, kmeans_step, [c[1:] for c in on_engines], 10), on_engines, 10)
+    _kmeans_results(deadline.apply(view, kmeans_cases, kmeans_step, [c[1:] for c in on_engines], 10), on_engines, 10)
 
 
 def _kmeans_messages(kmeans_step: Callable, view: Any, all_points: np.ndarray, initial: np.ndarray) -> None:
     """One all-reduce per step, of the clusters' sums and counts, not of the points."""
     k, d = np.shape(initial)
-    for rank, traffic in enumerate(view.apply_sync(kmeans_traffic, kmeans_step, all_points[:600], initial)):
+    for rank, traffic in enumerate(deadline.apply(view, kmeans_traffic, kmeans_step, all_points[:600], initial)):
         other = [name for name in traffic["collectives"] if name not in ("Allreduce", "allreduce")]
         expect(
             not other,
@@ -496,11 +496,11 @@ def _kmeans_messages(kmeans_step: Callable, view: Any, all_points: np.ndarray, i
 def _kmeans_empty_and_single(kmeans_step: Callable, view: Any, all_points: np.ndarray, initial: np.ndarray) -> None:
     """A cluster with no points keeps its centre; a cluster of one point moves onto it."""
     far = np.vstack([initial[:2], [[100.0, 100.0]]])  # a centre no point is nearest to
-    for centres, _ in view.apply_sync(kmeans_on_ranks, kmeans_step, all_points[:300], far, 3):
+    for centres, _ in deadline.apply(view, kmeans_on_ranks, kmeans_step, all_points[:300], far, 3):
         expect(np.all(np.isfinite(centres)), "a cluster with no points should keep its centre, not become NaN")
         expect(np.allclose(centres[2], [100.0, 100.0]), "a cluster with no points should keep its centre")
     alone = np.vstack([all_points[:300], [[90.0, 90.0]]])  # one point, alone near the far centre
-    for centres, _ in view.apply_sync(kmeans_on_ranks, kmeans_step, alone, far, 1):
+    for centres, _ in deadline.apply(view, kmeans_on_ranks, kmeans_step, alone, far, 1):
         expect(np.allclose(centres[2], [90.0, 90.0]), "a cluster of one point should move its centre onto that point")
 
 
@@ -513,7 +513,7 @@ def kmeans(
     per step, for the notebook's points and every case of KMEANS_CASES (uneven chunks, other numbers of clusters and
     dimensions); only the sums and counts all-reduced; empty clusters kept, a one-point cluster moved onto it."""
     ranks = len(view)
-    used = [u for u in view.apply_sync(shortcut, kmeans_step, all_points[:60], initial, collectives=True) if u]
+    used = [u for u in deadline.apply(view, shortcut, kmeans_step, all_points[:60], initial, collectives=True) if u]
     expect(
         not used,
         f"kmeans_step: {used[0] if used else ''}: write the step yourself (assign, sum and count, one comm.Allreduce)",

@@ -49,7 +49,7 @@ def whoami_answers(answers: Any, cluster: Any) -> None:
         "every engine is a separate process, so every pid should differ",
     )
     span = cells.requests_of(answers, cluster.client)  # before the check's own requests
-    actual = dict(zip(cluster.ids, cluster.view.apply_sync(identity)))
+    actual = dict(zip(cluster.ids, deadline.apply(cluster.view, identity)))
     engine_of = {facts["pid"]: engine for engine, facts in actual.items()}
     for a in answers:
         expect(

@@ -35,7 +35,7 @@ def _value(value: object) -> object:
 
 def engine_values(view: Any, name: str) -> list:
     """Each engine's value of `name` (None on an engine that has none), in engine order."""
-    return view.apply_sync(_value, on_engine(f"globals().get({name!r})"))
+    return deadline.apply(view, _value, on_engine(f"globals().get({name!r})"))
 
 
 def me_kinds(me: object) -> dict[str, str]:
@@ -58,7 +58,7 @@ def me_on_every_rank(view: Any) -> None:
     """Exercise 1: every engine's `me` holds its Horovod rank, local rank and size, as numbers; the ranks are
     0 .. size-1, one per engine, and the size is the number of engines. Measured from outside `me`: the check asks
     Horovod on every engine whether it was initialised, and its rank, local rank and size there."""
-    kinds = view.apply_sync(me_kinds, on_engine("globals().get('me')"))
+    kinds = deadline.apply(view, me_kinds, on_engine("globals().get('me')"))
     odd = sorted({f"me[{k!r}] is a {t}" for found in kinds for k, t in found.items() if t != "int"})
     expect(not odd, f"me should hold numbers: {', '.join(odd)} (call hvd.rank(), hvd.local_rank() and hvd.size())")
     everyone, n = engine_values(view, "me"), len(view)
@@ -66,7 +66,7 @@ def me_on_every_rank(view: Any) -> None:
         all(isinstance(m, dict) and {"rank", "local_rank", "size"} <= set(m) for m in everyone),
         "every engine should define me = {'rank': ..., 'local_rank': ..., 'size': ...}",
     )
-    actual = view.apply_sync(horovod_identity)
+    actual = deadline.apply(view, horovod_identity)
     idle = [engine for engine, own in zip(view.targets, actual) if own is None]
     expect(not idle, f"Horovod is not initialised on engine(s) {idle}: call hvd.init() in the %%px cell")
     expect(
@@ -147,8 +147,9 @@ def _what_the_callbacks_did(view: Any, base_lr: float, warmup: int, warmup_given
     step, the losses they report, and the learning rate of every step of the warm-up and after it."""
     n = len(view)
     steps = [s if isinstance(s, int) and s > 0 else 3 for s in engine_values(view, "steps")][0]
-    trial = view.apply_async(horovod_trial.run, on_engine("callbacks"), base_lr * n, warmup + 1, steps)
-    seen = trial.get(timeout=TRIAL_TIMEOUT)
+    seen = deadline.apply(
+        view, horovod_trial.run, on_engine("callbacks"), base_lr * n, warmup + 1, steps, seconds=TRIAL_TIMEOUT
+    )
     owner = next((r for r, s in enumerate(seen) if s["before"] == seen[0]["after"]), None)
     expect(
         len({s["after"] for s in seen}) == 1,
@@ -193,7 +194,7 @@ def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: in
     on every rank (course.checks.horovod_trial): after the first step every rank holds rank 0's weights, the
     epochs' loss is the same on every rank, and the rate starts at `base_lr` and reaches base_lr x size at the end
     of `warmup` epochs (with the engines' `steps` per epoch, as the notebook's fit takes them) and stays there."""
-    facts = view.apply_sync(callback_facts, on_engine("callbacks"))
+    facts = deadline.apply(view, callback_facts, on_engine("callbacks"))
     names = [f["names"] for f in facts]
     expect(
         all(found[:1] == ["BroadcastGlobalVariablesCallback"] for found in names),
@@ -232,7 +233,7 @@ def rank_saves() -> tuple[int, list[str]]:
 def saves_by_rank(view: Any) -> dict[int, list[str]]:
     """rank -> the model files it saved since this was last called (each engine then forgets them: a learner who
     runs the exercise again is judged by the new run's saves). The engines must have called saves.watch()."""
-    return dict(view.apply_sync(rank_saves))
+    return dict(deadline.apply(view, rank_saves))
 
 
 @check

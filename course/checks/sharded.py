@@ -5,7 +5,7 @@ forward pass (its output, its collectives and its peak memory, measured by trace
 the unsplit block, the groups `comm.Split` makes on 8 ranks, and the layout quiz. What is compared is measured from
 outside the answer, never taken from it.
 
-    zero = view.apply_sync(sharded.trained, train, zero_state, zero_step, SIZES, STEPS)   # with the memory held
+    zero = deadline.apply(view, sharded.trained, train, zero_state, zero_step, SIZES, STEPS)   # with the memory held
     sharded.zero_stage2(zero, dp, n_params, STEPS)      # None, or what is wrong
 """
 
@@ -166,9 +166,9 @@ def zero_cases(train: Callable, zero: tuple[Callable, Callable], dp: tuple[Calla
     """Exercise `ex-zero` on ZERO_CASES: `train(*zero, sizes, steps)` on the engines of `view` (`trained`: with the
     memory each rank holds) against `train(*dp, ...)`, as zero_stage2 compares them; the message names the case."""
     for case in ZERO_CASES:
-        reference = view.apply_sync(train, *dp, case.sizes, case.steps)
+        reference = deadline.apply(view, train, *dp, case.sizes, case.steps)
         try:
-            results = view.apply_sync(trained, train, *zero, case.sizes, case.steps)
+            results = deadline.apply(view, trained, train, *zero, case.sizes, case.steps)
         except Exception as error:  # the learner's code failing on this case: say which case
             raise Wrong(f"with {case.name} on {len(view)} ranks, training failed: {_last_line(error)}") from None
         problem = zero_stage2(results, reference, sharding.mlp_size(case.sizes), case.steps)
@@ -297,7 +297,7 @@ def tensor_parallel_rank(block: Callable, d: int, h: int, batch: int, seed: int 
 @check
 def tensor_parallel(block: Callable, view: Any, d: int = 16, h: int = 32, batch: int = 4, seed: int = 0) -> None:
     """Exercise `ex-tensor`: tensor_parallel_rank on every engine of `view` at once; the first rank's problem."""
-    for problem in view.apply_sync(tensor_parallel_rank, block, d, h, batch, seed):
+    for problem in deadline.apply(view, tensor_parallel_rank, block, d, h, batch, seed):
         expect(not problem, problem)
 
 

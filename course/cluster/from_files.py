@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from course import processes, slurm
-from course.cluster import records
+from course.cluster import records, warden
 from course.cluster.client import client_class
 from course.cluster.errors import ClusterError
 from course.cluster.handle import Cluster
@@ -85,6 +85,7 @@ def connect(cluster_id: str, record: dict) -> Cluster | None:
             f"cluster {cluster_id}'s controller is running but did not answer within 30 s "
             f"({type(exc).__name__}); try again in a moment"
         ) from None
+    cluster.client.course_cluster = cluster
     cluster._watch()
     try:
         cluster.view = cluster.client.direct_view(cluster.ids)
@@ -180,7 +181,8 @@ def stop_from_files(cluster_id: str) -> bool:
         records.update_record(
             cluster_id, state="stopping"
         )  # its users' calls then say it was stopped, not that it died
-    procs, jobs = _recorded(cluster_id, records.read_record(cluster_id) or {})
+    record = records.read_record(cluster_id) or {}
+    procs, jobs = _recorded(cluster_id, record)
     if cluster_file.exists():
         jobs |= _stop_launchers(cluster_id)
     processes.end(procs, timeout=10)
@@ -194,6 +196,7 @@ def stop_from_files(cluster_id: str) -> bool:
         profile_dir() / "log" / f"engines{cluster_id}.json",
     ]:
         leftover.unlink(missing_ok=True)
+    warden.end(record.get("warden"))
     return found
 
 

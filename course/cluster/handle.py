@@ -16,7 +16,7 @@ from dataclasses import asdict
 import psutil
 
 from course import processes, slurm
-from course.cluster import cells, records
+from course.cluster import cells, records, warden
 from course.cluster.client import client_class
 from course.cluster.engine_setup import engine_configure, engine_facts, plan_devices
 from course.cluster.errors import (
@@ -109,6 +109,7 @@ class Cluster:
             self.client = client_class()(
                 profile_dir=self._ipp.profile_dir, cluster_id=self.cluster_id, cluster=self._ipp
             )
+            self.client.course_cluster = self  # what a check that had to restart stuck engines asks (engine_calls)
             self._watch()
         self._wait_for_engines(before)
         self._configure(exclude=before)
@@ -273,7 +274,9 @@ class Cluster:
         def add_me(record: dict) -> None:
             record["users"] = [u for u in record.get("users", []) if records.alive(u)] + [records.me()]
 
-        records.update_record(self.cluster_id, edit=add_me)
+        record = records.update_record(self.cluster_id, edit=add_me)
+        if not warden.watching(record):  # a record from before wardens, or its warden was killed
+            warden.start(self.cluster_id)
         self._activate()
 
     def _activate(self) -> None:
@@ -371,6 +374,7 @@ class Cluster:
         procs = self._local_pids()
         parents = processes.parents(procs)
         job = records.recorded_job(self.cluster_id)
+        guarded_by = (records.read_record(self.cluster_id) or {}).get("warden")
         if records.record_file(self.cluster_id).exists():
             records.update_record(self.cluster_id, state="stopping")
         if self.torch_group is not None:
@@ -397,6 +401,7 @@ class Cluster:
         self._engines.wait_ended(job)
         records.cluster_file(self.cluster_id).unlink(missing_ok=True)  # by name: a loaded handle has none of its own
         records.remove_record(self.cluster_id)
+        warden.end(guarded_by)
         self.stopped = True
 
     def _leave_torch_group(self) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import atexit
 import socket
 
+import psutil
+
 from course import settings as course_settings
 from course import slurm
-from course.cluster import from_files, records
+from course.cluster import from_files, records, warden
 from course.cluster.errors import ClusterError, ControllerBroken
 from course.cluster.handle import Cluster
 from course.cluster.kinds import KIND, KINDS, SLURM_OPTIONS, Settings, course_slurm_jobs, default_engines
@@ -68,12 +70,14 @@ def start(
     controller_ip: where the controller listens; default 127.0.0.1 for local/MPI and all interfaces ("*",
     reached through this host's name) for Slurm, whose engines may run on other nodes.
     persist: keep running when this process exits (default: yes inside Jupyter, so a restarted notebook
-    re-attaches; no in scripts). cluster_id: default one per notebook (see `default_cluster_id`).
+    re-attaches, until the Jupyter server or grader that ran the kernel ends; no in scripts). Either way the
+    cluster's warden (warden.py) ends it once nobody can use it. cluster_id: default one per notebook.
     """
     global _current
     batch = (partition, time_limit, account, gpus_per_node, tasks_per_node, qos, constraint, exclusive or None, sbatch)
     settings = _checked_settings(n, engines, threads, timeout, controller_ip, dict(zip(SLURM_OPTIONS, batch)))
     cid = records.normalise_id(cluster_id) if cluster_id else records.default_cluster_id()
+    guard = _kernel_runner() if persist is None and _in_kernel() else None
     persist = _in_kernel() if persist is None else bool(persist)
     existing = _running(cid, settings)
     if existing is not None:
@@ -85,7 +89,7 @@ def start(
         _current = existing
         return existing
 
-    cluster = _launch_new(cid, settings, persist)
+    cluster = _launch_new(cid, settings, persist, guard)
     if not persist:
         atexit.register(cluster.stop)
     _current = cluster
@@ -144,12 +148,25 @@ def _running(cid: str, settings: Settings) -> "Cluster | None":
     return existing
 
 
-def _launch_new(cid: str, settings: Settings, persist: bool, attempts: int = 2) -> "Cluster":
-    """A new cluster with its engines up; a controller that came up broken is replaced (new ports), once."""
+def _kernel_runner() -> list | None:
+    """The process that runs this kernel (a Jupyter server, a grader) as a record holds it: the kernel's cluster
+    lives no longer than it."""
+    try:
+        parent = psutil.Process().parent()
+        return None if parent is None else [parent.pid, parent.create_time()]
+    except psutil.Error:
+        return None
+
+
+def _launch_new(cid: str, settings: Settings, persist: bool, guard: list | None, attempts: int = 2) -> "Cluster":
+    """A new cluster with its engines up and its warden watching; a controller that came up broken is replaced
+    (new ports), once."""
     for attempt in range(1, attempts + 1):
         cluster = Cluster(_new_ipp_cluster(cid, settings), settings, persist)
         try:
             cluster._save_record("starting")  # before any process starts: others see it starting, and who starts it
+            records.update_record(cid, guard=guard)
+            warden.start(cid)
             cluster._launch()
             return cluster
         except BaseException as exc:

@@ -1,0 +1,115 @@
+"""course.checks.deadline: a check that runs a wrong answer on MPI engines answers within its deadline, says which
+engine raised or did not finish, and leaves the engines usable: the next call, on the same view, runs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from ipyparallel import interactive
+
+from course.checks import Wrong, deadline
+
+SECONDS = 5.0  # the deadline these tests give: the cases below finish in milliseconds when they finish at all
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def raises_before_the_collective():
+    import numpy as np
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 0:
+        raise ZeroDivisionError("rank 0 stops here")
+    out = np.zeros(4)
+    MPI.COMM_WORLD.Allreduce(np.ones(4), out)
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def sizes_differ():
+    import numpy as np
+    from mpi4py import MPI
+
+    n = 4 if MPI.COMM_WORLD.rank == 0 else 400_000  # as n_params // size where the ranks' shards differ
+    out = np.zeros(n)
+    MPI.COMM_WORLD.Allreduce(np.ones(n), out)
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def one_rank_skips_the_collective():
+    import numpy as np
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 1:
+        return None
+    out = np.zeros(4)
+    MPI.COMM_WORLD.Allreduce(np.ones(4), out)
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def loops_for_ever_on_one_rank():
+    from mpi4py import MPI
+
+    while MPI.COMM_WORLD.rank == 1:
+        pass
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def right():
+    import numpy as np
+    from mpi4py import MPI
+
+    out = np.zeros(4)
+    MPI.COMM_WORLD.Allreduce(np.ones(4), out)
+    return MPI.COMM_WORLD.rank, out.tolist()
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    from course import cluster
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython-deadline")))
+        started = cluster.start(2, engines="mpi", cluster_id="t-deadline", quiet=True)
+        try:
+            yield started
+        finally:
+            started.stop()
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (raises_before_the_collective, "engine 0 raised ZeroDivisionError: rank 0 stops here, and engine 1 never"),
+        (sizes_differ, "engine"),
+        (one_rank_skips_the_collective, "engine 0 did not finish one_rank_skips_the_collective within 5 s"),
+        (loops_for_ever_on_one_rank, "engine 1 did not finish loops_for_ever_on_one_rank within 5 s"),
+    ],
+    ids=lambda a: getattr(a, "__name__", ""),
+)
+def test_a_wrong_answer_is_told_within_the_deadline_and_the_engines_run_the_next_call(engines, answer, words):
+    view = engines.view
+    began = time.monotonic()
+    with pytest.raises(Wrong) as told:
+        deadline.apply(view, answer, seconds=SECONDS)
+    took = time.monotonic() - began
+    assert words in str(told.value)
+    assert "The engines were restarted" in str(told.value)
+    assert took < SECONDS + deadline.GRACE + 60, f"told after {took:.0f} s"  # the restart: seconds, 60 on a busy node
+    assert deadline.apply(view, right) == [(0, [2.0] * 4), (1, [2.0] * 4)]
+
+
+def test_an_answer_that_raises_on_every_engine_it_finished_on_is_raised_as_ipyparallel_raises_it(engines):
+    from ipyparallel.error import CompositeError
+
+    @interactive
+    def raises_on_rank_1():
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.rank == 1:
+            raise ValueError("only here")
+        return 1
+
+    ids = list(engines.view.targets)
+    with pytest.raises(CompositeError, match="only here"):
+        deadline.apply(engines.view, raises_on_rank_1, seconds=SECONDS)
+    assert list(engines.view.targets) == ids, "engines that all answered are not restarted"
