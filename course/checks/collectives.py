@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from course.checks import Wrong, check, expect
+from course.checks import Wrong, check, deadline, expect
 from course.comm import on_ranks
 from course.shortcuts import shortcut
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from course.checks import Wrong, check, expect
+from course.checks import Wrong, check, deadline, expect
 from course.comm import RUN_TIMEOUT, on_ranks
 from course.shortcuts import shortcut
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from course.checks import check, expect, where
+from course.checks import check, deadline, expect, where
 from course.cluster import cells
 
 

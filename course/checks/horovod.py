@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course.checks import check, expect, horovod_trial
+from course.checks import check, deadline, expect, horovod_trial
 from course.checks.horovod_trial import WRITERS  # the callbacks that write files: rank 0's alone
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from course import sharding
-from course.checks import Wrong, check, expect, quiz
+from course.checks import Wrong, check, deadline, expect, quiz
 from course.memory import arrays_kept
 
 # GB per device for 7.5 billion parameters on 64 devices with K = 12, by ZeRO stage (the ZeRO paper's figure 1)
