@@ -13,12 +13,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import psutil
 import pytest
 from ipyparallel import interactive
 
-from course import UserError, cluster, devices
+from course import UserError, cluster, devices, processes
+from course.cluster import warden
 from tests.conftest import ROOT, run_course
 
 KINDS = ["local", "mpi", "slurm"]
@@ -750,3 +752,104 @@ def _in_kernel(kernel, code: str) -> list[str]:
             raise AssertionError(f"{content['ename']}: {content['evalue']}")
         elif kind == "status" and content["execution_state"] == "idle":
             return [text for _, text in shown]
+
+
+# ---- the warden: no cluster outlives what started it
+def _gone_within(cluster_id: str, seconds: float) -> list[psutil.Process]:
+    """Wait until nothing ipyparallel launched for the cluster runs and its record is gone; what is left if not."""
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        left = launched_for(cluster_id)
+        if not left and cluster_id not in cluster.running_ids():
+            return []
+        time.sleep(0.2)
+    return launched_for(cluster_id) or [f"the record of {cluster_id}"]
+
+
+STUCK = """
+import sys, time
+from course import cluster
+c = cluster.start(2, engines="mpi", cluster_id="t-warden", quiet=True)
+def stuck():
+    import numpy as np
+    from mpi4py import MPI
+    if MPI.COMM_WORLD.rank == 1:  # rank 0 waits in the all-reduce for ever
+        return
+    MPI.COMM_WORLD.Allreduce(np.ones(4), np.zeros(4))
+c.view.apply_async(stuck)
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_cluster_whose_starter_is_killed_mid_collective_ends_within_seconds():
+    """SIGKILL runs no clean-up: the warden ends the controller, mpiexec and the engines, one spinning in MPI."""
+    starter = subprocess.Popen([sys.executable, "-c", STUCK], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert starter.stdout.readline().strip() == "started"
+        assert launched_for("course-t-warden"), "the cluster should be running"
+    finally:
+        starter.kill()
+        starter.wait()
+    assert _gone_within("course-t-warden", 60) == []
+
+
+GRADER = """
+import sys, time
+from jupyter_client.manager import start_new_kernel
+manager, kernel = start_new_kernel(kernel_name="python3")
+reply = kernel.execute_interactive("import course.cluster; course.cluster.start(2, quiet=True)", timeout=180)
+print("ready", reply["content"]["status"], manager.provisioner.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_kernels_cluster_ends_when_the_grader_that_ran_the_kernel_is_killed():
+    """A cluster started in a kernel persists across kernel restarts, but not beyond what runs the kernel (a
+    grader such as course validate, or the Jupyter server)."""
+    env = dict(os.environ, COURSE_CLUSTER_ID="t-graded")
+    grader = subprocess.Popen([sys.executable, "-c", GRADER], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    kernel = None
+    try:
+        said = next((line.split() for line in grader.stdout if "ready" in line), ["ready", "ended", ""])
+        status, kernel = said[-2:]
+        assert status == "ok" and launched_for("course-t-graded"), "the kernel's cluster should be running"
+    finally:
+        grader.kill()
+        grader.wait()
+    try:
+        assert _gone_within("course-t-graded", 60) == []
+    finally:
+        if kernel and psutil.pid_exists(int(kernel)):
+            processes.kill_tree(psutil.Process(int(kernel)))
+
+
+def test_a_kernels_cluster_outlives_a_killed_kernel_while_idle_and_ends_while_busy():
+    """The kernel restarted (killed) with idle engines: the cluster is kept for the notebook to re-attach; killed
+    while its engines work for it, nobody waits for that work, and the cluster ends."""
+    from jupyter_client.manager import start_new_kernel
+
+    env = dict(os.environ, COURSE_CLUSTER_ID="t-restarted")
+    manager, kernel = start_new_kernel(kernel_name="python3", env=env)
+    try:
+        _in_kernel(kernel, "import course.cluster\ncluster = course.cluster.start(2, quiet=True)")
+    finally:
+        _kill_kernel(manager, kernel)
+    # the warden looks every POLL s and measures the engines over BUSY_WINDOW: three looks and they are idle
+    time.sleep(3 * (warden.POLL + warden.BUSY_WINDOW))
+    assert "course-t-restarted" in cluster.running_ids() and launched_for("course-t-restarted")
+    manager, kernel = start_new_kernel(kernel_name="python3", env=env)
+    try:
+        shown = _in_kernel(kernel, "import course.cluster\ncluster = course.cluster.start(2)")
+        assert any("Re-attached" in line for line in shown), shown
+        _in_kernel(kernel, "cluster.view.apply_async(lambda: [0 for _ in iter(int, 1)])")  # an endless loop
+    finally:
+        _kill_kernel(manager, kernel)
+    assert _gone_within("course-t-restarted", 60) == []
+
+
+def _kill_kernel(manager, client) -> None:
+    """SIGKILL a kernel, as a crash or the kernel's restart does, and let its manager clean up after it."""
+    client.stop_channels()
+    os.kill(manager.provisioner.pid, signal.SIGKILL)
+    manager.shutdown_kernel(now=True)
