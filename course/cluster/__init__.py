@@ -19,9 +19,9 @@ stopped from outside makes the next call on it fail at once with `ClusterDown`, 
 The package, one concern a module: errors (the errors and their wording), kinds (local, MPI and Slurm engines, each
 owning how it starts and stops), records (record files and their lock), client (the ipyparallel Client overrides,
 pinned to the ipyparallel they were written for), engine_setup (what runs on an engine to report and pin its
-device), status, handle (the `Cluster` handle), from_files (re-attach, inspect, clean up), lifecycle (start, attach,
-stop, stop_all). This module re-exports the public API; patch a name where it is defined (e.g.
-`course.cluster.lifecycle._new_ipp_cluster`), not here.
+device), status, handle (the `Cluster` handle), from_files (re-attach, inspect, clean up), warden (the process
+that ends a cluster nobody can use any more), lifecycle (start, attach, stop, stop_all). This module re-exports the
+public API; patch a name where it is defined (e.g. `course.cluster.lifecycle._new_ipp_cluster`), not here.
 """
 
 from __future__ import annotations
