@@ -468,7 +468,8 @@ def test_how_a_process_ended_and_an_engines_own_last_lines_in_words():
 CLIENT = textwrap.dedent("""
     import json, os, sys
     from course import cluster
-    c = cluster.start(2, engines=sys.argv[1], cluster_id="t-orphan", quiet=True)
+    # persist: its warden leaves it running, as a cluster started from a terminal that was closed
+    c = cluster.start(2, engines=sys.argv[1], cluster_id="t-orphan", quiet=True, persist=True)
     pids = [e["pid"] for e in c.engines] + [c._ipp.controller.pid]
     if sys.argv[1] == "mpi":
         pids.append(c._engine_set().pid)

@@ -113,3 +113,22 @@ def test_an_answer_that_raises_on_every_engine_it_finished_on_is_raised_as_ipypa
     with pytest.raises(CompositeError, match="only here"):
         deadline.apply(engines.view, raises_on_rank_1, seconds=SECONDS)
     assert list(engines.view.targets) == ids, "engines that all answered are not restarted"
+
+
+def test_a_check_cell_gets_the_results_or_the_words_and_the_notebook_states_the_deadline(engines):
+    assert deadline.gather(engines.view, right) == ([(0, [2.0] * 4), (1, [2.0] * 4)], None)
+    results, words = deadline.gather(engines.view, raises_before_the_collective, seconds=SECONDS)
+    assert results is None and "engine 0 raised ZeroDivisionError" in words
+    assert deadline.gather(engines.view, right)[0] == [(0, [2.0] * 4), (1, [2.0] * 4)]
+    # what notebook 03 tells learners, where MPI exercises first appear
+    assert deadline.DEADLINE <= 60
+    assert "A check does not wait: within a minute" in " ".join(_text_of("03_parallelism_and_collectives").split())
+
+
+def _text_of(notebook: str) -> str:
+    import nbformat
+
+    from tests.conftest import ROOT
+
+    cells = nbformat.read(str(ROOT / "solutions" / f"{notebook}.ipynb"), as_version=4).cells
+    return "\n".join(c.source for c in cells if c.cell_type == "markdown")

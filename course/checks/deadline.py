@@ -5,7 +5,8 @@ are in, collectives of different sizes, an endless loop. `apply` then says which
 not finish, restarts the cluster's engines (a rank inside MPI cannot be interrupted), and the check returns those
 words, so the learner fixes the answer and runs the same cell again.
 
-    results = deadline.apply(view, sharded.zero_cases, train, state, step)   # one result per engine
+    results = deadline.apply(view, sharded.trained, train, state, step)   # in a check: one result per engine
+    results, problem = deadline.gather(view, sharded.trained, ...)          # in a check cell: or what went wrong
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ def apply(view, function: Callable, *args, seconds: float = DEADLINE, **kwargs) 
     name = getattr(function, "__name__", "the check's call")
     message = _words(name, raised, waiting, seconds)
     raise Wrong(f"{message} {_restart(view)}")
+
+
+def gather(view, function: Callable, *args, seconds: float = DEADLINE, **kwargs) -> tuple[list | None, str | None]:
+    """For a check cell: (each engine's result, None), or (None, what went wrong) as `apply` words it.
+
+    _zero, _problem = deadline.gather(view, sharded.trained, train, zero_state, zero_step, SIZES, STEPS)
+    assert not _problem, _problem
+    """
+    try:
+        return apply(view, function, *args, seconds=seconds, **kwargs), None
+    except Wrong as wrong:
+        return None, str(wrong)
 
 
 def _wait(result, seconds: float) -> None:
