@@ -132,3 +132,28 @@ def _text_of(notebook: str) -> str:
 
     cells = nbformat.read(str(ROOT / "solutions" / f"{notebook}.ipynb"), as_version=4).cells
     return "\n".join(c.source for c in cells if c.cell_type == "markdown")
+
+
+def test_no_check_calls_the_engines_without_a_deadline():
+    """Every check module and every graded cell (its hidden tests too) reaches the engines through `deadline`."""
+    import ast
+
+    import nbformat
+
+    from tests.conftest import ROOT
+
+    def bare_calls(source: str) -> list[str]:
+        calls = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)]
+        return [ast.unparse(c)[:80] for c in calls if getattr(c.func, "attr", "") in ("apply_sync", "apply_async")]
+
+    found = [
+        f"{path.name}: {call}"
+        for path in sorted((ROOT / "course" / "checks").glob("*.py"))
+        if path.name != "deadline.py"
+        for call in bare_calls(path.read_text())
+    ]
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+                found += [f"{path.name}: {call}" for call in bare_calls(cell.source)]
+    assert found == [], found

@@ -1,11 +1,12 @@
 """What notebooks call to check a learner's answer, one module per notebook or topic (CONTRIBUTING.md says how to
 add one). A check is a plain function that returns what is wrong in words, or None when nothing is: the notebook's
 check cell asserts that it returned None, so the learner reads the words and nbgrader scores the cell. Never a
-reference implementation a learner could call instead of the exercise (the hidden tests stay in the cells).
+reference implementation a learner could call instead of the exercise (the hidden tests stay in the cells). What
+a check runs on the engines goes through `deadline`, so that a stuck rank is told, not waited for.
 
     @check
     def ring(allreduce, view) -> None:
-        expect(all(view.apply_sync(matches, allreduce)), "a rank's sum differs from MPI.Allreduce")
+        expect(all(deadline.apply(view, matches, allreduce)), "a rank's sum differs from MPI.Allreduce")
 
     ring(my_ring_allreduce, view)      # -> "a rank's sum differs from MPI.Allreduce", or None
 """

@@ -3,8 +3,8 @@ accumulation with `no_sync`. Each runs the answer on real ranks of a gloo group 
 `mpiexec` job that forms one: `on_gloo_ranks`) and measures it from outside: the samples the check's own dataset
 handed out, the all-reduces a communication hook the check installs saw, the weights against one process's.
 
-    seen = view.apply_sync(ddp.collectives_seen)           # on the engines, a group formed by course.torch_group
-    ddp.collectives(after, seen)                           # -> what is wrong, or None
+    seen, problem = deadline.gather(view, ddp.collectives_seen)   # on the engines, a group formed by course.torch_group
+    problem or ddp.collectives(after, seen)                         # -> what is wrong, or None
 """
 
 from __future__ import annotations
