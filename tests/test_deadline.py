@@ -157,3 +157,15 @@ def test_no_check_calls_the_engines_without_a_deadline():
             if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
                 found += [f"{path.name}: {call}" for call in bare_calls(cell.source)]
     assert found == [], found
+
+
+def test_an_answer_that_sends_work_to_the_engines_itself_is_told_within_the_deadline(engines):
+    def parallel_answer(view):  # as notebook 02's parallel_gradient, with an engine that never returns
+        return view.apply_sync(loops_for_ever_on_one_rank)
+
+    with pytest.raises(Wrong, match="your parallel_answer did not return within 5 s") as told:
+        deadline.call(engines.view, parallel_answer, engines.view, seconds=SECONDS)
+    assert "The engines were restarted" in str(told.value)
+    assert deadline.call(engines.view, lambda v: v.apply_sync(right), engines.view) == [(0, [2.0] * 4), (1, [2.0] * 4)]
+    with pytest.raises(ZeroDivisionError):  # the answer's own error, as a direct call raises it
+        deadline.call(engines.view, lambda: 1 / 0)

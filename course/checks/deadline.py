@@ -7,12 +7,15 @@ words, so the learner fixes the answer and runs the same cell again.
 
     results = deadline.apply(view, sharded.trained, train, state, step)   # in a check: one result per engine
     results, problem = deadline.gather(view, sharded.trained, ...)          # in a check cell: or what went wrong
+    gradient = deadline.call(view, parallel_gradient, view, params, x, y)    # an answer that uses the view itself
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from course.checks import Wrong
 
@@ -46,6 +49,31 @@ def gather(view, function: Callable, *args, seconds: float = DEADLINE, **kwargs)
         return apply(view, function, *args, seconds=seconds, **kwargs), None
     except Wrong as wrong:
         return None, str(wrong)
+
+
+def call(view, function: Callable, *args, seconds: float = DEADLINE) -> Any:
+    """`function(*args)`, run here for an answer that sends work to the engines of `view` itself; Wrong within
+    `seconds` when it has not returned (the engines restarted: what it waits for then fails)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = function(*args)
+        except BaseException as exc:  # raised here, in the check's own thread, as a direct call would
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        name = getattr(function, "__name__", "answer")
+        raise Wrong(
+            f"your {name} did not return within {seconds:.0f} s: does the work it sends to every engine end, and "
+            f"does it wait only for results it asked for? {_restart(view)}"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def _wait(result, seconds: float) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from course.checks import check, expect
+from course.checks import check, deadline, expect
 
 
 @check
@@ -83,7 +83,7 @@ def parallel_gradient(
     from course.checks import where
 
     engines = len(view)
-    got = parallel_gradient(view, params, x[:64], y[:64])
+    got = deadline.call(view, parallel_gradient, view, params, x[:64], y[:64])
     want = nn.gradients(params, x[:64], y[:64])[1]
     error = difference(got, want)
     parts = " + ".join(map(str, _parts(64, engines)))
@@ -94,7 +94,7 @@ def parallel_gradient(
         f"your result is {ratio:.3g} times the whole-batch gradient: the weights of the average should add up to 1",
     )
     expect(error < 1e-10, "the averaged engine gradients should equal the whole-batch gradient (equal parts)")
-    got = parallel_gradient(view, params, x[:33], y[:33])
+    got = deadline.call(view, parallel_gradient, view, params, x[:33], y[:33])
     error = difference(got, nn.gradients(params, x[:33], y[:33])[1])
     parts = " + ".join(map(str, _parts(33, engines)))
     print(f"unequal parts ({parts} samples): largest difference from the whole-batch gradient {error:.2e}")
@@ -113,7 +113,7 @@ def parallel_gradient(
     expect(error < 1e-10, f"with unequal parts ({unequal} samples) the result should still be the whole-batch gradient")
     since = len(view.client.history)
     with where.counting(nn, "gradients") as kernel:
-        parallel_gradient(view, params, x[:40], y[:40])
+        deadline.call(view, parallel_gradient, view, params, x[:40], y[:40])
     ran = {c.engine for c in where.engine_calls(view.client, since)}
     expect(
         kernel.calls == 0,
