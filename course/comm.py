@@ -299,6 +299,8 @@ def _proc_null() -> int:
 _RANK_PROGRAM = """
 import pickle, sys, traceback
 sys.path.insert(0, sys.argv[1])
+from course.processes import exit_with_caller
+exit_with_caller()  # the caller killed: this rank ends too
 from mpi4py import MPI
 rank = MPI.COMM_WORLD.Get_rank()
 out = f"{sys.argv[3]}.{rank}"
@@ -399,7 +401,7 @@ def _run_job(payload: bytes, ranks: int, name: str, timeout: float) -> list:
                 command,
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                env=mpi.with_segments(mpi.env(), segments),
+                env=mpi.with_segments(processes.as_caller(mpi.env()), segments),
                 start_new_session=True,
             )
         waited = "not waited"

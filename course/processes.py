@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import threading
+import time
 from typing import Callable
 
 import psutil
@@ -63,6 +66,40 @@ def running(process: psutil.Process | None) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def exit_with(pid: int, host: str, every: float = 0.5) -> None:
+    """End this process once process `pid` of `host` has ended (checked every `every` s, in a thread): a check's
+    rank whose starter was killed must not spin in a collective that nobody waits for. On another host: nothing."""
+    if socket.gethostname() != host:
+        return
+    try:
+        starter = psutil.Process(pid)
+    except psutil.Error:
+        os._exit(1)
+
+    def watch() -> None:
+        while running(starter):
+            time.sleep(every)
+        os._exit(1)  # no clean-up to run: what this rank computes has no reader any more
+
+    threading.Thread(target=watch, name=f"exit-with-{pid}", daemon=True).start()
+
+
+CALLER = "COURSE_CHECK_CALLER"  # PID@HOST of the process that ran a check's job: its ranks end with it
+
+
+def as_caller(env: dict[str, str]) -> dict[str, str]:
+    """`env`, for a check's job, with this process as its caller: each rank calls `exit_with_caller` first."""
+    env[CALLER] = f"{os.getpid()}@{socket.gethostname()}"
+    return env
+
+
+def exit_with_caller() -> None:
+    """`exit_with` the process that ran this check's job, where its environment names one (`as_caller`)."""
+    pid, _, host = os.environ.get(CALLER, "").partition("@")
+    if pid.isdigit():
+        exit_with(int(pid), host)
 
 
 def still(pid: int, create_time: float | None) -> bool:

@@ -10,7 +10,7 @@ that hangs, or fails on a rank (which aborts the job, as before), ends the pool:
 Elsewhere (a learner's kernel, a notebook being graded) every call is a fresh job, and no rank
 stays up holding memory that a learner's session would not hold.
 
-    python -c "...; from course.rank_pool import serve; serve(FOLDER, PARENT_PID)"   # what each rank runs
+    python -c "...; from course.rank_pool import serve; serve(FOLDER)"   # what each rank runs
 """
 
 from __future__ import annotations
@@ -43,19 +43,19 @@ class Pool:
     environment (a call from elsewhere, or with another environment, gets a pool of its own)."""
 
     def __init__(self, ranks: int, env: dict[str, str]):
-        from course import mpi
+        from course import mpi, processes
 
         self.ranks, self.env, self.cwd, self.jobs = ranks, env, os.getcwd(), 0
         self.folder = Path(tempfile.mkdtemp(prefix="course-rank-pool-"))  # mode 0700: this user's only
         self.segments = mpi.segments_folder()  # the ranks' shared memory, removed with the pool
         root = str(Path(__file__).resolve().parent.parent)
-        program = [sys.executable, "-c", _RANK_PROGRAM, root, str(self.folder), str(os.getpid())]
+        program = [sys.executable, "-c", _RANK_PROGRAM, root, str(self.folder)]
         with open(self.folder / "output", "w") as output:
             self.process = subprocess.Popen(
                 mpi.command(ranks, *program),
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                env=mpi.with_segments(env, self.segments),
+                env=mpi.with_segments(processes.as_caller(dict(env)), self.segments),
                 start_new_session=True,
             )
 
@@ -116,16 +116,19 @@ def close_all() -> None:
         discard(ranks)
 
 
-def serve(folder: str, parent: str) -> None:
+def serve(folder: str) -> None:
     """One rank of a pool: run each job as it comes, until the folder goes or the process that started it ends."""
     from mpi4py import MPI
 
+    from course.processes import exit_with_caller
+
+    exit_with_caller()  # also in the middle of a job: a rank stuck in a collective ends with its caller
     world, place, number = MPI.COMM_WORLD, Path(folder), 1
     rank = world.Get_rank()
     while True:
         job, idle = place / f"job-{number}.pkl", 0.0
         while not job.exists():
-            if not place.exists() or not _alive(int(parent)):
+            if not place.exists():
                 return
             pause = min(IDLE_POLL, POLL + idle / 20)
             time.sleep(pause)
@@ -144,13 +147,3 @@ def serve(folder: str, parent: str) -> None:
         if result[0] == "error":
             world.Abort(1)  # the other ranks may wait for this one in a collective: end the job, as a fresh one ends
         number += 1
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -118,6 +118,13 @@ SETTINGS: tuple[Setting, ...] = (
         internal=True,
     ),
     Setting(
+        "COURSE_CHECK_CALLER",
+        "set by a check's job",
+        "`PID@HOST` of the process that ran a check's MPI, horovodrun or torchrun job: each rank ends once it has "
+        "ended (`course.processes.exit_with_caller`)",
+        internal=True,
+    ),
+    Setting(
         "COURSE_TEST_HOLD_AT_EXIT",
         "unset",
         "tests only: seconds rank 0 of course.programs.horovod_mnist waits, after the time-limit stop, before it "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from course import UserError, devices, mpi, training
+from course import UserError, devices, mpi, processes, training
 
 RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")  # horovodrun (Gloo), Open MPI, others
 TIMEOUT = 600  # seconds for one run: a few seconds of training, but the machine may be shared
@@ -92,7 +92,7 @@ def run_script(
     program = [sys.executable, "-m", "course.checks.horovod_script", str(script), str(folder.resolve())]
     if horovod:
         program = training.horovodrun(ranks) + program
-    env = mpi.env()
+    env = processes.as_caller(mpi.env())
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     devices.default_threads(env, 1)  # one thread per process: the ranks share the node's cores
     try:
@@ -373,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import runpy
 
+    processes.exit_with_caller()  # the check's caller killed: this rank ends too
     script, folder = Path(argv[0]).resolve(), Path(argv[1]).resolve()
     rank = _rank()
     workdir = folder / f"rank{rank}"

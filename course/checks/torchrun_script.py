@@ -73,7 +73,7 @@ def run_script(
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                 f"--max-restarts={max_restarts}"]  # fmt: skip
     program = torchrun + ["-m", "course.checks.torchrun_script", str(script), str(folder), *map(str, args)]
-    env = devices.default_threads(dict(os.environ, PYTHONWARNINGS="ignore"), 1)  # the ranks share the cores
+    env = devices.default_threads(processes.as_caller(dict(os.environ, PYTHONWARNINGS="ignore")), 1)  # share the cores
     env.pop(KILL, None)
     if max_restarts:
         env[UNSHARED_STORE] = "1"
@@ -317,6 +317,7 @@ def main(argv: list[str]) -> None:
 
     import torch.distributed as dist
 
+    processes.exit_with_caller()  # the check's caller killed: this rank ends too
     script, folder, args = Path(argv[0]), Path(argv[1]).resolve(), argv[2:]
     rank = int(os.environ["RANK"])
     home = folder / f"rank{rank}"
