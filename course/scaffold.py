@@ -1,9 +1,9 @@
 """`python -m course new-exercise NOTEBOOK NAME`: the pieces of a new graded exercise, each in the place the course
 keeps it (CONTRIBUTING.md walks through filling them in), so that adding an exercise follows the code's path:
 
-- three cells in solutions/NOTEBOOK, before its key points: the exercise's text, the answer cell (`NAME-answer`,
-  a function to write between the solution markers) and the check cell (`NAME-check`: it calls the check, with
-  a hidden block);
+- three cells in solutions/NOTEBOOK, before the cells that stop its cluster, or else its key points (`place`): the
+  exercise's text, the answer cell (`NAME-answer`, a function to write between the solution markers) and the check
+  cell (`NAME-check`: it calls the check, with a hidden block);
 - the check function's stub in course/checks/MODULE.py (`@check`, raising until it is written);
 - its fast test in tests/test_checks_MODULE.py, which tries the solution and every fixture answer against it;
 - a wrong answer to fill in tests/fixtures/wrong_answers/NOTEBOOK.json;
@@ -129,14 +129,37 @@ def cells(ex: Exercise) -> list[dict]:
     ]
 
 
+STOPS = re.compile(r"^\s*\w+\.stop\(\)", re.M)  # a cell that stops the notebook's cluster: cluster.stop()
+
+
+def place(notebook_cells: list[dict]) -> int:
+    """Where a new exercise goes: before the key points (at the end if there are none), but before the cells that
+    stop the notebook's cluster where they come last (with the exercise that stops it, or the paragraph before)."""
+    sources = ["".join(c["source"]) for c in notebook_cells]
+    grading = [c["metadata"].get("nbgrader", {}) for c in notebook_cells]
+    at = next((i for i, s in enumerate(sources) if s.startswith(KEY_POINTS)), len(sources))
+    for stop in range(at - 1, -1, -1):
+        if notebook_cells[stop]["cell_type"] != "code":
+            continue
+        if not STOPS.search(sources[stop]):
+            if grading[stop].get("grade"):
+                continue  # a check cell: the stop may be the answer it checks
+            return at
+        if grading[stop]:  # the stop is an exercise's answer: before that exercise's text
+            return next(i for i in range(stop, -1, -1) if notebook_cells[i]["cell_type"] == "markdown")
+        before = stop - 1
+        plain = before >= 0 and notebook_cells[before]["cell_type"] == "markdown" and not grading[before]
+        return before if plain else stop
+    return at
+
+
 def add_cells(ex: Exercise) -> None:
-    """Put the cells before the notebook's key points (at its end if it has none)."""
+    """Put the cells where `place` says: while the notebook's cluster still runs."""
     notebook = json.loads(ex.notebook.read_text(encoding="utf-8"))
     taken = {c["metadata"].get("nbgrader", {}).get("grade_id") for c in notebook["cells"]}
     if {ex.answer_id, ex.check_id} & taken:
         raise UserError(f"{ex.notebook.name} already has an exercise {ex.name!r}: choose another name")
-    sources = ["".join(c["source"]) for c in notebook["cells"]]
-    at = next((i for i, s in enumerate(sources) if s.startswith(KEY_POINTS)), len(sources))
+    at = place(notebook["cells"])
     notebook["cells"][at:at] = cells(ex)
     ex.notebook.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 

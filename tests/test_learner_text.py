@@ -63,3 +63,18 @@ def test_gradient_tensor_counts_in_03_and_08_are_the_models():
     )
     assert f"{resnet} for ResNet50V2" in three, f"03 should count ResNet50V2's {resnet} trainable tensors"
     assert f"against {resnet})" in six, f"08 should count ResNet50V2's {resnet} trainable tensors"
+
+
+HEADING = re.compile(r"^#+ .*?\bExercise (\d+)\b", re.M)
+MENTION = re.compile(r"(?<!lab, )\b[Ee]xercise (\d+)\b")  # not "(the DeepHealth lab, exercise 5)": a workshop's
+
+
+@pytest.mark.parametrize("path", RELEASED, ids=[p.stem for p in RELEASED])
+def test_exercises_are_numbered_once_in_order_and_the_text_names_only_those(path):
+    """An exercise inserted in the middle renumbers those after it: two "Exercise 5" headings, or a mention of an
+    exercise the notebook does not have, is a renumbering left half done."""
+    nb = nbformat.read(str(path), as_version=4)
+    numbers = [int(n) for c in nb.cells if c.cell_type == "markdown" for n in HEADING.findall(c.source)]
+    assert numbers == list(range(1, len(numbers) + 1)), f"{path.name}'s exercise headings are numbered {numbers}"
+    named = {int(m.group(1)) for c in nb.cells for m in MENTION.finditer(c.source)}
+    assert named <= set(numbers), f"{path.name} mentions exercise(s) {sorted(named - set(numbers))}, not in it"

@@ -155,3 +155,22 @@ def test_a_notebook_in_parts_is_named_and_each_part_keeps_its_fast_test_and_data
     assert "ex-overlap" not in (checkout / "tests" / "test_checks_horovod.py").read_text()
     assert written[4] == "solutions/exercises/07_horovod_script.yml"
     assert "ex-overlap-check" not in (checkout / "solutions" / "exercises" / "07_horovod.yml").read_text()
+
+
+# What the new cells come just before, read off each notebook: while its cluster runs, after its other exercises.
+BEFORE = {
+    "00_environment_and_cluster": "## Exercise 3: Stop cleanly",  # its last exercise stops the cluster
+    "01_task_graphs": "Stop the engines when you are done.",
+    "02_sgd": "## Key points",  # its last exercise runs after the cluster's stop, in the notebook alone
+    "03_parallelism_and_collectives": "## 7. Stop the cluster",
+    "09_sharded_and_tensor_parallelism": "## 6. The same ideas in the libraries you will use",
+    "11_running_on_hpc": "## Key points",  # its Slurm cluster's section ends long before
+    "12_pytorch_ddp": "torch_group.destroy(cluster)",
+}
+
+
+@pytest.mark.parametrize("notebook", sorted(BEFORE))
+def test_a_new_exercise_goes_where_the_notebooks_cluster_still_runs(notebook):
+    notebook_cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
+    at = scaffold.place(notebook_cells)
+    assert "".join(notebook_cells[at]["source"]).startswith(BEFORE[notebook])
