@@ -114,12 +114,12 @@ def cells(ex: Exercise) -> list[dict]:
     )
     answer = f'def {ex.function}():\n    ### BEGIN SOLUTION\n    raise NotImplementedError("{TODO}: the solution")\n    ### END SOLUTION\n'
     check = (
-        f"from course.checks import {ex.module}\n\n"
-        f"_problem = {ex.module}.{ex.check}({ex.function})\n"
+        f"from course.checks import {ex.module} as _{ex.module}\n\n"
+        f"_problem = _{ex.module}.{ex.check}({ex.function})\n"
         "assert not _problem, _problem\n"
         f'print("Correct: {TODO} what is right.")\n'
         "### BEGIN HIDDEN TESTS\n"
-        f'assert not {ex.module}.{ex.check}({ex.function}), "{TODO}: hidden cases (other sizes, ranks, dtypes)"\n'
+        f'assert not _{ex.module}.{ex.check}({ex.function}), "{TODO}: hidden cases (other sizes, ranks, dtypes)"\n'
         "### END HIDDEN TESTS"
     )
     return [
