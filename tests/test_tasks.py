@@ -299,8 +299,10 @@ def test_a_task_runs_where_its_input_lives_and_a_k_loop_stays_on_one_engine(fres
     def multiply(a, b, c):
         c += a @ b
 
-    blocks = [make(i) for i in range(4)]
-    compss_barrier()
+    blocks = []
+    for i in range(4):  # each made before the next is placed: the engines share them all the same
+        blocks.append(make(i))
+        compss_barrier()
     made = {r["number"]: r["engine"] for r in tasks.history()}
     assert len(set(made.values())) == 2, f"the blocks were all made on one engine: {made}"
     for i in (0, 0, 1, 1, 2, 3, 3, 2):  # one at a time (both engines free, one holds the block), not in turn

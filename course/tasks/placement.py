@@ -102,15 +102,16 @@ class Placement:
 
     def _place(self, call: "_Call", eligible: list[int] | None) -> int:
         """The engine for a call: where the object it updates is (locality), else the eligible engine where
-        it can start first (its queue is done and its inputs exist, in tasks), and among those the one that
-        holds most of its inputs (so a chain of tasks stays on one engine when moving gains nothing)."""
+        it can start first (its queue is done and its inputs exist, in tasks), among those the one that holds
+        most of its inputs (a chain stays on one engine when moving gains nothing), then the one given fewest
+        tasks (short independent tasks share the engines even when each ends before the next is placed)."""
         engines = [e for e in eligible or self.ids if e not in self.lost] or eligible or self.ids
         if call.follow is not None and call.follow.target in engines:
             return call.follow.target
         inputs = max((self._ahead(t) for t in call.deps), default=0)
         start = {e: max(self._load(e), inputs) for e in engines}
         held = call.homes()
-        return min(engines, key=lambda e: (start[e], -held[e]))
+        return min(engines, key=lambda e: (start[e], -held[e], self.sent[e]))
 
     def _dispatch(self, call: "_Call", futures: list[Future], eligible: list[int] | None) -> None:
         """Put the call in the outbox of the engine `_place` chooses (sent at once if that engine has little to
