@@ -23,8 +23,30 @@ A map, by role (each module's docstring says more):
 
 __version__ = "0.1.0"
 
-
+import json
+import os
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+
+def _follow_this_checkout() -> None:
+    """Make the Pythons this course starts (kernels, ranks, engines) import this checkout's course where the
+    environment has another checkout's installed (editable, a `.venv` shared by two clones)."""
+    from importlib import metadata
+
+    here = Path(__file__).resolve().parent.parent
+    try:
+        url = json.loads(metadata.distribution("ddl-hpc-course").read_text("direct_url.json") or "{}").get("url", "")
+    except (metadata.PackageNotFoundError, ValueError):
+        return
+    if not url.startswith("file:") or Path(urlparse(url).path).resolve() == here:
+        return
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(here)]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(here), *paths])
+
+
+_follow_this_checkout()
 
 
 class UserError(Exception):

@@ -281,3 +281,19 @@ def test_a_gpu_set_up_without_cuda_stops_before_changing_anything(tmp_path):
     )
     assert result.returncode == 1 and "module load cuda" in result.stderr and len(result.stderr.splitlines()) == 1
     assert not calls.exists(), calls.read_text()
+
+
+def test_a_second_checkout_beside_a_shared_venv_runs_its_own_course_in_every_python_it_starts(tmp_path):
+    """The environment's editable install names the first checkout; a rank or kernel that a second checkout starts
+    imports the second's course, not the first's (which made every mutant of a new exercise 'fail')."""
+    second = tmp_path / "second"
+    shutil.copytree(ROOT / "course", second / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", second)
+    child = "import course; print(course.__file__)"
+    parent = f"import course, subprocess, sys; print(course.__file__); subprocess.run([sys.executable, '-c', {child!r}], cwd='/')"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", parent], cwd=second, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(second / "course" / "__init__.py")] * 2, out.stdout
