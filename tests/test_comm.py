@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from course import UserError, answers, comm, mpi
+from course import UserError, answers, comm, mpi, shortcuts
 from tests.conftest import PROGRAMS, started_with
 from tests.programs import comm_check
 
@@ -40,6 +40,21 @@ def test_ring_and_parameter_server_equal_mpi_allreduce(ranks, tmp_path):
     points = np.random.default_rng(7).standard_normal((300, 2)) + np.repeat(np.eye(2) * 4, 150, axis=0)
     reference = KMeans(n_clusters=3, init=points[:3], n_init=1, max_iter=20, tol=0, algorithm="lloyd").fit(points)
     np.testing.assert_allclose(np.load(centroids_file), reference.cluster_centers_, rtol=1e-9, atol=1e-9)
+
+
+def test_every_reference_answer_is_compared_with_mpi_or_is_part_of_one_that_is():
+    """A reference answer added to course.answers is tested without a list to add it to (comm_check finds the
+    all-reduces); one of another kind fails here until comm_check compares it (OTHERS)."""
+    compared = set(comm_check.COUNTED) | set(comm_check.OTHERS)
+    assert {"ring_allreduce", "parameter_server_allreduce"} <= compared
+    called = {name for f in answers.ALL if f.__name__ in compared for name in shortcuts.names_used(f)}
+    untested = [f.__name__ for f in answers.ALL if f.__name__ not in compared | called]
+    assert not untested, (
+        f"course.answers.{untested[0]} is compared with nothing: name it ..._allreduce if it is one, or compare it "
+        "in tests/programs/comm_check.py and add it to OTHERS"
+    )
+    source = (PROGRAMS / "comm_check.py").read_text()
+    assert all(f"answers.{name}(" in source for name in comm_check.OTHERS), "OTHERS names what comm_check calls"
 
 
 class OneRank:
