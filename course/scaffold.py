@@ -256,7 +256,8 @@ def add_entry(root: Path, ex: Exercise) -> Path:
         f"      - kind: {kind}\n"
         f'        must: "{TODO}: what must be true of the {kind}"\n'
         f"        held_by:\n          - visible: {held}\n          - hidden: {held}\n"
-        f'        measured: "{TODO}: how the check measures it, from outside the answer (or say it reads the answer\'s own report)"\n'
+        f"        measured: \"{TODO}: how the check measures it, from outside the answer (or say it reads the answer's own report); "
+        'name its constant of cases, `NAME_CASES`, and their rank counts"\n'
         for kind in ("result", "process", "leaves")
     )
     path.write_text(text.rstrip("\n") + f"\n  - grade_id: {ex.check_id}\n    statements:\n{statements}")

@@ -148,3 +148,52 @@ def test_the_page_takes_its_titles_from_the_notebook_and_shows_no_answer(noteboo
         for statement in entry["statements"]:
             if statement.get("answer"):
                 assert " ".join(statement["answer"].split()) not in page, f"{notebook}'s page shows an answer"
+
+
+CONSTANT = re.compile(r"`([A-Z][A-Z0-9_]*)`")  # a check's cases named in a statement: `SERVER_CASES`
+RANK_COUNTS = re.compile(r"(\d+(?:(?:,|,? and|,? or)(?: on)? \d+)*) ranks")  # "on 1, 2 and 3 ranks", "8 and on 6 ranks"
+
+
+def _rank_counts(cases) -> set[int]:
+    """The job sizes a constant of cases holds: each case's `ranks` (0, the notebook's engines, left out), or its
+    integers where it is a tuple of rank counts."""
+    found = [getattr(case, "ranks", case) for case in cases]
+    return {n for n in found if isinstance(n, int) and not isinstance(n, bool) and n > 0}
+
+
+def _stated(text: str) -> set[int]:
+    return {int(n) for group in RANK_COUNTS.findall(text) for n in re.findall(r"\d+", group)}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_the_rank_counts_a_check_runs_are_the_ones_its_statements_and_correct_line_say(notebook):
+    """A constant of cases named in a statement (`DOUBLING_RANKS`) is the one fact: the statement and the check cell's
+    "Correct:" line list each of its rank counts, so changing it without the text fails here."""
+    graded = _graded(notebook)
+    for entry in _data(notebook)["exercises"]:
+        correct = " ".join(re.findall(r"Correct[^\n]*", graded.get(entry["grade_id"], {}).get("visible", "")))
+        for statement in entry["statements"]:
+            modules = {
+                ".".join(item.split(".")[:3])
+                for held in statement.get("held_by", [])
+                for item in held.values()
+                if isinstance(item, str) and DOTTED.match(item) and item.startswith("course.checks.")
+            }
+            for name in CONSTANT.findall(statement.get("measured", "")):
+                cases = next(
+                    (
+                        getattr(importlib.import_module(m), name)
+                        for m in sorted(modules)
+                        if hasattr(importlib.import_module(m), name)
+                    ),
+                    None,
+                )
+                if not isinstance(cases, tuple):
+                    continue
+                counts = _rank_counts(cases)
+                where = f"{notebook}'s {entry['grade_id']}: {name} runs on {sorted(counts)} ranks"
+                missing = counts - _stated(statement["measured"])
+                assert not missing, f"{where}; its statement ({statement['kind']}) does not say {sorted(missing)}"
+                if _stated(correct):
+                    missing = counts - _stated(correct)
+                    assert not missing, f"{where}; the cell's Correct line does not say {sorted(missing)}"
