@@ -15,6 +15,7 @@ Every piece it writes says TODO where a person must write; tests/test_check_cell
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
@@ -39,6 +40,8 @@ class Exercise:
     function: str
     module: str
     check: str
+    params: str = ""  # the answer's parameters, as the notebook's previous answer takes them
+    view: bool = False  # the notebook's checks take its engines (`view`), so this one does too
 
     @property
     def answer_id(self) -> str:
@@ -77,6 +80,37 @@ def checks_module(notebook: Path) -> str:
     return max(set(imported), key=imported.count) if imported else notebook.stem.split("_", 1)[1]
 
 
+SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.M)
+TAKES_VIEW = re.compile(
+    r"^_\w+ = _\w+\.\w+\(.*\bview\)$", re.M
+)  # _problem = _collectives.ring(my_ring_allreduce, view)
+
+
+def answer_params(notebook_cells: list[dict], before: int) -> str:
+    """The parameters of the last answer function before cell `before` ("comm, x"): a new answer is called as the
+    topic's others are."""
+    for cell in reversed(notebook_cells[:before]):
+        if not (cell["cell_type"] == "code" and cell["metadata"].get("nbgrader", {}).get("solution")):
+            continue
+        try:
+            tree = ast.parse(SOLUTION_MARKERS.sub("", "".join(cell["source"])))
+        except SyntaxError:  # IPython magics: a cell learners write with %%writefile
+            continue
+        defined = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+        if defined:
+            return ast.unparse(defined[0].args)
+    return ""
+
+
+def takes_view(notebook_cells: list[dict]) -> bool:
+    """Whether the notebook's check cells give their check its engines (`view`)."""
+    return any(
+        TAKES_VIEW.search("".join(c["source"]))
+        for c in notebook_cells
+        if c["metadata"].get("nbgrader", {}).get("grade")
+    )
+
+
 def exercise(root: Path, notebook: str, name: str, function: str | None = None, module: str | None = None) -> Exercise:
     """The exercise asked for, its names checked: NAME is `ex-` and lowercase words (it becomes the grade ids)."""
     if not NAME.match(name):
@@ -90,7 +124,9 @@ def exercise(root: Path, notebook: str, name: str, function: str | None = None, 
     for what, value in (("function", function), ("module", module)):
         if not value.isidentifier():
             raise UserError(f"--{what} {value!r} is not a Python name")
-    return Exercise(path, name, function, module, words)
+    notebook_cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    params = answer_params(notebook_cells, place(notebook_cells))
+    return Exercise(path, name, function, module, words, params, takes_view(notebook_cells))
 
 
 def _cell(cell_type: str, source: str, nbgrader: dict) -> dict:
@@ -112,14 +148,18 @@ def cells(ex: Exercise) -> list[dict]:
         f"{TODO}: what to write (`{ex.function}(...)`), what it returns, and what it must not use. Say before the\n"
         "exercise everything it needs; the check below says what is wrong without giving the answer away."
     )
-    answer = f'def {ex.function}():\n    ### BEGIN SOLUTION\n    raise NotImplementedError("{TODO}: the solution")\n    ### END SOLUTION\n'
+    answer = (
+        f"def {ex.function}({ex.params}):\n"
+        f'    ### BEGIN SOLUTION\n    raise NotImplementedError("{TODO}: the solution")\n    ### END SOLUTION\n'
+    )
+    args = f"{ex.function}, view" if ex.view else ex.function
     check = (
         f"from course.checks import {ex.module} as _{ex.module}\n\n"
-        f"_problem = _{ex.module}.{ex.check}({ex.function})\n"
+        f"_problem = _{ex.module}.{ex.check}({args})\n"
         "assert not _problem, _problem\n"
         f'print("Correct: {TODO} what is right.")\n'
         "### BEGIN HIDDEN TESTS\n"
-        f'assert not _{ex.module}.{ex.check}({ex.function}), "{TODO}: hidden cases (other sizes, ranks, dtypes)"\n'
+        f'assert not _{ex.module}.{ex.check}({args}), "{TODO}: hidden cases (other sizes, ranks, dtypes)"\n'
         "### END HIDDEN TESTS"
     )
     return [
@@ -178,10 +218,15 @@ def add_check(root: Path, ex: Exercise) -> Path:
         raise UserError(f"{path.relative_to(root)} already has a check {ex.check}(): choose another name")
     path.write_text(
         text.rstrip("\n") + "\n\n\n@check\n"
-        f"def {ex.check}({ex.function}) -> None:\n"
+        f"def {ex.check}({ex.function}{', view' if ex.view else ''}) -> None:\n"
         f'    """Exercise `{ex.name}`: {TODO} what must be true of an answer (its statements in\n'
         f'    solutions/exercises/{ex.notebook.stem}.yml), each point measured from outside the answer."""\n'
-        f'    expect(False, "{TODO}: one expect() per statement, its message saying what is wrong")\n'
+        + (
+            f"    # {TODO}: run the answer on the engines with course.checks.deadline.apply(view, ...), never view.apply_sync\n"
+            if ex.view
+            else ""
+        )
+        + f'    expect(False, "{TODO}: one expect() per statement, its message saying what is wrong")\n'
     )
     return path
 
@@ -195,6 +240,19 @@ def fast_test_path(root: Path, ex: Exercise) -> Path:
         return path
     others = sorted((root / "tests").glob(f"test_checks_{ex.module}_*.py"))
     return next((p for p in others if mine in p.read_text()), root / "tests" / f"test_checks_{ex.notebook.stem[3:]}.py")
+
+
+VIEW_FIXTURE = """
+
+
+@pytest.fixture(scope="module")
+def view(tmp_path_factory):
+    \"\"\"The engines the notebook starts, shared with the other fast tests that ask for the same.\"\"\"
+    from tests.check_cases import shared_cluster
+
+    with shared_cluster(tmp_path_factory, 2, engines="mpi") as engines:  # TODO: the notebook's engines
+        yield engines.view
+"""
 
 
 def add_fast_test(root: Path, ex: Exercise) -> Path:
@@ -213,12 +271,15 @@ def add_fast_test(root: Path, ex: Exercise) -> Path:
         )
     text = path.read_text()
     text = re.sub(r"^COVERED\b[^=]*= ", lambda m: m.group(0) + f'{{"{ex.answer_id}"}} | ', text, count=1, flags=re.M)
+    if ex.view and not re.search(r"^def view\(", text, re.M):
+        text = text.rstrip("\n") + VIEW_FIXTURE
+    view = ", view" if ex.view else ""
     path.write_text(
         text.rstrip("\n") + "\n\n\n"
         f'@pytest.mark.parametrize("case", cases(NOTEBOOK, {{"{ex.answer_id}"}}), ids=str)\n'
-        f"def test_{ex.check}(case):\n"
+        f"def test_{ex.check}(case{view}):\n"
         f"    names = define(case, {{}})  # {TODO}: what the notebook defines before the exercise\n"
-        f'    judge(case, lambda: {ex.module}.{ex.check}(names["{ex.function}"]))\n'
+        f'    judge(case, lambda: {ex.module}.{ex.check}(names["{ex.function}"]{view}))\n'
     )
     return path
 

@@ -157,6 +157,23 @@ def test_a_notebook_in_parts_is_named_and_each_part_keeps_its_fast_test_and_data
     assert "ex-overlap-check" not in (checkout / "solutions" / "exercises" / "07_horovod.yml").read_text()
 
 
+def test_the_stubs_take_what_the_topics_other_answers_and_checks_take(checkout):
+    """03's checks run the answer on the notebook's engines: the new check, its cell and its fast test take `view`,
+    and the answer the parameters of the answer before it; 02's checks take no engines."""
+    written = scaffold.scaffold(checkout, "03", "ex-doubling")
+    cells = graded(checkout / written[0])
+    assert "".join(cells["ex-doubling-answer"]["source"]).startswith("def my_doubling(comm, tensors):\n")
+    assert "_collectives.doubling(my_doubling, view)" in "".join(cells["ex-doubling-check"]["source"])
+    assert "def doubling(my_doubling, view) -> None:" in (checkout / written[1]).read_text()
+    fast = (checkout / written[2]).read_text()
+    assert "def test_doubling(case, view):" in fast and 'doubling(names["my_doubling"], view)' in fast
+    assert fast.count("def view(") == 1, "the module's own engines fixture is used, not a second one"
+    written = scaffold.scaffold(checkout, "02", "ex-nesterov")
+    answer = "".join(graded(checkout / written[0])["ex-nesterov-answer"]["source"])
+    assert answer.startswith("def my_nesterov(params, grads, velocity, learning_rate, beta):\n"), answer
+    assert "def nesterov(my_nesterov) -> None:" in (checkout / written[1]).read_text()
+
+
 # What the new cells come just before, read off each notebook: while its cluster runs, after its other exercises.
 BEFORE = {
     "00_environment_and_cluster": "## Exercise 3: Stop cleanly",  # its last exercise stops the cluster
