@@ -291,7 +291,7 @@ def add_wrong_answer(root: Path, ex: Exercise) -> Path:
     entries.append(
         {
             "why": f"{TODO}: a mistake a learner makes after reading the notebook, in a few words",
-            ex.answer_id: f'def {ex.function}():\n    raise NotImplementedError("{TODO}: the wrong answer")\n',
+            ex.answer_id: f'def {ex.function}({ex.params}):\n    raise NotImplementedError("{TODO}: the wrong answer")\n',
         }
     )
     path.write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")

@@ -191,3 +191,66 @@ def test_a_new_exercise_goes_where_the_notebooks_cluster_still_runs(notebook):
     notebook_cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
     at = scaffold.place(notebook_cells)
     assert "".join(notebook_cells[at]["source"]).startswith(BEFORE[notebook])
+
+
+def _fill(path, *replacements):
+    """Replace each (TODO text, what a contributor writes) in the file at `path`, each found exactly once."""
+    text = path.read_text()
+    for old, new in replacements:
+        assert text.count(old) == 1, f"{path.name}: {old!r} found {text.count(old)} times"
+        text = text.replace(old, new)
+    path.write_text(text)
+
+
+def test_an_exercise_scaffolded_and_filled_in_a_clone_passes_its_fast_test_the_cell_rules_and_the_release(checkout):
+    """The path a contributor follows, end to end on a throwaway exercise: the command writes the pieces, a right
+    answer and a wrong one fill them, and the exercise's fast test, the check-cell rules and the release's drift
+    test pass on the result (a wrong answer the check lets through would fail the fast test)."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout), "HOME": str(checkout)}
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, *args], cwd=checkout, env=env, capture_output=True, text=True, timeout=600
+        )
+
+    made = run("-m", "course", "new-exercise", "02", "ex-double", "--function", "double")
+    assert made.returncode == 0, made.stderr
+    notebook, check, fast, wrong, entry = (
+        checkout / "solutions" / "02_sgd.ipynb",
+        *[checkout / line.strip() for line in made.stdout.splitlines()[2:6]],
+    )
+    _fill(
+        notebook,
+        ("## Exercise: TODO a title that names what the learner builds", "## Exercise: doubling a list"),
+        ("TODO: what to write (`double(...)`)", "Write `double(values)`"),
+        ("def double(params, grads, velocity, learning_rate, beta):", "def double(params):"),
+        ('raise NotImplementedError(\\"TODO: the solution\\")', "return [2 * v for v in params]"),
+        ("Correct: TODO what is right.", "Correct: every value doubled."),
+        ("TODO: hidden cases (other sizes, ranks, dtypes)", "wrong on an empty list"),
+    )
+    _fill(
+        check,
+        ("TODO what must be true of an answer", "the answer doubles every value"),
+        (
+            'expect(False, "TODO: one expect() per statement, its message saying what is wrong")',
+            'expect(list(double([1.0, -2.5, 0.0])) == [2.0, -5.0, 0.0], "each value should be twice what it was")',
+        ),
+    )
+    _fill(fast, ("  # TODO: what the notebook defines before the exercise", ""))
+    _fill(
+        wrong,
+        ("TODO: a mistake a learner makes after reading the notebook, in a few words", "adds two instead"),
+        ("def double(params, grads, velocity, learning_rate, beta):", "def double(params):"),
+        ('raise NotImplementedError(\\"TODO: the wrong answer\\")', "return [v + 2 for v in params]"),
+    )
+    entry.write_text(
+        re.sub(r'"TODO[^"]*"', '"each value of a list of three, negative and zero among them"', entry.read_text())
+    )
+    released = run("-m", "course", "release")
+    assert released.returncode == 0, released.stderr
+    tests = run(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_checks_gradient_descent.py", "-k", "double",
+        "tests/test_check_cells.py", "tests/test_release.py::test_notebooks_folder_is_up_to_date_with_solutions",
+    )  # fmt: skip
+    assert tests.returncode == 0, tests.stdout[-3000:]
+    assert re.search(r"\b3\d passed\b", tests.stdout) and "2 passed" not in tests.stdout, tests.stdout[-500:]
