@@ -204,6 +204,19 @@ def add_cells(ex: Exercise) -> None:
     ex.notebook.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+INDEX_LINE = re.compile(
+    r"^    (\w+ = )?\w+\(.*$", re.M
+)  # a line of a check module's index: `    ring(my_ring, view)  # ex2`
+
+
+def indexed(module: str, line: str) -> str:
+    """The module's text with `line` added to its docstring's index of checks (after its last line, else at its end)."""
+    end = module.index('"""', 3)
+    last = [m.end() for m in INDEX_LINE.finditer(module, 0, end)]
+    at = last[-1] if last else end
+    return module[:at] + ("\n" if last else "\n\n") + line + ("" if last else "\n") + module[at:]
+
+
 def add_check(root: Path, ex: Exercise) -> Path:
     """The check's stub in course/checks/MODULE.py (the module made if new)."""
     path = root / "course" / "checks" / f"{ex.module}.py"
@@ -216,6 +229,9 @@ def add_check(root: Path, ex: Exercise) -> Path:
     text = path.read_text()
     if re.search(rf"^def {ex.check}\(", text, re.M):
         raise UserError(f"{path.relative_to(root)} already has a check {ex.check}(): choose another name")
+    text = indexed(
+        text, f"    {ex.check}({ex.function}{', view' if ex.view else ''})    # {ex.name}: {TODO} what it checks"
+    )
     path.write_text(
         text.rstrip("\n") + "\n\n\n@check\n"
         f"def {ex.check}({ex.function}{', view' if ex.view else ''}) -> None:\n"

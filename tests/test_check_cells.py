@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,20 @@ def test_check_cells_call_a_check_module(notebook):
         )
         defined = [line for line in lines if line.lstrip().startswith(("def ", "class "))]
         assert not defined, f"{notebook} {grade_id} defines {defined[0].strip()!r}: put it in course/checks/"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_check_a_cell_calls_is_in_its_modules_index(notebook):
+    """A check module's docstring lists the checks its notebooks' cells call (new-exercise adds the line)."""
+    for grade_id, source in check_cells(notebook).items():
+        visible = "\n".join(visible_lines(source))
+        for module, alias in re.findall(r"^from course\.checks import (\w+) as (\w+)", visible, re.M):
+            index = importlib.import_module(f"course.checks.{module}").__doc__ or ""
+            for name in sorted(set(re.findall(rf"\b{alias}\.(\w+)\(", visible))):
+                assert re.search(rf"^ +{name}\(", index, re.M), (
+                    f"{notebook} {grade_id} calls {module}.{name}, which course/checks/{module}.py's docstring does "
+                    f"not list: add a line `    {name}(...)    # {grade_id.removesuffix('-check')}: what it checks`"
+                )
 
 
 def fast_tests() -> dict[str, set[str]]:

@@ -164,7 +164,10 @@ def test_the_stubs_take_what_the_topics_other_answers_and_checks_take(checkout):
     cells = graded(checkout / written[0])
     assert "".join(cells["ex-doubling-answer"]["source"]).startswith("def my_doubling(comm, tensors):\n")
     assert "_collectives.doubling(my_doubling, view)" in "".join(cells["ex-doubling-check"]["source"])
-    assert "def doubling(my_doubling, view) -> None:" in (checkout / written[1]).read_text()
+    module = (checkout / written[1]).read_text()
+    assert "def doubling(my_doubling, view) -> None:" in module
+    assert "    fusion(fused_allreduce, view)" in module.split('"""')[1], "the index of checks is kept"
+    assert "\n    doubling(my_doubling, view)    # ex-doubling: TODO what it checks\n" in module.split('"""')[1]
     fast = (checkout / written[2]).read_text()
     assert "def test_doubling(case, view):" in fast and 'doubling(names["my_doubling"], view)' in fast
     assert fast.count("def view(") == 1, "the module's own engines fixture is used, not a second one"
@@ -231,6 +234,7 @@ def test_an_exercise_scaffolded_and_filled_in_a_clone_passes_its_fast_test_the_c
     _fill(
         check,
         ("TODO what must be true of an answer", "the answer doubles every value"),
+        ("# ex-double: TODO what it checks", "# ex-double: doubling a list"),
         (
             'expect(False, "TODO: one expect() per statement, its message saying what is wrong")',
             'expect(list(double([1.0, -2.5, 0.0])) == [2.0, -5.0, 0.0], "each value should be twice what it was")',
