@@ -165,13 +165,25 @@ def _stated(text: str) -> set[int]:
     return {int(n) for group in RANK_COUNTS.findall(text) for n in re.findall(r"\d+", group)}
 
 
+def _exercise_text(notebook: str, answer_id: str) -> str:
+    """The markdown of the exercise whose answer cell is `answer_id`: from its heading to the answer cell."""
+    cells = nbformat.read(str(ROOT / "solutions" / f"{notebook}.ipynb"), as_version=4).cells
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in cells]
+    if answer_id not in ids:
+        return ""
+    at = ids.index(answer_id)
+    start = next((i for i in range(at, -1, -1) if cells[i].source.startswith("#")), at)
+    return "\n".join(c.source for c in cells[start:at] if c.cell_type == "markdown")
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_the_rank_counts_a_check_runs_are_the_ones_its_statements_and_correct_line_say(notebook):
-    """A constant of cases named in a statement (`DOUBLING_RANKS`) is the one fact: the statement and the check cell's
-    "Correct:" line list each of its rank counts, so changing it without the text fails here."""
+    """A constant of cases named in a statement (`DOUBLING_RANKS`) is the one fact: the statement, the check cell's
+    "Correct:" line and the exercise's text list each of its rank counts, so changing it alone fails here."""
     graded = _graded(notebook)
     for entry in _data(notebook)["exercises"]:
         correct = " ".join(re.findall(r"Correct[^\n]*", graded.get(entry["grade_id"], {}).get("visible", "")))
+        text = _exercise_text(notebook, entry["grade_id"].removesuffix("-check") + "-answer")
         for statement in entry["statements"]:
             modules = {
                 ".".join(item.split(".")[:3])
@@ -194,6 +206,6 @@ def test_the_rank_counts_a_check_runs_are_the_ones_its_statements_and_correct_li
                 where = f"{notebook}'s {entry['grade_id']}: {name} runs on {sorted(counts)} ranks"
                 missing = counts - _stated(statement["measured"])
                 assert not missing, f"{where}; its statement ({statement['kind']}) does not say {sorted(missing)}"
-                if _stated(correct):
-                    missing = counts - _stated(correct)
-                    assert not missing, f"{where}; the cell's Correct line does not say {sorted(missing)}"
+                for place, words in (("the cell's Correct line", correct), ("the exercise's text", text)):
+                    missing = counts - _stated(words) if _stated(words) else set()
+                    assert not missing, f"{where}; {place} does not say {sorted(missing)}"
