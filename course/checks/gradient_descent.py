@@ -78,7 +78,8 @@ def parallel_gradient(
 ) -> None:
     """Exercise `ex2`: `parallel_gradient(view, params, xb, yb)` equals the whole batch's gradient for a batch that
     splits into equal parts (64 samples on 2 engines) and one that does not (33), and every engine computes a part
-    while the notebook's own process computes none."""
+    (the samples of each engine's `nn.gradients` calls, recorded on the engines, add up to the batch) while the
+    notebook's own process computes none."""
     from course import nn
     from course.checks import where
 
@@ -112,9 +113,19 @@ def parallel_gradient(
     )
     expect(error < 1e-10, f"with unequal parts ({unequal} samples) the result should still be the whole-batch gradient")
     since = len(view.client.history)
-    with where.counting(nn, "gradients") as kernel:
-        deadline.call(view, parallel_gradient, view, params, x[:40], y[:40])
+    deadline.apply(view, record_gradient_samples)
+    try:
+        with where.counting(nn, "gradients") as kernel:
+            deadline.call(view, parallel_gradient, view, params, x[:40], y[:40])
+    finally:
+        samples = deadline.apply(view, recorded_gradient_samples)
     ran = {c.engine for c in where.engine_calls(view.client, since)}
+    total = sum(map(sum, samples))
+    expect(
+        total in (0, 40),  # 0: the answer reached a gradient function bound before the check, so nothing is known
+        f"for a batch of 40 the engines computed gradients on {total} samples ({' + '.join(map(str, map(sum, samples)))}"
+        "): each engine should compute the gradient of its own part only, the parts adding up to the batch",
+    )
     expect(
         kernel.calls == 0,
         f"nn.gradients ran {kernel.calls} time(s) in the notebook's own process: each engine should compute the "
@@ -124,6 +135,30 @@ def parallel_gradient(
         len(ran) >= engines,
         f"only engine(s) {sorted(ran)} ran anything: every engine of the view should compute on its part of the batch",
     )
+
+
+def record_gradient_samples() -> None:
+    """On an engine: note the number of samples of every `nn.gradients` call from now on (the function still runs)."""
+    from course import nn
+
+    original = getattr(nn.gradients, "__wrapped__", nn.gradients)
+    samples: list[int] = []
+
+    def recorded(params, x, y):
+        samples.append(len(y))
+        return original(params, x, y)
+
+    recorded.__wrapped__, recorded.samples = original, samples
+    nn.gradients = recorded
+
+
+def recorded_gradient_samples() -> list[int]:
+    """On an engine: the samples of each `nn.gradients` call since `record_gradient_samples`; puts the function back."""
+    from course import nn
+
+    samples = getattr(nn.gradients, "samples", [])
+    nn.gradients = getattr(nn.gradients, "__wrapped__", nn.gradients)
+    return samples
 
 
 @dataclass(frozen=True)
