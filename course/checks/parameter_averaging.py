@@ -143,7 +143,7 @@ def _sync_run(my_fit_sync: Callable, network: Any, x: np.ndarray, y: np.ndarray,
 
     w, epochs, batch = run.workers, run.epochs, run.batch_size
     shards = [data.shard((x[: run.images], y[: run.images]), r, w) for r in range(w)]
-    first = len(tasks.history())
+    first, waited_before = len(tasks.history()), len(tasks.wait_points())
     with Watch([averaging.fit, averaging.fit_sync, averaging.fit_async, averaging.fit_full_async]) as seen:
         mine = my_fit_sync(network, shards, weights, epochs, batch)
     expect(
@@ -177,6 +177,17 @@ def _sync_run(my_fit_sync: Callable, network: Any, x: np.ndarray, y: np.ndarray,
         where + f"{len(chained)} training task(s) waited for an earlier one: in synchronous averaging each epoch "
         "starts from new copies of the averaged weights, one per worker, so no training task waits for another",
     )
+    numbers = [r["number"] for r in trained]
+    points = tasks.wait_points()[waited_before:]
+    in_turn = [
+        k + 1 for k in range(epochs) if any(numbers[k * w] < p <= numbers[k * w + w - 1] for p in points)
+    ]  # a wait after an epoch's first task was submitted and before its last
+    expect(
+        not in_turn,
+        where + f"in epoch {in_turn[0] if in_turn else ''} the master waited (compss_wait_on) for a worker before "
+        "giving the next one its task, so the workers trained one after another: submit every worker's task of the "
+        "epoch, then wait for all of them at once",
+    )
     options = {"workers": w, "batch_size": batch, "weights": weights, "shards": shards}
     reference = averaging.fit_sync(network, None, None, epochs=epochs, **options).weights
     difference = _largest_difference(mine, reference)
@@ -201,7 +212,8 @@ def synchronous_loop(
     """Exercise `ex2`: `my_fit_sync(network, shards, weights, epochs, batch_size)` on every run of SYNC_RUNS (the
     notebook's 2 workers x 2 epochs at `batch_size`; 3 uneven workers x 1 epoch at 16), written by hand (not
     course.averaging's strategies), runs one worker_train task per worker and epoch (counted in the task runtime's
-    history), none waiting for another, and returns what fit_sync returns."""
+    history), none waiting for another nor submitted after a wait for one of its epoch (the runtime's wait points),
+    and returns what fit_sync returns."""
     for run in SYNC_RUNS:
         _sync_run(my_fit_sync, network, x, y, start_weights, replace(run, batch_size=run.batch_size or batch_size))
 

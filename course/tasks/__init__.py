@@ -18,7 +18,7 @@ from course.tasks.parameter import __all__ as _parameters
 from course.tasks.decorators import COMPSsException, constraint, on_failure, task
 from course.tasks.runtime import Future, TaskError, reset
 from course.tasks.sync import synchronised
-from course.tasks.views import Stats, graph, history, stats, trace, waits
+from course.tasks.views import Stats, graph, history, stats, trace, wait_points, waits
 
 __all__ = [
     *_parameters,
@@ -37,4 +37,5 @@ __all__ = [
     "stats",
     "trace",
     "waits",
+    "wait_points",
 ]

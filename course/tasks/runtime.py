@@ -58,7 +58,9 @@ class Runtime(Versions, Placement):
         self.functions: set[str] = set()
         self.groups: dict[str, list[Task]] = {}  # TaskGroup name -> its tasks
         self.open_groups: list[str] = []
-        self.waits = 0  # compss_wait_on calls of the program in this graph
+        self.waits: list[
+            int
+        ] = []  # each compss_wait_on call of the program in this graph: the tasks submitted before it
         self.start_time = time.time()
         self._setup(engines, program_paths())
 

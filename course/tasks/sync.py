@@ -11,7 +11,7 @@ from course.tasks import runtime
 def compss_wait_on(*objs: Any, **_ignored: Any) -> Any:
     """The value(s) of Futures or task-updated objects, also inside lists, tuples and dicts (waits for them)."""
     rt = runtime.current()
-    rt.waits += 1
+    rt.waits.append(len(rt.tasks))
     values = [rt.wait_on(obj) for obj in objs]
     return values[0] if len(values) == 1 else values
 

@@ -67,7 +67,14 @@ class Stats:
 def waits() -> int:
     """How many times the program has called compss_wait_on since the last reset() (0 without a task graph)."""
     rt = runtime.current(start=False)
-    return rt.waits if rt is not None else 0
+    return len(rt.waits) if rt is not None else 0
+
+
+def wait_points() -> list[int]:
+    """For each compss_wait_on call since the last reset(), how many tasks the program had submitted before it: a
+    wait that falls among tasks meant to run together made the later ones wait for it."""
+    rt = runtime.current(start=False)
+    return list(rt.waits) if rt is not None else []
 
 
 def stats() -> Stats:
