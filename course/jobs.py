@@ -89,8 +89,8 @@ WORKLOADS = {
 }
 SCRIPT = Workload("script", "your script", (), "")  # a .py file of the user's: one rank per task, anything goes
 LAUNCHERS = ("mpiexec", "srun")
-# srun inside a batch job: since Slurm 22.05 it no longer inherits the job's --cpus-per-task (man sbatch), so
-# without this each rank would get one CPU whatever the job asked for
+# srun inside a batch job of Slurm 22.05-23.02 does not inherit the job's --cpus-per-task (23.11 does again), so
+# without this each rank would get one CPU there whatever the job asked for
 SRUN_CPUS = "--cpus-per-task=${SLURM_CPUS_PER_TASK}"
 OVERSUBSCRIBE = "OMPI_MCA_rmaps_base_oversubscribe"  # course.mpi sets it for runs here; job scripts only on request
 MAX_RESUBMITS = 10  # --resubmit-on-timeout: jobs that may follow the first one
@@ -385,7 +385,7 @@ def _launch(r: Request) -> tuple[list[str], str]:
     if r.launcher == "srun":
         # srun's MPI plugin (pmix where this Slurm offers it) makes the ranks one MPI world; unknown: the site default
         plugin = slurm.srun_mpi_plugin()
-        # since Slurm 22.05 srun does not inherit the job's --cpus-per-task: ask for it again
+        # srun of Slurm 22.05-23.02 does not inherit the job's --cpus-per-task: ask for it again
         return (
             ["srun", *([f"--mpi={plugin}"] if plugin else []), SRUN_CPUS, *program],
             f"{r.total_tasks} processes started by srun, {r.cpus_per_task} CPU(s) each",

@@ -7,6 +7,7 @@ and what a partition offers. course.cluster (engine jobs) and course.jobs (batch
 
 from __future__ import annotations
 
+import functools
 import getpass
 import re
 import shutil
@@ -434,3 +435,17 @@ def srun_mpi_plugin() -> str | None:
         if re.search(rf"\b{plugin}\b", text):
             return plugin
     return None
+
+
+@functools.cache
+def version() -> tuple[int, int] | None:
+    """This machine's Slurm as (major, minor), e.g. (22, 5) from `srun --version`; None without a Slurm client."""
+    srun = shutil.which("srun")
+    if srun is None:
+        return None
+    try:
+        said = run([srun, "--version"], timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"(\d+)\.(\d+)", said)
+    return (int(found[1]), int(found[2])) if found else None

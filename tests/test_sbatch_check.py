@@ -167,9 +167,21 @@ SRUN_LAUNCH = 'srun --mpi=pmix -c "$SLURM_CPUS_PER_TASK" python'
     ["srun --mpi=pmix python", "srun -n $SLURM_NTASKS python", "srun --ntasks=16 --mpi=pmix python"],
 )
 def test_srun_without_the_cpus_per_task_is_named(launch, submit_dir):
-    """Slurm >= 22.05 (man sbatch): srun does not inherit --cpus-per-task; each rank would get 1 CPU, not 6."""
+    """Slurm 22.05-23.02 (man sbatch), this machine's Debian 12 Slurm among them: srun does not inherit
+    --cpus-per-task; each rank would get 1 CPU, not 6."""
     found = _problems(SHORT_FORMS.replace(SRUN_LAUNCH, launch), submit_dir)
-    assert len(found) == 1 and "srun does not inherit --cpus-per-task" in found[0] and "not 6" in found[0], found
+    assert len(found) == 1 and "does not inherit --cpus-per-task" in found[0] and "not 6" in found[0], found
+
+
+@pytest.mark.parametrize("version, named", [((22, 5), True), ((23, 2), True), ((23, 11), False), ((24, 5), False)])
+def test_a_bare_srun_is_right_where_slurm_inherits_the_cpus_per_task_again(version, named):
+    """Slurm 23.11 reads SLURM_CPUS_PER_TASK again (SchedMD's release notes): a bare srun inherits the job's value."""
+    text = SHORT_FORMS.replace(SRUN_LAUNCH, "srun python")
+    header = sbatch_script.read(text)
+    number = next(n for n, line in header.commands if line.startswith("srun"))
+    found = sbatch_script._srun_cpus(header, ["srun", "python"], number, version)
+    assert bool(found) == named, found
+    assert not found or f"this machine's is {version[0]}.{version[1]:02d}" in found[0]
 
 
 @pytest.mark.parametrize(

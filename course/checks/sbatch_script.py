@@ -406,9 +406,13 @@ def _launch(h: Header, want: Exercise) -> list[str]:
     return found
 
 
-def _srun_cpus(h: Header, words: list[str], number: int) -> list[str]:
-    """srun in a batch job does not inherit --cpus-per-task (Slurm >= 22.05): the launch line or the
-    environment (SRUN_CPUS_PER_TASK, exported before it) must ask for it again."""
+INHERITS = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again from 23.11 (SchedMD's release notes); 22.05-23.02 do not
+
+
+def _srun_cpus(h: Header, words: list[str], number: int, version: tuple[int, int] | None = None) -> list[str]:
+    """srun in a batch job of Slurm 22.05-23.02 does not inherit --cpus-per-task: the launch line or the
+    environment (SRUN_CPUS_PER_TASK, exported before it) must ask again. From 23.11 a bare srun inherits it, so
+    where this machine's Slurm (`version`, default `slurm.version()`) is one of those, a bare srun is right."""
     cpus = h.get("cpus-per-task")
     if not cpus or cpus == "1":
         return []
@@ -420,10 +424,14 @@ def _srun_cpus(h: Header, words: list[str], number: int) -> list[str]:
         return []
     if any("SRUN_CPUS_PER_TASK=" in line for n, line in h.commands if n < number):
         return []
+    version = version or slurm.version()
+    if version is not None and version >= INHERITS:
+        return []
+    here = f" (this machine's is {version[0]}.{version[1]:02d})" if version else ""
     return [
-        f"line {number}: srun does not inherit --cpus-per-task from the job (Slurm 22.05 and later), so each rank "
-        f"would get 1 CPU, not {cpus}: give srun -c $SLURM_CPUS_PER_TASK (or export "
-        f"SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before it)"
+        f"line {number}: srun in Slurm 22.05 to 23.02{here} does not inherit --cpus-per-task from the job, so each "
+        f"rank would get 1 CPU, not {cpus} (23.11 and later do): give srun -c $SLURM_CPUS_PER_TASK, right on every "
+        "version"
     ]
 
 
