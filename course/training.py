@@ -92,15 +92,25 @@ def distributed_sgd(learning_rate: float, momentum: float = 0.0):
     return hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=learning_rate, momentum=momentum))
 
 
-def horovodrun(ranks: int) -> list[str]:
-    """The start of a `horovodrun -np RANKS` command on this node (Gloo: no MPI launcher needed)."""
+# Two names of this machine: Horovod makes a node of each host name it is given, with local ranks of its own.
+HOST_NAMES = ("localhost", "127.0.0.1")
+
+
+def horovodrun(ranks: int, hosts: int = 1) -> list[str]:
+    """The start of a `horovodrun -np RANKS` command on this node (Gloo: no MPI launcher needed). With hosts=2 the
+    ranks are split over two names of this machine, which Horovod takes for two nodes: ranks 0.. on the first, the
+    rest on the second, each node's local ranks from 0, as on a cluster (local rank and rank then differ)."""
     import shutil
     import sys
 
     path = shutil.which("horovodrun", path=os.path.dirname(sys.executable)) or shutil.which("horovodrun")
     if path is None:
         raise UserError("horovodrun not found: install Horovod in this environment (make setup)")
-    return [path, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo"]
+    if not 1 <= hosts <= min(ranks, len(HOST_NAMES)):
+        raise UserError(f"{ranks} rank(s) on {hosts} hosts: from 1 to {min(ranks, len(HOST_NAMES))} hosts")
+    slots = [ranks // hosts + (h < ranks % hosts) for h in range(hosts)]
+    layout = ",".join(f"{name}:{n}" for name, n in zip(HOST_NAMES, slots))
+    return [path, "-np", str(ranks), "-H", layout, "--gloo"]
 
 
 def run_horovod_mnist(

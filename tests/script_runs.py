@@ -37,16 +37,22 @@ def run_script(
     ranks: int = 2,
     horovod: bool = True,
     timeout: float = horovod_script.TIMEOUT,
+    hosts: int = 2,
 ) -> horovod_script.Run:
     """horovod_script.run_script, run once per script and launch in this session (VARIABLE's folder)."""
     script, folder = Path(script), Path(folder)
+    hosts = min(hosts, ranks) if horovod else 1
     if not os.environ.get(VARIABLE) or not script.is_file():
-        return _REAL(script, folder, ranks, horovod, timeout)  # the real function's own error for a missing script
+        return _REAL(
+            script, folder, ranks, horovod, timeout, hosts
+        )  # the real function's own error for a missing script
 
     def again(returncode: int, output: str) -> horovod_script.Run:
-        return horovod_script.Run(script.name, ranks, returncode, output, horovod_script.read_records(folder))
+        records = horovod_script.read_records(folder)
+        return horovod_script.Run(script.name, ranks, returncode, output, records, hosts)
 
-    return _once(key(script, ranks, horovod), folder, lambda: _REAL(script, folder, ranks, horovod, timeout), again)
+    real = lambda: _REAL(script, folder, ranks, horovod, timeout, hosts)  # noqa: E731
+    return _once(key(script, ranks, horovod, hosts), folder, real, again)
 
 
 def run_torchrun(

@@ -68,7 +68,12 @@ def test_the_solution_is_told_what_it_did(tmp_path_factory, capsys):
     single = reference()
     capsys.readouterr()  # what writing the script and the reference printed
     horovod_script.check(solution, single)
-    assert capsys.readouterr().out.startswith("Correct: 2 ranks, identical weights, 9 steps per epoch each")
+    said = capsys.readouterr().out
+    assert said.startswith("Correct: 2 rank(s) on 2 node(s), 1 each, identical weights, 9 steps per epoch each"), said
+    assert [(r.local_rank, r.host, r.pinned) for r in solution.records.values()] == [
+        (0, "localhost", [0]),
+        (0, "127.0.0.1", [0]),
+    ], "rank 1 is local rank 0 of the second node, and pins the one stand-in GPU of that node"
     assert solution.records[1].files == [] and "model.h5" in solution.records[0].files
 
 

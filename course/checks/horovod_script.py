@@ -1,9 +1,11 @@
 """Check a learner's Horovod training script (notebook 07, part two): run it for real and say what it gets wrong.
 
 The learner converts a single-process Keras script into a Horovod one. Both are run as they would be on a
-cluster - the original as one process, the conversion with `horovodrun -np 2` - each process in a folder of
-its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a file written with a
-relative path shows which rank wrote it. Every `Model.fit` gets one more callback that records what the
+cluster - the original as one process, the conversion with `horovodrun -np 2` on two nodes (two names of this
+machine, one rank each: local rank 0 on both, local size 1, so that local and global rank differ) - each process in
+a folder of its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a file written with
+a relative path shows which rank wrote it. Without GPUs, TensorFlow lists one stand-in GPU per rank of the node, and
+which one the script pins is noted. Every `Model.fit` gets one more callback that records what the
 check needs, read from the model and its optimizer: steps per epoch, the learning rate of each epoch, the
 logged loss, the final weights, Horovod's size, whether the optimizer is Horovod's, a digest of every
 training image the process could draw from what it gave `fit` (to tell a rank's own shard from the whole set),
@@ -54,6 +56,9 @@ class Record:
     # weights sampled at the end of the first step, before the script's own callbacks and after them (where
     # Horovod's broadcast runs): {"own": [...], "held": [...]}, {} if fit took no step
     first_step: dict[str, list[float]] = field(default_factory=dict)
+    local_rank: int = 0  # Horovod's, from horovodrun's environment
+    host: str = ""  # the node horovodrun started it on
+    pinned: list[int] | None = None  # the stand-in GPUs of its node it made visible (None: not pinned, or real GPUs)
 
 
 @dataclass
@@ -65,6 +70,13 @@ class Run:
     returncode: int
     output: str
     records: dict[int, Record] = field(default_factory=dict)
+    hosts: int = 1  # the nodes horovodrun was given
+
+    @property
+    def layout(self) -> str:
+        """Where the ranks ran, in words: "2 ranks on 2 nodes, 1 each"."""
+        per = ", ".join(str(n) for n in sorted({self.ranks // self.hosts, -(-self.ranks // self.hosts)}))
+        return f"{self.ranks} rank(s) on {self.hosts} node(s), {per} each"
 
     def __str__(self) -> str:
         if not self.records:
@@ -79,9 +91,16 @@ class Run:
 
 
 def run_script(
-    script: str | os.PathLike, folder: str | os.PathLike, ranks: int = 2, horovod: bool = True, timeout: float = TIMEOUT
+    script: str | os.PathLike,
+    folder: str | os.PathLike,
+    ranks: int = 2,
+    horovod: bool = True,
+    timeout: float = TIMEOUT,
+    hosts: int = 2,
 ) -> Run:
-    """Run `script` with `horovodrun -np ranks` (or as one plain process: horovod=False) in a fresh `folder`."""
+    """Run `script` with `horovodrun -np ranks` (or as one plain process: horovod=False) in a fresh `folder`, the ranks
+    on `hosts` nodes: two names of this machine (training.horovodrun), so that local rank and rank differ as on a
+    cluster and an answer that mixes them up is told."""
     script = Path(script).resolve()
     if not script.is_file():
         raise UserError(f"no script {script}: write it first (e.g. with %%writefile)")
@@ -91,7 +110,8 @@ def run_script(
     folder.mkdir(parents=True)
     program = [sys.executable, "-m", "course.checks.horovod_script", str(script), str(folder.resolve())]
     if horovod:
-        program = training.horovodrun(ranks) + program
+        hosts = min(hosts, ranks)
+        program = training.horovodrun(ranks, hosts) + program
     env = processes.as_caller(mpi.env())
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     devices.default_threads(env, 1)  # one thread per process: the ranks share the node's cores
@@ -100,7 +120,7 @@ def run_script(
         returncode, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
         returncode, output = -1, f"stopped after {timeout:.0f} s: {exc}"
-    return Run(script.name, ranks, returncode, output, read_records(folder))
+    return Run(script.name, ranks, returncode, output, read_records(folder), hosts if horovod else 1)
 
 
 def reference(steps_per_epoch: int, learning_rate: float, files: list[str]) -> Run:
@@ -149,7 +169,7 @@ def problems(run: Run, single: Run) -> list[str]:
             f"the ranks end with different weights (largest difference {difference:.3g}): every rank must "
             f"start from rank 0's weights and apply the same averaged update"
         )
-    found += _broadcast(ranks)
+    found += _broadcast(ranks) + _pinning(ranks)
     found += _shards(ranks) + _files(ranks, base)
     found += _steps(ranks[0].steps_per_epoch[0], base.steps_per_epoch[0], n)
     scaled = base.learning_rates[-1] * n
@@ -223,6 +243,18 @@ def _broadcast(ranks: list[Record]) -> list[str]:
     return []
 
 
+def _pinning(ranks: list[Record]) -> list[str]:
+    """A rank that pins a GPU pins its node's GPU of its local rank: GPUs are numbered per node."""
+    for r in ranks:
+        if r.pinned is not None and r.pinned != [r.local_rank]:
+            return [
+                f"rank {r.rank} is local rank {r.local_rank} on its node ({r.host}) and made GPU {r.pinned} of that node "
+                "visible: a node numbers its GPUs from 0 for the ranks on it, so each rank pins the one of its place "
+                "on the node"
+            ]
+    return []
+
+
 def _shards(ranks: list[Record]) -> list[str]:
     """Data parallelism: each rank draws from its own part of the data, so two ranks share (almost) no image."""
     first, *others = ranks
@@ -246,7 +278,7 @@ def check(run: Run, single: Run) -> None:
         raise AssertionError(f"{len(found)} problem(s) with {run.script}:\n" + "\n".join(f"- {p}" for p in found))
     record = run.records[0]
     print(
-        f"Correct: {run.ranks} ranks, identical weights, {record.steps_per_epoch[0]} steps per epoch each, "
+        f"Correct: {run.layout}, identical weights, {record.steps_per_epoch[0]} steps per epoch each, "
         f"learning rate {record.learning_rates[0]:.4g} -> {record.learning_rates[-1]:.4g}, rank 0 alone wrote "
         f"{', '.join(record.files)}."
     )
@@ -316,6 +348,51 @@ def _recorders():
     return recorder, rates
 
 
+def _stand_in_gpus() -> list[int] | None:
+    """Where TensorFlow sees no GPU: it lists one per rank of this rank's node (HOROVOD_LOCAL_SIZE), as a GPU node
+    would, and the GPUs the script makes visible are noted in the list returned instead of set. None where real
+    GPUs are there: the script pins those."""
+    import tensorflow as tf
+
+    real_list, real_visible, real_growth = (
+        tf.config.list_physical_devices,
+        tf.config.set_visible_devices,
+        tf.config.experimental.set_memory_growth,
+    )
+    if real_list("GPU"):
+        return None
+    host = os.environ.get("HOROVOD_HOSTNAME", "this node")
+
+    class NodeGpus(list):
+        def __getitem__(self, index):
+            if isinstance(index, int) and not -len(self) <= index < len(self):
+                raise IndexError(f"no GPU {index} on {host}: this node has {len(self)}, numbered from 0")
+            return super().__getitem__(index)
+
+    size = int(os.environ.get("HOROVOD_LOCAL_SIZE", "1"))
+    gpus = NodeGpus(tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(size))
+    pinned: list[int] = []
+
+    def list_devices(device_type=None):
+        return gpus if device_type == "GPU" else real_list(device_type)
+
+    def set_visible(devices, device_type=None):
+        one = isinstance(devices, tf.config.PhysicalDevice)  # a named tuple itself
+        chosen = [devices] if one or not isinstance(devices, (list, tuple)) else list(devices)
+        if chosen and all(d in gpus for d in chosen):
+            pinned.extend(gpus.index(d) for d in chosen)
+            return None
+        return real_visible(devices, device_type)
+
+    def set_growth(device, enable):
+        return None if device in gpus else real_growth(device, enable)
+
+    for owner in (tf.config, tf.config.experimental):
+        owner.list_physical_devices, owner.set_visible_devices = list_devices, set_visible
+    tf.config.experimental.set_memory_growth = set_growth
+    return pinned
+
+
 def _sample(weights: list[np.ndarray]) -> list[float]:
     """The first 64 values of every weight array: enough to tell one rank's weights from another's."""
     return [float(v) for w in weights for v in np.ravel(w)[:64]]
@@ -382,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [str(script)]
     sys.path.insert(0, str(script.parent))
     recorder, rates = _recorders()
+    pinned = _stand_in_gpus()
     runpy.run_path(str(script), run_name="__main__")
     if recorder.fitted is None:
         print(f"rank {rank}: the script never called model.fit", file=sys.stderr)
@@ -397,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
         "losses": recorder.losses,
         "files": files,
         "first_step": recorder.first_step,
+        "local_rank": int(os.environ.get("HOROVOD_LOCAL_RANK", "0")),
+        "host": os.environ.get("HOROVOD_HOSTNAME", ""),
+        "pinned": pinned if pinned else None,
         "samples": sorted(recorder.drawn)
         if recorder.drawn is not None
         else _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
