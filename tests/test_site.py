@@ -11,6 +11,7 @@ import html.parser
 import http.server
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from tests.conftest import ROOT
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
 from website import exercises, results
-from website.build import guide_pages
+from website.build import guide_pages, launch, start_page
 
 pytestmark = pytest.mark.slow
 REPOSITORY = "https://github.com/example-org/ddl-course"  # where the test's build says the student branch is
@@ -334,6 +335,20 @@ def test_a_notebook_page_shows_its_objectives_time_needs_and_launches(served, ch
         assert main.locator(".cell_output").count() == 0
     finally:
         context.close()
+
+
+def test_without_a_repository_the_pages_leave_its_links_out(monkeypatch):
+    """A site built with no DOCS_REPOSITORY_URL: no Binder or hub link, no launch button and no placeholder
+    repository (github.com/OWNER/REPOSITORY) in what its pages are made from; the box says whom to ask."""
+    for name in ("DOCS_REPOSITORY_URL", "DOCS_BRANCH", "DOCS_BINDER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DOCS_HUB_URL", HUB)  # a hub, but nothing for nbgitpuller to pull
+    text = start_page(contents.notebooks(), launch())
+    for said in ("OWNER", "REPOSITORY", "mybinder.org", "git-pull", "git clone"):
+        assert said not in text, said
+    assert "get the course's `student` branch from your instructor" in text
+    theme = runpy.run_path(str(ROOT / "website" / "conf.py"))["html_theme_options"]
+    assert theme["launch_buttons"] == {} and not theme["use_repository_button"], theme
 
 
 def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromium):

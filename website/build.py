@@ -50,7 +50,7 @@ OOD_FOLDER = "~/ddl-hpc"  # where the OnDemand app puts the student copy (its te
 @dataclass(frozen=True)
 class Launch:
     """Where learners launch the notebooks: the repository whose BRANCH holds the student copy, a BinderHub, and a
-    JupyterHub with nbgitpuller ("" where the site has none: its link is then left out)."""
+    JupyterHub with nbgitpuller ("" where the site has none: the links that need it are then left out)."""
 
     repository: str
     branch: str
@@ -81,9 +81,10 @@ class Launch:
 
 
 def launch() -> Launch:
-    """The launch settings: DOCS_REPOSITORY_URL, DOCS_BRANCH, DOCS_BINDER_URL and DOCS_HUB_URL, else the defaults."""
+    """The launch settings: DOCS_REPOSITORY_URL, DOCS_BRANCH, DOCS_BINDER_URL and DOCS_HUB_URL, else the defaults
+    (no repository: its links are left out)."""
     return Launch(
-        repository=os.environ.get("DOCS_REPOSITORY_URL") or "https://github.com/OWNER/REPOSITORY",
+        repository=os.environ.get("DOCS_REPOSITORY_URL", ""),
         branch=os.environ.get("DOCS_BRANCH") or "student",
         binder=os.environ.get("DOCS_BINDER_URL") or "https://mybinder.org",
         hub=os.environ.get("DOCS_HUB_URL", ""),
@@ -91,21 +92,29 @@ def launch() -> Launch:
 
 
 def launch_lines(where: Launch, path: str) -> list[str]:
-    """Markdown list items: where to open PATH of the student copy (Binder, the hub, Open OnDemand, a laptop)."""
+    """Markdown list items: where to open PATH of the student copy (Binder, the hub, Open OnDemand, a laptop); a
+    site built without a repository has no Binder or hub link, rather than a placeholder's."""
     hub = (
         f"[Open on your JupyterHub]({where.hub_url(path)}): puts the course in your home (nbgitpuller); a later "
         "click brings your instructor's updates without overwriting your work"
-        if where.hub
+        if where.hub and where.repository
         else "**JupyterHub**: open the link your instructor gives you (it puts the course in your home)"
     )
-    return [
-        f"- [Launch on Binder]({where.binder_url(path)}): nothing to install, CPU only; the first start takes a while",
+    clone = (
+        f"`git clone --branch {where.branch} {where.repository} ddl-hpc`"
+        if where.repository
+        else f"get the course's `{where.branch}` branch from your instructor as `ddl-hpc`"
+    )
+    binder = (
+        f"[Launch on Binder]({where.binder_url(path)}): nothing to install, CPU only; the first start takes a while"
+    )
+    return ([f"- {binder}"] if where.repository else []) + [
         f"- {hub}",
         f"- **Open OnDemand**: Interactive Apps, *{OOD_APP}*, Launch; then **Connect to JupyterLab** and open "
         f"`{OOD_FOLDER}/{path}`",
-        f"- **Your own machine** (Debian or Ubuntu, or WSL; Python 3.11): `git clone --branch {where.branch} "
-        f"{where.repository} ddl-hpc`, then `make lab` in `ddl-hpc` sets everything up in `.venv` (about 10 minutes "
-        f"the first time) and prints JupyterLab's address; open `{path}` there",
+        f"- **Your own machine** (Debian or Ubuntu, or WSL; Python 3.11): {clone}, then `make lab` in `ddl-hpc` "
+        f"sets everything up in `.venv` (about 10 minutes the first time) and prints JupyterLab's address; open "
+        f"`{path}` there",
     ]
 
 

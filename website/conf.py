@@ -33,11 +33,14 @@ html_theme_options = {
     "repository_url": WHERE.repository,
     "repository_branch": WHERE.branch,
     "path_to_docs": "",  # the pages keep the student copy's layout: notebooks/NN_name.ipynb
-    "use_repository_button": True,
+    "use_repository_button": bool(WHERE.repository),
     "use_download_button": True,
+    # no repository set (DOCS_REPOSITORY_URL): no launch buttons, rather than links to a placeholder
     "launch_buttons": {
         "notebook_interface": "jupyterlab",
         "binderhub_url": WHERE.binder,
         "jupyterhub_url": WHERE.hub,
-    },
+    }
+    if WHERE.repository
+    else {},
 }
