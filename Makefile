@@ -41,6 +41,7 @@ format:
 # line's reference; offline, warnings are errors. DOCS_REPOSITORY_URL, DOCS_HUB_URL, DOCS_BINDER_URL and DOCS_BRANCH
 # (environment or make variables) say where its launch links point: make docs DOCS_HUB_URL=https://hub.example.org
 docs: setup
+	@bash scripts/setup-mathjax.sh
 	@$(PY) -m website.build $(or $(OUT),build/site)
 
 # Publishes the site `make docs` built as the gh-pages branch of REMOTE (a git remote's name; default origin), which

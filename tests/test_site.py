@@ -59,6 +59,7 @@ def site(tmp_path_factory):
     for name in ("DOCS_BINDER_URL", "DOCS_BRANCH"):  # their defaults: mybinder.org and the student branch
         env.pop(name, None)
     started = time.monotonic()
+    subprocess.run(["bash", "scripts/setup-mathjax.sh"], cwd=ROOT, check=True)  # as make docs does; once per machine
     result = subprocess.run(
         [sys.executable, "-m", "website.build", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
     )
@@ -270,7 +271,7 @@ def test_the_scan_finds_an_answer_put_in_a_page(tmp_path):
 def test_start_page_says_where_to_run_and_its_links_launch_notebook_00(served, chromium):
     from playwright.sync_api import expect
 
-    context, opened = _context(chromium)
+    context, opened, _ = _context(chromium)
     try:
         page = patient(context.new_page())
         page.goto(f"{served}/index.html")
@@ -301,7 +302,7 @@ def test_a_notebook_page_shows_its_objectives_time_needs_and_launches(served, ch
 
     notebook = contents.read(ROOT / "notebooks" / f"{NOTEBOOK}.ipynb")
     needs = contents.readme_columns((ROOT / "README.md").read_text())[NOTEBOOK][1]
-    context, opened = _context(chromium)
+    context, opened, _ = _context(chromium)
     try:
         page = patient(context.new_page())
         page.goto(f"{served}/index.html")
@@ -337,6 +338,39 @@ def test_a_notebook_page_shows_its_objectives_time_needs_and_launches(served, ch
         context.close()
 
 
+MATH_NOTEBOOK = "02_sgd"  # a notebook page with formulas
+
+
+def test_the_site_serves_its_own_mathjax(site):
+    """A page with formulas loads MathJax from the site itself (_static/mathjax/, from its npm package), and no page
+    loads a script from elsewhere."""
+    with_math = []
+    for page in sorted(site.rglob("*.html")):
+        sources = re.findall(r'<script[^>]* src="([^"]+)"', page.read_text("utf-8"))
+        assert not [s for s in sources if "://" in s or s.startswith("//")], (page, sources)
+        mathjax = [s.split("?")[0] for s in sources if "mathjax" in s.lower()]
+        assert all(s.endswith("_static/mathjax/tex-mml-chtml.js") for s in mathjax), (page, mathjax)
+        assert all((page.parent / s).resolve().is_file() for s in mathjax), (page, mathjax)
+        with_math += [page.relative_to(site).as_posix()] if mathjax else []
+    assert f"notebooks/{MATH_NOTEBOOK}.html" in with_math, with_math
+    assert 'class="math' in (site / "notebooks" / f"{MATH_NOTEBOOK}.html").read_text("utf-8")
+
+
+def test_a_formula_is_typeset_with_the_network_off(served, chromium):
+    """MathJax typesets a notebook page's formulas in Chromium, where every address outside the loopback fails."""
+    from playwright.sync_api import expect
+
+    context, _, blocked = _context(chromium)
+    try:
+        page = patient(context.new_page())
+        page.goto(f"{served}/notebooks/{MATH_NOTEBOOK}.html")
+        expect(page.locator("article mjx-container").first).to_be_visible()
+        assert page.locator("article .math").count() == page.locator("article .math mjx-container").count()
+        assert not blocked, blocked
+    finally:
+        context.close()
+
+
 def test_without_a_repository_the_pages_leave_its_links_out(monkeypatch):
     """A site built with no DOCS_REPOSITORY_URL: no Binder or hub link, no launch button and no placeholder
     repository (github.com/OWNER/REPOSITORY) in what its pages are made from; the box says whom to ask."""
@@ -358,7 +392,7 @@ def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromi
     source = re.sub(r"^```.*?^```", "", (GUIDE / f"{GUIDE_PAGE}.md").read_text(), flags=re.M | re.S)
     title = re.search(r"^# (.+)$", source, re.M).group(1)  # code blocks' comments left out
     sections = re.findall(r"^## (.+)$", source, re.M)
-    context, _ = _context(chromium)
+    context, _, _ = _context(chromium)
     try:
         page = patient(context.new_page())
         page.goto(f"{served}/index.html")
@@ -383,9 +417,11 @@ def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromi
 
 def _context(chromium):
     """A browser context where every address outside the loopback is answered by a stub (the test runs offline and
-    checks where the launch links go, not Binder or a hub); the list of those addresses, in the order opened."""
+    checks where the launch links go, not Binder or a hub); the list of those addresses, in the order opened, and of
+    what else the pages asked of the network (refused)."""
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     opened: list[str] = []
+    blocked: list[str] = []
 
     def route(request_route) -> None:
         url = request_route.request.url
@@ -394,8 +430,9 @@ def _context(chromium):
         elif request_route.request.resource_type == "document":
             opened.append(url)
             request_route.fulfill(status=200, content_type="text/html", body="launch stub")
-        else:  # MathJax, which Sphinx loads from its CDN
+        else:  # a script, font or style from elsewhere: the site must not need one
+            blocked.append(url)
             request_route.abort()
 
     context.route("**/*", route)
-    return context, opened
+    return context, opened, blocked

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "website"
 GUIDE = ROOT / "docs" / "guide"  # the instructor guide: index.md lists its pages in order
 GITHUB = "https://github.com/"
+MATHJAX = ROOT / "build" / "mathjax"  # scripts/setup-mathjax.sh puts MathJax 3 here, as mathjax/; the site serves it
 NOTEBOOKS = "<!-- notebooks -->"  # where website/index.md gets its table of notebooks
 LAUNCH = "<!-- launch -->"  # ... its links to notebook 00
 PAGES = "<!-- pages -->"  # ... and its table of contents' notebook pages
@@ -226,6 +227,10 @@ def build(out: Path) -> int:
     from course.grading import student_copy
 
     out = Path(out).resolve()
+    if not (MATHJAX / "mathjax" / "tex-mml-chtml.js").is_file():
+        raise UserError(
+            f"no MathJax in {MATHJAX} for the site to serve: bash scripts/setup-mathjax.sh (make docs runs it)"
+        )
     if out.is_dir() and any(out.iterdir()) and not (out / ".buildinfo").is_file():
         raise UserError(f"{out} is not empty and is not an earlier site; give a new or empty folder")
     shutil.rmtree(out, ignore_errors=True)

@@ -9,14 +9,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from website.build import launch  # noqa: E402
+from website.build import MATHJAX, launch  # noqa: E402
 
 project = "Distributed Deep Learning on HPC"
 author = "the course's authors"
 extensions = ["myst_nb", "sphinx.ext.githubpages"]  # githubpages: a .nojekyll, so GitHub Pages serves _static/
-# The notebooks' $...$ and $$...$$ as JupyterLab shows them: MathJax typesets them in the reader's browser (loaded
-# from its CDN by Sphinx's default math renderer; a reader offline sees the TeX)
+# The notebooks' $...$ and $$...$$ as JupyterLab shows them: MathJax 3 typesets them in the reader's browser, served
+# from the site's own _static/mathjax/ (scripts/setup-mathjax.sh fetches its npm package), so they render offline
 myst_enable_extensions = ["dollarmath", "amsmath"]
+html_static_path = [str(MATHJAX)]
+mathjax_path = "mathjax/tex-mml-chtml.js"  # relative: under _static/
 # The instructor guide's links to a heading of another page (06-slurm.md#grading-a-class-on-the-cluster): the same
 # anchors as GitHub makes, so one link works in both
 myst_heading_anchors = 3
