@@ -1,7 +1,8 @@
 """The course's website (`make docs`, website/build.py) as a reader meets it: built once, offline, warnings as errors;
 its start page, a notebook's page and the instructor guide's pages opened in Chromium from a local web server; the launch
-links followed to the addresses they name (a stub answers there, not Binder or a hub); and not one answer or
-hidden test anywhere in what was built, by the student copy's own scan."""
+links followed to the addresses they name (a stub answers there, not Binder or a hub); a notebook's page with the
+figures of a recorded quick-profile run of it; formulas typeset by the site's own MathJax with the network off; and
+not one answer or hidden test anywhere in what was built, outputs included, by the student copy's own scan."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import html
 import html.parser
 import http.server
+import json
 import os
 import re
 import runpy
@@ -23,7 +25,7 @@ import nbformat
 import pytest
 
 from course import contents
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_course
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
 from website import exercises, results
@@ -36,6 +38,10 @@ NOTEBOOK = "07_horovod"  # the notebook page opened
 GUIDE = ROOT / "docs" / "guide"  # the instructor guide's pages
 GUIDE_PAGE = "06-slurm"  # the guide's page opened from its index
 FIRST = "00_environment_and_cluster"  # the start page's launch links open this one
+RUN = "01_task_graphs"  # the recorded run's notebook: the cheapest with figures (14 in ~15 s on 2 cores)
+# The calls that draw a figure in the notebooks' cells: a teaching cell with one must show an image
+DRAWS = re.compile(r"\bplt\.show\(|\bplots\.\w+\(|\bresults\.plot\(|\btasks\.(?:graph|trace)\(")
+IMAGES = ("image/png", "image/svg+xml", "image/jpeg")
 
 
 def binder(name: str) -> str:
@@ -52,10 +58,19 @@ def nbgitpuller(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The site, built once as `make docs` builds it, with the launch settings above."""
+def recorded_run(tmp_path_factory):
+    """A recorded quick-profile run of one notebook's solution (`python -m course run --out`): its folder."""
+    out = tmp_path_factory.mktemp("run")
+    ran = run_course("run", RUN, "--profile", "quick", "--out", str(out), timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, recorded_run):
+    """The site, built once as `make docs` builds it, with the launch settings above and the outputs of the run."""
     out = tmp_path_factory.mktemp("site") / "html"
-    env = {**os.environ, "DOCS_REPOSITORY_URL": REPOSITORY, "DOCS_HUB_URL": HUB}
+    env = {**os.environ, "DOCS_REPOSITORY_URL": REPOSITORY, "DOCS_HUB_URL": HUB, "DOCS_RUN": str(recorded_run)}
     for name in ("DOCS_BINDER_URL", "DOCS_BRANCH"):  # their defaults: mybinder.org and the student branch
         env.pop(name, None)
     started = time.monotonic()
@@ -122,13 +137,24 @@ def lines_of(path: Path) -> set[str]:
         parser.feed(path.read_text("utf-8"))
         text = "".join(parser.parts)
     elif path.suffix == ".ipynb" or path.name.endswith(".ipynb.txt"):
-        text = "\n".join(cell.source for cell in nbformat.reads(path.read_text("utf-8"), as_version=4).cells)
+        cells = nbformat.reads(path.read_text("utf-8"), as_version=4).cells
+        text = "\n".join(cell.source + "\n" + outputs_text(cell) for cell in cells)
     else:
         try:
             text = path.read_text("utf-8")
         except UnicodeDecodeError:  # images and fonts
             return set()
     return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def outputs_text(cell) -> str:
+    """What a cell's outputs show as text: streams, plain text, HTML, tracebacks."""
+    parts = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        parts += [output.get("text", ""), data.get("text/plain", ""), data.get("text/html", "")]
+        parts += output.get("traceback", [])
+    return "\n".join(parts)
 
 
 def public_lines() -> set[str]:
@@ -151,6 +177,38 @@ def test_no_answer_or_hidden_test_is_anywhere_in_the_site(site):
 
 
 SMART = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})  # Sphinx's smart quotes, undone
+
+
+def test_a_notebook_page_shows_the_figures_of_the_recorded_run_and_says_which(site, recorded_run):
+    """The page of the notebook the run executed shows every figure and printed result of its teaching cells (each
+    cell that draws shows an image), none of an answer's or a check's, and says which run they come from; a page
+    of a notebook the run did not execute says it has no outputs."""
+    executed = nbformat.read(str(recorded_run / f"{RUN}.ipynb"), as_version=4)
+
+    def teaching(cell) -> bool:
+        grading = cell.metadata.get("nbgrader", {})
+        return cell.cell_type == "code" and not grading.get("solution") and not grading.get("grade")
+
+    def images(cell) -> int:
+        return sum(any(kind in output.get("data", {}) for kind in IMAGES) for output in cell.outputs)
+
+    taught = [cell for cell in executed.cells if teaching(cell)]
+    drawing = [cell for cell in taught if DRAWS.search(cell.source)]
+    assert len(drawing) >= 8 and all(images(cell) for cell in drawing), [c.source for c in drawing if not images(c)]
+    assert any(c.get("outputs") for c in executed.cells if not teaching(c))  # answers and checks printed: none show
+    page = (site / "notebooks" / f"{RUN}.html").read_text("utf-8")
+    figures = re.findall(r'<img[^>]* src="(\.\./_images/[^"]+)"', page)  # not the launch menu's logos
+    assert len(figures) == sum(map(images, taught)) >= len(drawing)
+    assert all((site / "notebooks" / image).resolve().is_file() for image in figures), figures
+    assert page.count('class="cell_output') == sum(bool(cell.outputs) for cell in taught)
+    record = json.loads((recorded_run / "record.json").read_text())
+    said = " ".join(" ".join(lines_of(site / "notebooks" / f"{RUN}.html")).translate(SMART).split())
+    assert "come from a run of the solutions" in said
+    assert f"Recorded {record['date'].replace('T', ' ')} at commit {record['commit'][:12]}" in said
+    assert "quick profile" in said
+    other = " ".join(lines_of(site / "notebooks" / f"{FIRST}.html"))
+    assert "without outputs: the recorded run the site was built from did not run it" in other
+    assert 'class="cell_output' not in (site / "notebooks" / f"{FIRST}.html").read_text("utf-8")
 
 
 def test_every_notebook_has_its_exercise_reference_page(site):

@@ -3,12 +3,14 @@
     python -m website.build [OUT]        # default build/site; open OUT/index.html
 
 Learner pages come from the student copy (`python -m course student-copy`), never from solutions/, so no answer
-and no hidden test can reach the HTML: one page per notebook, not executed, with a box saying how long it takes,
-what it needs (README's table) and where to launch it. The instructor guide's pages (docs/guide/) are copied as they
-are, in the order its index lists them; the command line's reference is printed by its own argparse parser; what
-each exercise must do, from one data file per notebook (website/exercises.py); the expected results and the mutation
-report's table, from recorded runs (website/results.py). Where the launch links point is set
-in one place, `launch()` below, from environment variables; website/conf.py gives the same values to the theme's launch buttons.
+and no hidden test can reach the HTML: one page per notebook, not executed here, with a box saying how long it takes,
+what it needs (README's table) and where to launch it, and its teaching cells' outputs from a recorded run of the
+solutions (DOCS_RUN, a folder of `python -m course run --out`; website/outputs.py), with a note saying which run.
+The instructor guide's pages (docs/guide/) are copied as they are, in the order its index lists them; the command
+line's reference is printed by its own argparse parser; what each exercise must do, from one data file per notebook
+(website/exercises.py); the expected results and the mutation report's table, from recorded runs
+(website/results.py). Where the launch links point is set in one place, `launch()` below, from environment
+variables; website/conf.py gives the same values to the theme's launch buttons.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from course import UserError, contents
-from website import exercises, results
+from website import exercises, outputs, results
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "website"
@@ -38,7 +40,8 @@ PAGES = "<!-- pages -->"  # ... and its table of contents' notebook pages
 # What sphinx-build's messages name: the pages it reads are written in a temporary folder from these
 SOURCES = (
     "Its pages are made from: index.md <- website/index.md; notebooks/NN_name.ipynb <- solutions/ through the "
-    "student copy (one cell, the box, added after the first); instructors/*.md <- docs/guide/*.md (the same lines; "
+    "student copy (two cells, the box and the note on outputs, added after the first; outputs from DOCS_RUN's "
+    "run); instructors/*.md <- docs/guide/*.md (the same lines; "
     "index.md gains a toctree of the pages its list links to); reference/cli.md <- the course's argparse parsers "
     "(course/cli.py); reference/exercises*.md <- solutions/exercises/NN_name.yml and the notebooks' headings "
     "(website/exercises.py); reference/recorded-results.md and reference/mutation-report.md <- docs/guide/records/*.json "
@@ -128,9 +131,11 @@ def notebook_box(needs: str, where: Launch, path: str) -> str:
     )
 
 
-def notebook_pages(student: Path, source: Path, where: Launch) -> list[contents.Notebook]:
+def notebook_pages(
+    student: Path, source: Path, where: Launch, run: outputs.Run | None = None
+) -> list[contents.Notebook]:
     """Copy the student copy's notebooks into SOURCE/notebooks, each with its box after its first cell (title,
-    objectives, time); returns them in order."""
+    objectives, time), then the note on its outputs (from RUN, if given); returns them in order."""
     import nbformat
 
     needs = {name: columns[1] for name, columns in contents.readme_columns((ROOT / "README.md").read_text()).items()}
@@ -141,7 +146,11 @@ def notebook_pages(student: Path, source: Path, where: Launch) -> list[contents.
             raise UserError(f"README's notebook table has no row for {notebook.name}: python -m course readme-table")
         nb = nbformat.read(str(student / "notebooks" / f"{notebook.name}.ipynb"), as_version=4)
         box = notebook_box(needs[notebook.name], where, f"notebooks/{notebook.name}.ipynb")
-        nb.cells.insert(1, nbformat.v4.new_markdown_cell(box, id="site-run-this-notebook"))
+        note = outputs.show(nb, notebook.name, run)
+        nb.cells[1:1] = [
+            nbformat.v4.new_markdown_cell(box, id="site-run-this-notebook"),
+            nbformat.v4.new_markdown_cell(note, id="site-outputs"),
+        ]
         # IPython's lexer, as a notebook that has run says: cells with %%px, %%writefile or !commands are no Python
         nb.metadata.setdefault("language_info", {})["pygments_lexer"] = "ipython3"
         nbformat.write(nb, str(source / "notebooks" / f"{notebook.name}.ipynb"))
@@ -211,9 +220,10 @@ def guide_sources(folder: Path) -> None:
     (folder / "index.md").write_text(index.rstrip("\n") + "\n" + "\n".join(toctree), encoding="utf-8")
 
 
-def write_sources(source: Path, student: Path, where: Launch) -> None:
-    """Sphinx's source folder SOURCE: the start page, the notebook pages, the instructor guide, the reference."""
-    found = notebook_pages(student, source, where)
+def write_sources(source: Path, student: Path, where: Launch, run: outputs.Run | None = None) -> None:
+    """Sphinx's source folder SOURCE: the start page, the notebook pages (with RUN's outputs), the instructor guide,
+    the reference."""
+    found = notebook_pages(student, source, where, run)
     (source / "index.md").write_text(start_page(found, where), encoding="utf-8")
     guide_sources(source / "instructors")
     (source / "reference").mkdir()
@@ -223,7 +233,8 @@ def write_sources(source: Path, student: Path, where: Launch) -> None:
 
 
 def build(out: Path) -> int:
-    """Build the site into OUT (new, empty or an earlier site, which is replaced); sphinx-build's exit status."""
+    """Build the site into OUT (new, empty or an earlier site, which is replaced), its notebook pages with the outputs
+    of the run in DOCS_RUN; sphinx-build's exit status."""
     from course.grading import student_copy
 
     out = Path(out).resolve()
@@ -233,11 +244,14 @@ def build(out: Path) -> int:
         )
     if out.is_dir() and any(out.iterdir()) and not (out / ".buildinfo").is_file():
         raise UserError(f"{out} is not empty and is not an earlier site; give a new or empty folder")
+    run = outputs.load(os.environ["DOCS_RUN"]) if os.environ.get("DOCS_RUN") else None
+    if run is None:
+        print("website: no recorded run given (DOCS_RUN=DIR of `course run --out DIR`): no outputs shown", flush=True)
     shutil.rmtree(out, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="course-site-") as tmp:
         student, source = Path(tmp) / "student", Path(tmp) / "source"
         student_copy.build(student)
-        write_sources(source, student, launch())
+        write_sources(source, student, launch(), run)
         # -W: a warning (a broken link or reference, a page left out) fails the build; -n: every reference checked
         command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-n", "-E"]
         command += ["-c", str(HERE), "-d", str(Path(tmp) / "doctrees"), str(source), str(out)]

@@ -1,7 +1,8 @@
 """Sphinx's configuration of the course's website (python -m website.build writes the sources it reads).
 
-MyST-NB renders the notebooks without running them, and the book theme gives each notebook page its launch buttons
-(Binder and JupyterHub), pointed where website.build.launch() says, as the page's own box is.
+MyST-NB renders the notebooks without running them (with a recorded run's outputs, website/outputs.py), and the
+book theme gives each notebook page its launch buttons (Binder and JupyterHub), pointed where website.build.launch()
+says, as the page's own box is.
 """
 
 import sys
@@ -22,7 +23,7 @@ mathjax_path = "mathjax/tex-mml-chtml.js"  # relative: under _static/
 # The instructor guide's links to a heading of another page (06-slurm.md#grading-a-class-on-the-cluster): the same
 # anchors as GitHub makes, so one link works in both
 myst_heading_anchors = 3
-nb_execution_mode = "off"  # the learner's pages show the notebooks as released: no outputs, nothing run here
+nb_execution_mode = "off"  # nothing run here: the outputs are a recorded run's (website/outputs.py), if given
 language = "en"
 # A cell Pygments cannot colour (a %%writefile of a shell script) is shown plain: no broken page, so no error
 suppress_warnings = ["misc.highlighting_failure"]
