@@ -28,7 +28,7 @@ from course import contents
 from tests.conftest import ROOT, run_course
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
-from website import exercises, results
+from website import exercises, outputs, results
 from website.build import guide_pages, launch, start_page
 
 pytestmark = pytest.mark.slow
@@ -209,6 +209,23 @@ def test_a_notebook_page_shows_the_figures_of_the_recorded_run_and_says_which(si
     other = " ".join(lines_of(site / "notebooks" / f"{FIRST}.html"))
     assert "without outputs: the recorded run the site was built from did not run it" in other
     assert 'class="cell_output' not in (site / "notebooks" / f"{FIRST}.html").read_text("utf-8")
+
+
+def test_only_unchanged_teaching_cells_get_the_runs_outputs():
+    """Outputs go onto the student copy's cells by id: a teaching cell's where its code is the one that ran; never
+    an answer's or a check's (though the run gave them outputs), nor a cell whose code changed since."""
+    executed = nbformat.read(str(ROOT / "solutions" / f"{RUN}.ipynb"), as_version=4)
+    for cell in executed.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"ran {cell.id}\n")]
+    student = nbformat.read(str(ROOT / "notebooks" / f"{RUN}.ipynb"), as_version=4)
+    edited = next(cell for cell in student.cells if outputs.teaching(cell) and cell.source)
+    edited.source += "\n# edited since the run"
+    assert outputs.copy_outputs(student, executed) == 1
+    for cell in (c for c in student.cells if c.cell_type == "code"):
+        grading = cell.metadata.get("nbgrader", {})
+        answer_or_check = grading.get("solution") or grading.get("grade")
+        assert bool(cell.outputs) == (not answer_or_check and cell is not edited), (cell.id, grading)
 
 
 def test_every_notebook_has_its_exercise_reference_page(site):

@@ -98,4 +98,4 @@ def show(student: NotebookNode, name: str, run: Run | None) -> str:
         )
         if changed:
             said += f" {changed} cell(s) changed since that run and show no output."
-    return "\n".join(["```{note}", said, "```"])
+    return "\n".join(["```{admonition} Where the outputs come from", ":class: note", "", said, "```"])
