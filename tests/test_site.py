@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import contents
+from course import UserError, contents
 from tests.conftest import ROOT, run_course
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
@@ -226,6 +226,14 @@ def test_only_unchanged_teaching_cells_get_the_runs_outputs():
         grading = cell.metadata.get("nbgrader", {})
         answer_or_check = grading.get("solution") or grading.get("grade")
         assert bool(cell.outputs) == (not answer_or_check and cell is not edited), (cell.id, grading)
+
+
+def test_a_folder_that_holds_no_run_is_refused_in_one_line(tmp_path):
+    (tmp_path / "record.json").write_text('{"schema": 1, "kind": "mutation report"}')
+    with pytest.raises(UserError, match="is not the record of a `course run`"):
+        outputs.load(tmp_path)
+    with pytest.raises(UserError, match="no record.json in"):
+        outputs.load(tmp_path / "elsewhere")
 
 
 def test_every_notebook_has_its_exercise_reference_page(site):
