@@ -39,8 +39,10 @@ format:
 
 # The course as a website (website/build.py): the notebooks from the student copy, the instructor guide, the command
 # line's reference; offline, warnings are errors. DOCS_REPOSITORY_URL, DOCS_HUB_URL, DOCS_BINDER_URL and DOCS_BRANCH
-# (environment or make variables) say where its launch links point: make docs DOCS_HUB_URL=https://hub.example.org
+# (environment or make variables) say where its launch links point: make docs DOCS_HUB_URL=https://hub.example.org;
+# DOCS_RUN=DIR, a recorded run (python -m course run --out DIR), gives the notebook pages their outputs
 docs: setup
+	@bash scripts/setup-mathjax.sh
 	@$(PY) -m website.build $(or $(OUT),build/site)
 
 # Publishes the site `make docs` built as the gh-pages branch of REMOTE (a git remote's name; default origin), which

@@ -1,7 +1,8 @@
 """The course's website (`make docs`, website/build.py) as a reader meets it: built once, offline, warnings as errors;
 its start page, a notebook's page and the instructor guide's pages opened in Chromium from a local web server; the launch
-links followed to the addresses they name (a stub answers there, not Binder or a hub); and not one answer or
-hidden test anywhere in what was built, by the student copy's own scan."""
+links followed to the addresses they name (a stub answers there, not Binder or a hub); a notebook's page with the
+figures of a recorded quick-profile run of it; formulas typeset by the site's own MathJax with the network off; and
+not one answer or hidden test anywhere in what was built, outputs included, by the student copy's own scan."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import functools
 import html
 import html.parser
 import http.server
+import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -21,12 +24,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import contents
-from tests.conftest import ROOT
+from course import UserError, contents
+from tests.conftest import ROOT, run_course
 from tests.jupyterlab_ui import patient
 from tests.test_student_copy import answers_in
-from website import exercises, results
-from website.build import guide_pages
+from website import exercises, outputs, results
+from website.build import guide_pages, launch, start_page
 
 pytestmark = pytest.mark.slow
 REPOSITORY = "https://github.com/example-org/ddl-course"  # where the test's build says the student branch is
@@ -35,6 +38,10 @@ NOTEBOOK = "07_horovod"  # the notebook page opened
 GUIDE = ROOT / "docs" / "guide"  # the instructor guide's pages
 GUIDE_PAGE = "06-slurm"  # the guide's page opened from its index
 FIRST = "00_environment_and_cluster"  # the start page's launch links open this one
+RUN = "01_task_graphs"  # the recorded run's notebook: the cheapest with figures (14 in ~15 s on 2 cores)
+# The calls that draw a figure in the notebooks' cells: a teaching cell with one must show an image
+DRAWS = re.compile(r"\bplt\.show\(|\bplots\.\w+\(|\bresults\.plot\(|\btasks\.(?:graph|trace)\(")
+IMAGES = ("image/png", "image/svg+xml", "image/jpeg")
 
 
 def binder(name: str) -> str:
@@ -51,13 +58,23 @@ def nbgitpuller(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The site, built once as `make docs` builds it, with the launch settings above."""
+def recorded_run(tmp_path_factory):
+    """A recorded quick-profile run of one notebook's solution (`python -m course run --out`): its folder."""
+    out = tmp_path_factory.mktemp("run")
+    ran = run_course("run", RUN, "--profile", "quick", "--out", str(out), timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, recorded_run):
+    """The site, built once as `make docs` builds it, with the launch settings above and the outputs of the run."""
     out = tmp_path_factory.mktemp("site") / "html"
-    env = {**os.environ, "DOCS_REPOSITORY_URL": REPOSITORY, "DOCS_HUB_URL": HUB}
+    env = {**os.environ, "DOCS_REPOSITORY_URL": REPOSITORY, "DOCS_HUB_URL": HUB, "DOCS_RUN": str(recorded_run)}
     for name in ("DOCS_BINDER_URL", "DOCS_BRANCH"):  # their defaults: mybinder.org and the student branch
         env.pop(name, None)
     started = time.monotonic()
+    subprocess.run(["bash", "scripts/setup-mathjax.sh"], cwd=ROOT, check=True)  # as make docs does; once per machine
     result = subprocess.run(
         [sys.executable, "-m", "website.build", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
     )
@@ -120,13 +137,24 @@ def lines_of(path: Path) -> set[str]:
         parser.feed(path.read_text("utf-8"))
         text = "".join(parser.parts)
     elif path.suffix == ".ipynb" or path.name.endswith(".ipynb.txt"):
-        text = "\n".join(cell.source for cell in nbformat.reads(path.read_text("utf-8"), as_version=4).cells)
+        cells = nbformat.reads(path.read_text("utf-8"), as_version=4).cells
+        text = "\n".join(cell.source + "\n" + outputs_text(cell) for cell in cells)
     else:
         try:
             text = path.read_text("utf-8")
         except UnicodeDecodeError:  # images and fonts
             return set()
     return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def outputs_text(cell) -> str:
+    """What a cell's outputs show as text: streams, plain text, HTML, tracebacks."""
+    parts = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        parts += [output.get("text", ""), data.get("text/plain", ""), data.get("text/html", "")]
+        parts += output.get("traceback", [])
+    return "\n".join(parts)
 
 
 def public_lines() -> set[str]:
@@ -149,6 +177,63 @@ def test_no_answer_or_hidden_test_is_anywhere_in_the_site(site):
 
 
 SMART = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})  # Sphinx's smart quotes, undone
+
+
+def test_a_notebook_page_shows_the_figures_of_the_recorded_run_and_says_which(site, recorded_run):
+    """The page of the notebook the run executed shows every figure and printed result of its teaching cells (each
+    cell that draws shows an image), none of an answer's or a check's, and says which run they come from; a page
+    of a notebook the run did not execute says it has no outputs."""
+    executed = nbformat.read(str(recorded_run / f"{RUN}.ipynb"), as_version=4)
+
+    def teaching(cell) -> bool:
+        grading = cell.metadata.get("nbgrader", {})
+        return cell.cell_type == "code" and not grading.get("solution") and not grading.get("grade")
+
+    def images(cell) -> int:
+        return sum(any(kind in output.get("data", {}) for kind in IMAGES) for output in cell.outputs)
+
+    taught = [cell for cell in executed.cells if teaching(cell)]
+    drawing = [cell for cell in taught if DRAWS.search(cell.source)]
+    assert len(drawing) >= 8 and all(images(cell) for cell in drawing), [c.source for c in drawing if not images(c)]
+    assert any(c.get("outputs") for c in executed.cells if not teaching(c))  # answers and checks printed: none show
+    page = (site / "notebooks" / f"{RUN}.html").read_text("utf-8")
+    figures = re.findall(r'<img[^>]* src="(\.\./_images/[^"]+)"', page)  # not the launch menu's logos
+    assert len(figures) == sum(map(images, taught)) >= len(drawing)
+    assert all((site / "notebooks" / image).resolve().is_file() for image in figures), figures
+    assert page.count('class="cell_output') == sum(bool(cell.outputs) for cell in taught)
+    record = json.loads((recorded_run / "record.json").read_text())
+    said = " ".join(" ".join(lines_of(site / "notebooks" / f"{RUN}.html")).translate(SMART).split())
+    assert "come from a run of the solutions" in said
+    assert f"Recorded {record['date'].replace('T', ' ')} at commit {record['commit'][:12]}" in said
+    assert "quick profile" in said
+    other = " ".join(lines_of(site / "notebooks" / f"{FIRST}.html"))
+    assert "without outputs: the recorded run the site was built from did not run it" in other
+    assert 'class="cell_output' not in (site / "notebooks" / f"{FIRST}.html").read_text("utf-8")
+
+
+def test_only_unchanged_teaching_cells_get_the_runs_outputs():
+    """Outputs go onto the student copy's cells by id: a teaching cell's where its code is the one that ran; never
+    an answer's or a check's (though the run gave them outputs), nor a cell whose code changed since."""
+    executed = nbformat.read(str(ROOT / "solutions" / f"{RUN}.ipynb"), as_version=4)
+    for cell in executed.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"ran {cell.id}\n")]
+    student = nbformat.read(str(ROOT / "notebooks" / f"{RUN}.ipynb"), as_version=4)
+    edited = next(cell for cell in student.cells if outputs.teaching(cell) and cell.source)
+    edited.source += "\n# edited since the run"
+    assert outputs.copy_outputs(student, executed) == 1
+    for cell in (c for c in student.cells if c.cell_type == "code"):
+        grading = cell.metadata.get("nbgrader", {})
+        answer_or_check = grading.get("solution") or grading.get("grade")
+        assert bool(cell.outputs) == (not answer_or_check and cell is not edited), (cell.id, grading)
+
+
+def test_a_folder_that_holds_no_run_is_refused_in_one_line(tmp_path):
+    (tmp_path / "record.json").write_text('{"schema": 1, "kind": "mutation report"}')
+    with pytest.raises(UserError, match="is not the record of a `course run`"):
+        outputs.load(tmp_path)
+    with pytest.raises(UserError, match="no record.json in"):
+        outputs.load(tmp_path / "elsewhere")
 
 
 def test_every_notebook_has_its_exercise_reference_page(site):
@@ -269,7 +354,7 @@ def test_the_scan_finds_an_answer_put_in_a_page(tmp_path):
 def test_start_page_says_where_to_run_and_its_links_launch_notebook_00(served, chromium):
     from playwright.sync_api import expect
 
-    context, opened = _context(chromium)
+    context, opened, _ = _context(chromium)
     try:
         page = patient(context.new_page())
         page.goto(f"{served}/index.html")
@@ -300,7 +385,7 @@ def test_a_notebook_page_shows_its_objectives_time_needs_and_launches(served, ch
 
     notebook = contents.read(ROOT / "notebooks" / f"{NOTEBOOK}.ipynb")
     needs = contents.readme_columns((ROOT / "README.md").read_text())[NOTEBOOK][1]
-    context, opened = _context(chromium)
+    context, opened, _ = _context(chromium)
     try:
         page = patient(context.new_page())
         page.goto(f"{served}/index.html")
@@ -336,6 +421,53 @@ def test_a_notebook_page_shows_its_objectives_time_needs_and_launches(served, ch
         context.close()
 
 
+MATH_NOTEBOOK = "02_sgd"  # a notebook page with formulas
+
+
+def test_the_site_serves_its_own_mathjax(site):
+    """A page with formulas loads MathJax from the site itself (_static/mathjax/, from its npm package), and no page
+    loads a script from elsewhere."""
+    with_math = []
+    for page in sorted(site.rglob("*.html")):
+        sources = re.findall(r'<script[^>]* src="([^"]+)"', page.read_text("utf-8"))
+        assert not [s for s in sources if "://" in s or s.startswith("//")], (page, sources)
+        mathjax = [s.split("?")[0] for s in sources if "mathjax" in s.lower()]
+        assert all(s.endswith("_static/mathjax/tex-mml-chtml.js") for s in mathjax), (page, mathjax)
+        assert all((page.parent / s).resolve().is_file() for s in mathjax), (page, mathjax)
+        with_math += [page.relative_to(site).as_posix()] if mathjax else []
+    assert f"notebooks/{MATH_NOTEBOOK}.html" in with_math, with_math
+    assert 'class="math' in (site / "notebooks" / f"{MATH_NOTEBOOK}.html").read_text("utf-8")
+
+
+def test_a_formula_is_typeset_with_the_network_off(served, chromium):
+    """MathJax typesets a notebook page's formulas in Chromium, where every address outside the loopback fails."""
+    from playwright.sync_api import expect
+
+    context, _, blocked = _context(chromium)
+    try:
+        page = patient(context.new_page())
+        page.goto(f"{served}/notebooks/{MATH_NOTEBOOK}.html")
+        expect(page.locator("article mjx-container").first).to_be_visible()
+        assert page.locator("article .math").count() == page.locator("article .math mjx-container").count()
+        assert not blocked, blocked
+    finally:
+        context.close()
+
+
+def test_without_a_repository_the_pages_leave_its_links_out(monkeypatch):
+    """A site built with no DOCS_REPOSITORY_URL: no Binder or hub link, no launch button and no placeholder
+    repository (github.com/OWNER/REPOSITORY) in what its pages are made from; the box says whom to ask."""
+    for name in ("DOCS_REPOSITORY_URL", "DOCS_BRANCH", "DOCS_BINDER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DOCS_HUB_URL", HUB)  # a hub, but nothing for nbgitpuller to pull
+    text = start_page(contents.notebooks(), launch())
+    for said in ("OWNER", "REPOSITORY", "mybinder.org", "git-pull", "git clone"):
+        assert said not in text, said
+    assert "get the course's `student` branch from your instructor" in text
+    theme = runpy.run_path(str(ROOT / "website" / "conf.py"))["html_theme_options"]
+    assert theme["launch_buttons"] == {} and not theme["use_repository_button"], theme
+
+
 def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromium):
     from playwright.sync_api import expect
 
@@ -343,7 +475,7 @@ def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromi
     source = re.sub(r"^```.*?^```", "", (GUIDE / f"{GUIDE_PAGE}.md").read_text(), flags=re.M | re.S)
     title = re.search(r"^# (.+)$", source, re.M).group(1)  # code blocks' comments left out
     sections = re.findall(r"^## (.+)$", source, re.M)
-    context, _ = _context(chromium)
+    context, _, _ = _context(chromium)
     try:
         page = patient(context.new_page())
         page.goto(f"{served}/index.html")
@@ -368,9 +500,11 @@ def test_the_instructor_guide_and_the_command_reference_are_pages(served, chromi
 
 def _context(chromium):
     """A browser context where every address outside the loopback is answered by a stub (the test runs offline and
-    checks where the launch links go, not Binder or a hub); the list of those addresses, in the order opened."""
+    checks where the launch links go, not Binder or a hub); the list of those addresses, in the order opened, and of
+    what else the pages asked of the network (refused)."""
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     opened: list[str] = []
+    blocked: list[str] = []
 
     def route(request_route) -> None:
         url = request_route.request.url
@@ -379,8 +513,9 @@ def _context(chromium):
         elif request_route.request.resource_type == "document":
             opened.append(url)
             request_route.fulfill(status=200, content_type="text/html", body="launch stub")
-        else:  # MathJax, which Sphinx loads from its CDN
+        else:  # a script, font or style from elsewhere: the site must not need one
+            blocked.append(url)
             request_route.abort()
 
     context.route("**/*", route)
-    return context, opened
+    return context, opened, blocked

@@ -3,12 +3,14 @@
     python -m website.build [OUT]        # default build/site; open OUT/index.html
 
 Learner pages come from the student copy (`python -m course student-copy`), never from solutions/, so no answer
-and no hidden test can reach the HTML: one page per notebook, not executed, with a box saying how long it takes,
-what it needs (README's table) and where to launch it. The instructor guide's pages (docs/guide/) are copied as they
-are, in the order its index lists them; the command line's reference is printed by its own argparse parser; what
-each exercise must do, from one data file per notebook (website/exercises.py); the expected results and the mutation
-report's table, from recorded runs (website/results.py). Where the launch links point is set
-in one place, `launch()` below, from environment variables; website/conf.py gives the same values to the theme's launch buttons.
+and no hidden test can reach the HTML: one page per notebook, not executed here, with a box saying how long it takes,
+what it needs (README's table) and where to launch it, and its teaching cells' outputs from a recorded run of the
+solutions (DOCS_RUN, a folder of `python -m course run --out`; website/outputs.py), with a note saying which run.
+The instructor guide's pages (docs/guide/) are copied as they are, in the order its index lists them; the command
+line's reference is printed by its own argparse parser; what each exercise must do, from one data file per notebook
+(website/exercises.py); the expected results and the mutation report's table, from recorded runs
+(website/results.py). Where the launch links point is set in one place, `launch()` below, from environment
+variables; website/conf.py gives the same values to the theme's launch buttons.
 """
 
 from __future__ import annotations
@@ -25,19 +27,21 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from course import UserError, contents
-from website import exercises, results
+from website import exercises, outputs, results
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "website"
 GUIDE = ROOT / "docs" / "guide"  # the instructor guide: index.md lists its pages in order
 GITHUB = "https://github.com/"
+MATHJAX = ROOT / "build" / "mathjax"  # scripts/setup-mathjax.sh puts MathJax 3 here, as mathjax/; the site serves it
 NOTEBOOKS = "<!-- notebooks -->"  # where website/index.md gets its table of notebooks
 LAUNCH = "<!-- launch -->"  # ... its links to notebook 00
 PAGES = "<!-- pages -->"  # ... and its table of contents' notebook pages
 # What sphinx-build's messages name: the pages it reads are written in a temporary folder from these
 SOURCES = (
     "Its pages are made from: index.md <- website/index.md; notebooks/NN_name.ipynb <- solutions/ through the "
-    "student copy (one cell, the box, added after the first); instructors/*.md <- docs/guide/*.md (the same lines; "
+    "student copy (two cells, the box and the note on outputs, added after the first; outputs from DOCS_RUN's "
+    "run); instructors/*.md <- docs/guide/*.md (the same lines; "
     "index.md gains a toctree of the pages its list links to); reference/cli.md <- the course's argparse parsers "
     "(course/cli.py); reference/exercises*.md <- solutions/exercises/NN_name.yml and the notebooks' headings "
     "(website/exercises.py); reference/recorded-results.md and reference/mutation-report.md <- docs/guide/records/*.json "
@@ -50,7 +54,7 @@ OOD_FOLDER = "~/ddl-hpc"  # where the OnDemand app puts the student copy (its te
 @dataclass(frozen=True)
 class Launch:
     """Where learners launch the notebooks: the repository whose BRANCH holds the student copy, a BinderHub, and a
-    JupyterHub with nbgitpuller ("" where the site has none: its link is then left out)."""
+    JupyterHub with nbgitpuller ("" where the site has none: the links that need it are then left out)."""
 
     repository: str
     branch: str
@@ -81,9 +85,10 @@ class Launch:
 
 
 def launch() -> Launch:
-    """The launch settings: DOCS_REPOSITORY_URL, DOCS_BRANCH, DOCS_BINDER_URL and DOCS_HUB_URL, else the defaults."""
+    """The launch settings: DOCS_REPOSITORY_URL, DOCS_BRANCH, DOCS_BINDER_URL and DOCS_HUB_URL, else the defaults
+    (no repository: its links are left out)."""
     return Launch(
-        repository=os.environ.get("DOCS_REPOSITORY_URL") or "https://github.com/OWNER/REPOSITORY",
+        repository=os.environ.get("DOCS_REPOSITORY_URL", ""),
         branch=os.environ.get("DOCS_BRANCH") or "student",
         binder=os.environ.get("DOCS_BINDER_URL") or "https://mybinder.org",
         hub=os.environ.get("DOCS_HUB_URL", ""),
@@ -91,21 +96,29 @@ def launch() -> Launch:
 
 
 def launch_lines(where: Launch, path: str) -> list[str]:
-    """Markdown list items: where to open PATH of the student copy (Binder, the hub, Open OnDemand, a laptop)."""
+    """Markdown list items: where to open PATH of the student copy (Binder, the hub, Open OnDemand, a laptop); a
+    site built without a repository has no Binder or hub link, rather than a placeholder's."""
     hub = (
         f"[Open on your JupyterHub]({where.hub_url(path)}): puts the course in your home (nbgitpuller); a later "
         "click brings your instructor's updates without overwriting your work"
-        if where.hub
+        if where.hub and where.repository
         else "**JupyterHub**: open the link your instructor gives you (it puts the course in your home)"
     )
-    return [
-        f"- [Launch on Binder]({where.binder_url(path)}): nothing to install, CPU only; the first start takes a while",
+    clone = (
+        f"`git clone --branch {where.branch} {where.repository} ddl-hpc`"
+        if where.repository
+        else f"get the course's `{where.branch}` branch from your instructor as `ddl-hpc`"
+    )
+    binder = (
+        f"[Launch on Binder]({where.binder_url(path)}): nothing to install, CPU only; the first start takes a while"
+    )
+    return ([f"- {binder}"] if where.repository else []) + [
         f"- {hub}",
         f"- **Open OnDemand**: Interactive Apps, *{OOD_APP}*, Launch; then **Connect to JupyterLab** and open "
         f"`{OOD_FOLDER}/{path}`",
-        f"- **Your own machine** (Debian or Ubuntu, or WSL; Python 3.11): `git clone --branch {where.branch} "
-        f"{where.repository} ddl-hpc`, then `make lab` in `ddl-hpc` sets everything up in `.venv` (about 10 minutes "
-        f"the first time) and prints JupyterLab's address; open `{path}` there",
+        f"- **Your own machine** (Debian or Ubuntu, or WSL; Python 3.11): {clone}, then `make lab` in `ddl-hpc` "
+        f"sets everything up in `.venv` (about 10 minutes the first time) and prints JupyterLab's address; open "
+        f"`{path}` there",
     ]
 
 
@@ -118,9 +131,11 @@ def notebook_box(needs: str, where: Launch, path: str) -> str:
     )
 
 
-def notebook_pages(student: Path, source: Path, where: Launch) -> list[contents.Notebook]:
+def notebook_pages(
+    student: Path, source: Path, where: Launch, run: outputs.Run | None = None
+) -> list[contents.Notebook]:
     """Copy the student copy's notebooks into SOURCE/notebooks, each with its box after its first cell (title,
-    objectives, time); returns them in order."""
+    objectives, time), then the note on its outputs (from RUN, if given); returns them in order."""
     import nbformat
 
     needs = {name: columns[1] for name, columns in contents.readme_columns((ROOT / "README.md").read_text()).items()}
@@ -131,7 +146,11 @@ def notebook_pages(student: Path, source: Path, where: Launch) -> list[contents.
             raise UserError(f"README's notebook table has no row for {notebook.name}: python -m course readme-table")
         nb = nbformat.read(str(student / "notebooks" / f"{notebook.name}.ipynb"), as_version=4)
         box = notebook_box(needs[notebook.name], where, f"notebooks/{notebook.name}.ipynb")
-        nb.cells.insert(1, nbformat.v4.new_markdown_cell(box, id="site-run-this-notebook"))
+        note = outputs.show(nb, notebook.name, run)
+        nb.cells[1:1] = [
+            nbformat.v4.new_markdown_cell(box, id="site-run-this-notebook"),
+            nbformat.v4.new_markdown_cell(note, id="site-outputs"),
+        ]
         # IPython's lexer, as a notebook that has run says: cells with %%px, %%writefile or !commands are no Python
         nb.metadata.setdefault("language_info", {})["pygments_lexer"] = "ipython3"
         nbformat.write(nb, str(source / "notebooks" / f"{notebook.name}.ipynb"))
@@ -201,9 +220,10 @@ def guide_sources(folder: Path) -> None:
     (folder / "index.md").write_text(index.rstrip("\n") + "\n" + "\n".join(toctree), encoding="utf-8")
 
 
-def write_sources(source: Path, student: Path, where: Launch) -> None:
-    """Sphinx's source folder SOURCE: the start page, the notebook pages, the instructor guide, the reference."""
-    found = notebook_pages(student, source, where)
+def write_sources(source: Path, student: Path, where: Launch, run: outputs.Run | None = None) -> None:
+    """Sphinx's source folder SOURCE: the start page, the notebook pages (with RUN's outputs), the instructor guide,
+    the reference."""
+    found = notebook_pages(student, source, where, run)
     (source / "index.md").write_text(start_page(found, where), encoding="utf-8")
     guide_sources(source / "instructors")
     (source / "reference").mkdir()
@@ -213,17 +233,25 @@ def write_sources(source: Path, student: Path, where: Launch) -> None:
 
 
 def build(out: Path) -> int:
-    """Build the site into OUT (new, empty or an earlier site, which is replaced); sphinx-build's exit status."""
+    """Build the site into OUT (new, empty or an earlier site, which is replaced), its notebook pages with the outputs
+    of the run in DOCS_RUN; sphinx-build's exit status."""
     from course.grading import student_copy
 
     out = Path(out).resolve()
+    if not (MATHJAX / "mathjax" / "tex-mml-chtml.js").is_file():
+        raise UserError(
+            f"no MathJax in {MATHJAX} for the site to serve: bash scripts/setup-mathjax.sh (make docs runs it)"
+        )
     if out.is_dir() and any(out.iterdir()) and not (out / ".buildinfo").is_file():
         raise UserError(f"{out} is not empty and is not an earlier site; give a new or empty folder")
+    run = outputs.load(os.environ["DOCS_RUN"]) if os.environ.get("DOCS_RUN") else None
+    if run is None:
+        print("website: no recorded run given (DOCS_RUN=DIR of `course run --out DIR`): no outputs shown", flush=True)
     shutil.rmtree(out, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="course-site-") as tmp:
         student, source = Path(tmp) / "student", Path(tmp) / "source"
         student_copy.build(student)
-        write_sources(source, student, launch())
+        write_sources(source, student, launch(), run)
         # -W: a warning (a broken link or reference, a page left out) fails the build; -n: every reference checked
         command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-n", "-E"]
         command += ["-c", str(HERE), "-d", str(Path(tmp) / "doctrees"), str(source), str(out)]

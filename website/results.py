@@ -110,8 +110,10 @@ def shown(value: Any, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def provenance(record: dict[str, Any]) -> str:
-    """Where a record's numbers come from: its date, commit, profile and machine, and its file."""
+def provenance(record: dict[str, Any], source: str | None = None) -> str:
+    """Where a record's numbers come from: its date, commit, profile and machine, and its file (SOURCE: by default
+    docs/guide/records/ the record's file; "" names none)."""
+    where = f"docs/guide/records/{record['file']}" if source is None else source
     m = record["machine"]
     commit = record["commit"][:12] if record["commit"] != "unknown" else "an unknown commit"
     changed = " with uncommitted changes" if record.get("changed") else ""
@@ -119,7 +121,7 @@ def provenance(record: dict[str, Any]) -> str:
     return (
         f"Recorded {record['date'].replace('T', ' ')} at commit `{commit}`{changed}, {record['profile']} profile, on "
         f"{m['cores']} cores ({m['cpu']}), {m['memory_bytes'] / 2**30:.1f} GiB memory, {gpus}, Python {m['python']}, "
-        f"{m['system']}; load average {m['load_average']} as it started (`docs/guide/records/{record['file']}`)."
+        f"{m['system']}; load average {m['load_average']} as it started" + (f" (`{where}`)." if where else ".")
     )
 
 
