@@ -185,6 +185,34 @@ def _what_the_callbacks_did(view: Any, base_lr: float, warmup: int, warmup_given
         f"training starts at the rate {rates[0]:.4g}, not at one process's BASE_LR = {base_lr}",
     )
     expect(all(a <= b * (1 + 1e-6) for a, b in zip(rates, rates[1:])), "the rate should only grow during the warm-up")
+    _what_rank0_wrote(seen[0], steps)
+
+
+def _what_rank0_wrote(seen: dict, steps: int) -> None:
+    """Rank 0's writers, used as the next step uses them: its last checkpoint resumes with the optimizer's state (as
+    the notebook resumes, hvd.load_model), and TensorBoard logged the loss averaged over the ranks."""
+    resumed, logged = seen.get("resumed"), seen.get("logged")
+    if resumed is not None:
+        expect(
+            resumed["error"] is None,
+            f"rank 0's last checkpoint (epoch {resumed['epoch']}) cannot be resumed from as the notebook resumes "
+            f"(hvd.load_model): {resumed['error']}. A checkpoint to resume from holds the whole model with its "
+            "optimizer, not the weights alone",
+        )
+        expect(
+            resumed["iterations"] == resumed["epoch"] * steps,
+            f"resuming from rank 0's checkpoint of epoch {resumed['epoch']} gives an optimizer at step "
+            f"{resumed['iterations']}, not {resumed['epoch'] * steps}: the checkpoint should carry the optimizer's state",
+        )
+    if logged is not None:
+        averaged = seen["losses"]
+        expect(
+            len(logged) == len(averaged)
+            and all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(logged, averaged)),
+            f"rank 0's TensorBoard logged the losses {[round(v, 4) for v in logged]}, not the ones averaged over the "
+            f"ranks {[round(v, 4) for v in averaged]}: a callback that reads the metrics sees them averaged only if "
+            "it comes after the metric-average callback",
+        )
 
 
 @check
@@ -193,7 +221,8 @@ def callback_lists(view: Any, base_lr: float, out: str | os.PathLike, warmup: in
     alone writes checkpoints and TensorBoard logs, under `out`. What the callbacks do is measured by running them
     on every rank (course.checks.horovod_trial): after the first step every rank holds rank 0's weights, the
     epochs' loss is the same on every rank, and the rate starts at `base_lr` and reaches base_lr x size at the end
-    of `warmup` epochs (with the engines' `steps` per epoch, as the notebook's fit takes them) and stays there."""
+    of `warmup` epochs (with the engines' `steps` per epoch, as the notebook's fit takes them) and stays there;
+    rank 0's last checkpoint resumes with the optimizer's state and its TensorBoard logs the averaged loss."""
     facts = deadline.apply(view, callback_facts, on_engine("callbacks"))
     names = [f["names"] for f in facts]
     expect(
