@@ -5,7 +5,8 @@ cluster - the original as one process, the conversion with `horovodrun -np 2` on
 machine, one rank each: local rank 0 on both, local size 1, so that local and global rank differ) - each process in
 a folder of its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a file written with
 a relative path shows which rank wrote it. Without GPUs, TensorFlow lists one stand-in GPU per rank of the node, and
-which one the script pins is noted. Every `Model.fit` gets one more callback that records what the
+which one the script pins is noted; a random seed the script sets is each rank's own, so that only a broadcast
+starts the ranks from the same weights. Every `Model.fit` gets one more callback that records what the
 check needs, read from the model and its optimizer: steps per epoch, the learning rate of each epoch, the
 logged loss, the final weights, Horovod's size, whether the optimizer is Horovod's, a digest of every
 training image the process could draw from what it gave `fit` (to tell a rank's own shard from the whole set),
@@ -393,6 +394,22 @@ def _stand_in_gpus() -> list[int] | None:
     return pinned
 
 
+def _seeds_of_this_rank(rank: int) -> None:
+    """A seed the script sets is this rank's own (seed + 1009 x rank), as processes on a cluster would not share a
+    starting point by luck: only a broadcast then gives every rank rank 0's weights."""
+    import tensorflow as tf
+
+    def offset(set_seed):
+        def rank_seed(seed, *args, **kwargs):
+            return set_seed(None if seed is None else seed + 1009 * rank, *args, **kwargs)
+
+        return rank_seed
+
+    tf.random.set_seed = offset(tf.random.set_seed)
+    tf.keras.utils.set_random_seed = offset(tf.keras.utils.set_random_seed)
+    tf.compat.v1.set_random_seed = offset(tf.compat.v1.set_random_seed)
+
+
 def _sample(weights: list[np.ndarray]) -> list[float]:
     """The first 64 values of every weight array: enough to tell one rank's weights from another's."""
     return [float(v) for w in weights for v in np.ravel(w)[:64]]
@@ -460,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(script.parent))
     recorder, rates = _recorders()
     pinned = _stand_in_gpus()
+    _seeds_of_this_rank(rank)
     runpy.run_path(str(script), run_name="__main__")
     if recorder.fitted is None:
         print(f"rank {rank}: the script never called model.fit", file=sys.stderr)
