@@ -462,3 +462,33 @@ def test_adapt_fits_the_tasks_and_their_cpus_into_the_partition(layout):
     h = sbatch_script.read(adapted)
     per_node = int(h.get("ntasks-per-node") or h.get("ntasks"))
     assert per_node * int(h.get("cpus-per-task")) <= 2 and int(h.get("ntasks") or per_node) <= 2, adapted
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "export CUDA_VISIBLE_DEVICES=$SLURM_LOCALID",
+        "export CUDA_VISIBLE_DEVICES=${SLURM_LOCALID}",
+        'declare -x CUDA_VISIBLE_DEVICES="$SLURM_PROCID"',
+    ],
+)
+def test_a_per_task_variable_read_in_the_batch_step_is_named(line, submit_dir):
+    """The batch step runs once, on the first node, as task 0: every rank would get task 0's value."""
+    text = SHORT_FORMS.replace("srun --mpi=pmix", f"{line}\nsrun --mpi=pmix", 1)
+    found = _problems(text, submit_dir)
+    assert len(found) == 1 and "in the batch step, which runs once, on the job's first node" in found[0], found
+
+
+def test_a_per_task_variable_read_where_each_rank_runs_is_right(submit_dir):
+    launch = SRUN_LAUNCH.replace(" python", " bash -c 'CUDA_VISIBLE_DEVICES=$SLURM_LOCALID exec \"$@\"' _ python")
+    text = SHORT_FORMS.replace(SRUN_LAUNCH, launch)
+    assert _problems(text, submit_dir) == []
+
+
+@pytest.mark.parametrize(
+    "hosts, named", [("localhost:$SLURM_NTASKS", True), ("$(hostname):16", False), ("$HOSTS", False)]
+)
+def test_horovodrun_given_one_host_in_a_job_of_two_nodes_is_named(hosts, named, submit_dir):
+    text = SHORT_FORMS.replace(SRUN_LAUNCH, f"horovodrun -np $SLURM_NTASKS -H {hosts} python")
+    found = [p for p in _problems(text, submit_dir) if "-H names one host" in p]
+    assert bool(found) == named, _problems(text, submit_dir)

@@ -63,6 +63,29 @@ def problems(text: str, want: Exercise, submit_dir: str | Path = ".") -> list[st
     found += _limit(h, want)
     found += _files(h, want, Path(submit_dir))
     found += _launch(h, want)
+    found += _per_rank_variables(h)
+    return found
+
+
+# Set by srun for each task of a step: in the batch step (which runs once, on the job's first node) they hold that
+# one task's values, so an export there gives every rank the first node's first task's value.
+PER_TASK = ("SLURM_LOCALID", "SLURM_PROCID", "SLURM_NODEID")
+
+
+def _per_rank_variables(h: Header) -> list[str]:
+    """An export in the batch step that reads a per-task variable sets one value for every rank."""
+    found = []
+    for number, line in h.commands:
+        words = line.split()
+        if not words or words[0] not in ("export", "declare") and "=" not in words[0]:
+            continue
+        used = next((v for v in PER_TASK if v in line), None)
+        if used:
+            found.append(
+                f"line {number} reads ${used} in the batch step, which runs once, on the job's first node, as task 0: "
+                f"every rank would get that one value. Read it where each rank runs (a command srun starts per task), "
+                "or let Slurm bind each rank's GPU (--gpus-per-task, --gpu-bind)"
+            )
     return found
 
 
@@ -385,6 +408,12 @@ def _launch(h: Header, want: Exercise) -> list[str]:
             f"line {number}: horovodrun without -H/--hostfile starts every rank on the first node: in a "
             f"batch job use mpiexec -np $SLURM_NTASKS or srun, which know the allocation"
         )
+    elif launcher == "horovodrun" and _one_host(words) and (_count(h, "nodes")[0] or 1) > 1:
+        found.append(
+            f"line {number}: horovodrun -H names one host, so every rank starts on the first node of the "
+            f"{_count(h, 'nodes')[0]} the job holds: in a batch job use mpiexec -np $SLURM_NTASKS or srun, which know "
+            "the allocation"
+        )
     else:
         found += _rank_count(words, number, want)
         if launcher == "srun":
@@ -407,6 +436,13 @@ def _launch(h: Header, want: Exercise) -> list[str]:
 
 
 INHERITS = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again from 23.11 (SchedMD's release notes); 22.05-23.02 do not
+
+
+def _one_host(words: list[str]) -> bool:
+    """horovodrun's -H/--hosts names a single host (localhost:N, or one name)."""
+    at = next((i for i, w in enumerate(words) if w in ("-H", "--hosts")), None)
+    hosts = words[at + 1] if at is not None and at + 1 < len(words) else ""
+    return bool(hosts) and "," not in hosts and "$" not in hosts.split(":")[0]
 
 
 def _srun_cpus(h: Header, words: list[str], number: int, version: tuple[int, int] | None = None) -> list[str]:
