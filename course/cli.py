@@ -90,6 +90,14 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             failed += not status.ok
         return 1 if failed else 0
     if args.all:
+        from course import slurm
+
+        down = slurm.controller_down()  # one short ping: asked, each Slurm command would wait ~10 s on a dead one
+        if down:
+            print(
+                f"Slurm does not answer ({down}): no engine job was looked for or cancelled; once it answers, "
+                "run this again to cancel any left (squeue -u $USER lists them)"
+            )
         ended, spared = cluster.stop_all(force=args.force)
         print(f"stopped: {', '.join(ended)}" if ended else "no course clusters were stopped")
         for line in spared:
