@@ -155,6 +155,26 @@ def add_cluster(commands) -> None:
         p.set_defaults(func=cmd_cluster)
 
 
+def cmd_hub(args: argparse.Namespace) -> int:
+    from course import hub
+
+    return hub.main(args.hub_command, args.prefix)
+
+
+def add_hub(commands) -> None:
+    parser = commands.add_parser("hub", help="as root, at the end of a class on a JupyterHub: its servers and copies")
+    sub = parser.add_subparsers(dest="hub_command", required=True, metavar="{end-of-class,forget-gone}")
+    end = sub.add_parser(
+        "end-of-class",
+        help="(the hub stopped) end the course's servers, remove the instructors' copies with nothing of their "
+        "own, and say what was kept",
+    )
+    forget = sub.add_parser("forget-gone", help="drop instructors' copies that no longer exist from the record")
+    for p in (end, forget):
+        p.add_argument("--prefix", default=None, help="the hub's environment (default HUB_PREFIX or /opt/ddl-hpc)")
+        p.set_defaults(func=cmd_hub)
+
+
 def add_data(commands) -> None:
     data_parser = commands.add_parser(
         "data", help="datasets: fetch for a site data directory, or show where they load from"
@@ -520,6 +540,7 @@ def build_parser() -> Parser:
 
     add_data(commands)
     add_cluster(commands)
+    add_hub(commands)
     add_grading(commands)
     add_instructor_tools(commands)
     add_readme_table(commands)
