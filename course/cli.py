@@ -163,14 +163,15 @@ def cmd_hub(args: argparse.Namespace) -> int:
 
 def add_hub(commands) -> None:
     parser = commands.add_parser("hub", help="as root, at the end of a class on a JupyterHub: its servers and copies")
-    sub = parser.add_subparsers(dest="hub_command", required=True, metavar="{end-of-class,forget-gone}")
+    sub = parser.add_subparsers(dest="hub_command", required=True, metavar="{end-of-class,stop-servers,forget-gone}")
     end = sub.add_parser(
         "end-of-class",
         help="(the hub stopped) end the course's servers, remove the instructors' copies with nothing of their "
         "own, and say what was kept",
     )
+    servers = sub.add_parser("stop-servers", help="(the hub stopped) end the course's servers and nothing else")
     forget = sub.add_parser("forget-gone", help="drop instructors' copies that no longer exist from the record")
-    for p in (end, forget):
+    for p in (end, servers, forget):
         p.add_argument("--prefix", default=None, help="the hub's environment (default HUB_PREFIX or /opt/ddl-hpc)")
         p.set_defaults(func=cmd_hub)
 

@@ -1,6 +1,7 @@
 """The end of a class on a JupyterHub (docs/guide/02-deploy.md, 07-clean-up.md): as root, once the hub is stopped,
 
     /opt/ddl-hpc/bin/course hub end-of-class     # ends the course's servers, removes the instructors' copies
+    /opt/ddl-hpc/bin/course hub stop-servers     # only ends the servers (before the Slurm-spawned hub, say)
     /opt/ddl-hpc/bin/course hub forget-gone      # drops copies that no longer exist from the record
 
 A server is the course's when it runs the shared environment's `jupyterhub-singleuser`; with it end everything it
@@ -133,7 +134,7 @@ def end_of_class(prefix: Path) -> list[str]:
 
 
 def main(command: str, prefix: str | None = None) -> int:
-    """`course hub end-of-class|forget-gone`, as root."""
+    """`course hub end-of-class|stop-servers|forget-gone`, as root."""
     from course.doctor.hub import hub_prefix
 
     if os.geteuid() != 0:
@@ -141,6 +142,7 @@ def main(command: str, prefix: str | None = None) -> int:
     where = hub_prefix(Path(prefix) if prefix else None)
     if not (where / "bin" / "jupyterhub-singleuser").exists():
         raise UserError(f"no hub environment at {where}: name it with --prefix DIR (or HUB_PREFIX)")
-    for line in end_of_class(where) if command == "end-of-class" else forget_gone(where):
+    steps = {"end-of-class": end_of_class, "stop-servers": end_servers, "forget-gone": forget_gone}
+    for line in steps[command](where):
         print(line)
     return 0
