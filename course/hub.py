@@ -39,7 +39,7 @@ def runs(program: Path, process: psutil.Process) -> bool:
 def from_environment(prefix: Path) -> list[psutil.Process]:
     """Processes that users other than root run from the environment PREFIX (its Python, its commands)."""
     found = []
-    for process in psutil.process_iter(["uids"]):
+    for process in psutil.process_iter(["uids", "username"]):
         argv = _argv(process)
         if process.info["uids"] and process.info["uids"].real != 0 and argv and argv[0].startswith(f"{prefix}/bin/"):
             found.append(process)
@@ -59,13 +59,13 @@ def end_servers(prefix: Path) -> list[str]:
     servers = [p for p in ours if runs(prefix / "bin" / "jupyterhub-singleuser", p)]
     started = [child for server in servers for child in processes.tree(server)]
     everything = list({p.pid: p for p in [*started, *ours]}.values())
-    users = sorted({p.username() for p in servers})
+    users = sorted({p.info["username"] for p in servers})
     processes.end(everything, timeout=10)
     if not everything:
         return [f"no server of the course was running (none from {prefix})"]
     return [
         f"ended {len(servers)} server(s) of the course ({', '.join(users) or 'none'}) and "
-        f"{len(everything) - len(servers)} process(es) they and their users had started from {prefix}"
+        f"{len(everything) - len(servers)} other process(es): what they started, and what users ran from {prefix}"
     ]
 
 

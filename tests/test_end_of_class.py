@@ -67,7 +67,7 @@ def test_only_the_environments_servers_and_what_they_started_are_ended(open_fold
         assert not processes.running(started) and not processes.running(kernel), lines
         assert processes.running(decoy), f"a process that only names the server was ended: {lines}"
         assert len(lines) == 1 and lines[0].startswith("ended 1 server(s) of the course (nobody)"), lines
-        assert "and 1 process(es) they and their users had started" in lines[0], lines
+        assert "and 1 other process(es): what they started" in lines[0], lines
         assert hub.end_servers(prefix) == [f"no server of the course was running (none from {prefix})"]
     finally:
         for process in (started, decoy):
