@@ -894,7 +894,8 @@ def test_doctor_checks_the_hub(hub, graded):
         "COURSE_NBGRADER_EXCHANGE": str(hub.exchange),
         "COURSE_NBGRADER_ROOT": str(hub.grading),
     }
-    for name in ("hub-env", "hub-kernel", "exchange", "checkout", "answers"):  # as the guide's instructor ran it
+    # as the guide's instructor ran it
+    for name in ("hub-env", "hub-kernel", "exchange", "checkout", "records", "answers"):
         assert re.search(rf"ok\s+{name}\s", graded["doctor"]), graded["doctor"]
     command = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
