@@ -4,8 +4,8 @@ Six lines: the shared environment the servers run from, the kernel every user ge
 every checkout of the course (the site's, wherever `make setup HUB=1` ran, the instructors' copies that
 scripts/instructor-copy.sh made, and the one it runs from) is closed to other users, whether the record of those
 copies names any that is gone (a note), and whether any file a learner account can read holds an answer block or a
-hidden test. A learner "can read"
-a file when others may read it and enter every folder above it (learners are neither owner nor group of these).
+hidden test. A learner "can read" a file when others may read it and enter every folder above it (learners are
+neither owner nor group of these).
 """
 
 from __future__ import annotations
@@ -176,13 +176,13 @@ def check_records(prefix: Path) -> Check:
         return Check(
             "records", True, f"every instructor's copy on record exists ({prefix / COPIES_RECORD})", essential=False
         )
-    orphans = [str(c) for c, why in stale.items() if "uid" in why]
+    orphans = [str(c) for c in stale if c.exists()]  # a copy left by `userdel` without -r: answers nobody owns
     forget = f"as root: {prefix / 'bin' / 'course'} hub forget-gone"
     return Check(
         "records",
         False,
         f"{prefix / COPIES_RECORD} is stale: " + "; ".join(f"{c} {why}" for c, why in stale.items()),
-        (f"rm -rf {' '.join(orphans)} (it holds every answer), then " if orphans else "") + forget,
+        (f"rm -rf {' '.join(orphans)} (a copy holds every answer), then " if orphans else "") + forget,
         essential=False,
     )
 
