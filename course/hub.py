@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from course import UserError, processes, settings
-from course.doctor.hub import COPIES_RECORD, CHECKOUT_RECORD, recorded_copies
+from course.doctor.hub import CHECKOUT_RECORD, COPIES_RECORD, is_checkout, recorded_copies
 
 
 def _argv(process: psutil.Process) -> list[str]:
@@ -105,10 +105,15 @@ def remove_copies(prefix: Path) -> list[str]:
     """Remove each recorded instructor's copy that is still the plain clone it was made as; name those kept."""
     lines, kept = [], []
     for copy in recorded_copies(prefix):
-        work = own_work(copy) if copy.exists() else ""
         if not copy.exists():
             lines.append(_forgot(copy))
-        elif work:
+            continue
+        if copy.is_symlink() or not copy.is_dir() or not is_checkout(copy):
+            kept.append(copy)
+            lines.append(f"kept {copy}: it is no longer a folder of the course's checkout (a link, or another thing)")
+            continue
+        work = own_work(copy)
+        if work:
             kept.append(copy)
             lines.append(f"kept {copy}: it holds {work}; once saved elsewhere: rm -rf {copy}")
         else:

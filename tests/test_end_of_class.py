@@ -82,10 +82,13 @@ def test_copies_with_nothing_of_their_own_are_removed_the_others_kept_the_gone_f
     site = tmp_path / "site"
     site.mkdir()
     _git("init", "-q", "-b", "main", cwd=site)
-    (site / "course.py").write_text("answer = 42\n")
+    (site / "solutions").mkdir()  # what makes a folder a course checkout
+    (site / "solutions" / "00.ipynb").write_text("{}\n")
     _git("add", ".", cwd=site)
     _git("-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "site", cwd=site)
     clean, edited, committed, gone = (tmp_path / name for name in ("clean", "edited", "committed", "gone"))
+    linked = tmp_path / "linked"
+    linked.symlink_to(site)  # a link where the copy was: to the site's checkout, say
     for copy in (clean, edited, committed):
         _git("clone", "-q", str(site), str(copy), cwd=tmp_path)
     (edited / "grades").mkdir()  # ignored files count too: a gradebook kept in the checkout
@@ -96,7 +99,7 @@ def test_copies_with_nothing_of_their_own_are_removed_the_others_kept_the_gone_f
     prefix = tmp_path / "env"
     record = prefix / COPIES_RECORD
     record.parent.mkdir(parents=True)
-    record.write_text("".join(f"{c}\n" for c in (clean, edited, committed, gone)))
+    record.write_text("".join(f"{c}\n" for c in (clean, edited, committed, gone, linked)))
 
     lines = hub.remove_copies(prefix)
     assert not clean.exists() and edited.is_dir() and committed.is_dir() and site.is_dir()
@@ -104,7 +107,8 @@ def test_copies_with_nothing_of_their_own_are_removed_the_others_kept_the_gone_f
     assert lines[1].startswith(f"kept {edited}: it holds files of its own") and f"rm -rf {edited}" in lines[1], lines
     assert lines[2].startswith(f"kept {committed}: it holds commits of its own"), lines
     assert lines[3] == f"forgot {gone}: it no longer exists", lines
-    assert record.read_text() == f"{committed}\n{edited}\n"
+    assert lines[4].startswith(f"kept {linked}: it is no longer a folder of the course") and site.is_dir(), lines
+    assert record.read_text() == f"{committed}\n{edited}\n{linked}\n"
     subprocess.run(["rm", "-rf", str(edited)], check=True)
     assert hub.forget_gone(prefix) == [f"forgot {edited}: it no longer exists"]
-    assert record.read_text() == f"{committed}\n"
+    assert record.read_text() == f"{committed}\n{linked}\n"
