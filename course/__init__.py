@@ -13,11 +13,10 @@ A map, by role (each module's docstring says more):
 - What runs as a job (`python -m course.programs.NAME`, under horovodrun, mpiexec or srun): programs/.
 - The machine underneath, one place each: slurm (every Slurm command), mpi (Open MPI), devices (GPUs, threads),
   processes (finding and killing), memory, settings (every COURSE_* variable), profile.
-- Tools on the command line (`python -m course ...`, cli): doctor/, jobs, apptainer, run (and records: a run's
-  date, commit and machine as data, for the website), lab, contents (README's
+- Tools on the command line (`python -m course ...`, cli): doctor/, hub (the end of a class on a JupyterHub), jobs,
+  apptainer, run (and records: a run's date, commit and machine as data, for the website), lab, contents (README's
   table of notebooks, read from them), scaffold (new-exercise: a graded exercise's pieces, CONTRIBUTING.md), and
-  grading/ (release, validate, grade a class locally or on Slurm, the
-  student copy); for instructors, mutation/ (the mutation report: how many mutants of each exercise's solution its
+  grading/ (release, validate, grade a class locally or on Slurm, the student copy); for instructors, mutation/ (the mutation report: how many mutants of each exercise's solution its
   checks catch; not in the student copy).
 """
 

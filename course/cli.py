@@ -90,6 +90,14 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             failed += not status.ok
         return 1 if failed else 0
     if args.all:
+        from course import slurm
+
+        down = slurm.controller_down()  # one short ping: asked, each Slurm command would wait ~10 s on a dead one
+        if down:
+            print(
+                f"Slurm does not answer ({down}): no engine job was looked for or cancelled; once it answers, "
+                "run this again to cancel any left (squeue -u $USER lists them)"
+            )
         ended, spared = cluster.stop_all(force=args.force)
         print(f"stopped: {', '.join(ended)}" if ended else "no course clusters were stopped")
         for line in spared:
@@ -145,6 +153,27 @@ def add_cluster(commands) -> None:
     stop.add_argument("--force", action="store_true", help="with --all: stop clusters still in use too")
     for p in (start, status, stop):
         p.set_defaults(func=cmd_cluster)
+
+
+def cmd_hub(args: argparse.Namespace) -> int:
+    from course import hub
+
+    return hub.main(args.hub_command, args.prefix)
+
+
+def add_hub(commands) -> None:
+    parser = commands.add_parser("hub", help="as root, at the end of a class on a JupyterHub: its servers and copies")
+    sub = parser.add_subparsers(dest="hub_command", required=True, metavar="{end-of-class,stop-servers,forget-gone}")
+    end = sub.add_parser(
+        "end-of-class",
+        help="(the hub stopped) end the course's servers, remove the instructors' copies with nothing of their "
+        "own, and say what was kept",
+    )
+    servers = sub.add_parser("stop-servers", help="(the hub stopped) end the course's servers and nothing else")
+    forget = sub.add_parser("forget-gone", help="drop instructors' copies that no longer exist from the record")
+    for p in (end, servers, forget):
+        p.add_argument("--prefix", default=None, help="the hub's environment (default HUB_PREFIX or /opt/ddl-hpc)")
+        p.set_defaults(func=cmd_hub)
 
 
 def add_data(commands) -> None:
@@ -512,6 +541,7 @@ def build_parser() -> Parser:
 
     add_data(commands)
     add_cluster(commands)
+    add_hub(commands)
     add_grading(commands)
     add_instructor_tools(commands)
     add_readme_table(commands)

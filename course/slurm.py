@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import os
 import re
 import shutil
 import subprocess
@@ -143,15 +144,34 @@ def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
 
+# scontrol ping's bound: a slurmctld answers in milliseconds, but a host that drops packets holds scontrol for
+# MessageTimeout (10 s) and a missing slurm.conf for 60 s; every Slurm command after it would wait as long again.
+PING_SECONDS = 3.0
+PING_KEPT = 30.0  # seconds an answer stands for, so that one `stop --all` pings once, not once per job
+PINGED: dict[str, tuple[float, str | None]] = {}  # SLURM_CONF -> (when, what ping said)
+
+
 def controller_down() -> str | None:
     """What `scontrol ping` says when no Slurm controller answers here, else None (one is up, or ping cannot
-    tell). Ping knows at once, where sinfo and squeue retry for about 10 s before they fail."""
+    tell). Ping knows at once, where sinfo and squeue retry for about 10 s before they fail; its answer is kept
+    for PING_KEPT s."""
     scontrol = shutil.which("scontrol")
     if scontrol is None:
         return None
+    conf = os.environ.get("SLURM_CONF", "")
+    when, said = PINGED.get(conf, (-PING_KEPT, None))
+    if time.monotonic() - when >= PING_KEPT:
+        said = _ping(scontrol)
+        PINGED[conf] = (time.monotonic(), said)
+    return said
+
+
+def _ping(scontrol: str) -> str | None:
     try:
-        done = run([scontrol, "ping"], timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        done = run([scontrol, "ping"], timeout=PING_SECONDS)
+    except subprocess.TimeoutExpired:
+        return f"scontrol ping got no answer within {PING_SECONDS:g} s"
+    except OSError:
         return None
     if done.returncode == 0 or re.search(r"\bUP\b", done.stdout):  # a backup controller may answer alone
         return None
@@ -362,6 +382,9 @@ def job_state(job_id: int | str) -> tuple[str | None, str]:
     that does not answer is ("UNKNOWN", why), never an exception: callers are following or stopping a job."""
     if not job_id or not shutil.which("scontrol"):
         return None, ""
+    down = controller_down()
+    if down:
+        return "UNKNOWN", down
     try:
         found = job(job_id)
     except (OSError, subprocess.TimeoutExpired, ValueError):
@@ -372,7 +395,7 @@ def job_state(job_id: int | str) -> tuple[str | None, str]:
 def cancel_quietly(job_id: int | str) -> None:
     """Cancel a job and wait until Slurm reports it ended; a job already gone, or no Slurm answering, is no error
     (whoever stops it goes on with what it can end)."""
-    if shutil.which("scancel"):
+    if shutil.which("scancel") and not controller_down():
         try:
             cancel(job_id, wait=60)
         except (UserError, OSError, subprocess.TimeoutExpired):
@@ -409,9 +432,10 @@ def cancel(job_id: int | str, wait: float = 60) -> Job | None:
 
 
 def my_jobs(name_prefix: str = "") -> list[str]:
-    """Ids of this user's queued and running jobs whose name starts with `name_prefix` ([] without Slurm)."""
+    """Ids of this user's queued and running jobs whose name starts with `name_prefix` ([] without Slurm, or with a
+    controller that does not answer)."""
     squeue = shutil.which("squeue")
-    if squeue is None:
+    if squeue is None or controller_down():
         return []
     try:
         out = run([squeue, "-h", "-u", getpass.getuser(), "-o", "%i|%j"], timeout=30)

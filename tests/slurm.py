@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from course import slurm as speak
+
 ROOT = Path(__file__).resolve().parents[1]  # the checkout (not from conftest, which imports this module)
 
 
@@ -55,6 +57,7 @@ def slurm():
     if not _node_up():
         _start()
         started = [name for name, pid in running().items() if before.get(name) != pid]
+        speak.PINGED.clear()  # a ping from before the start said it was down; it answers now
     out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
     yield out.stdout.split()[0].rstrip("*")
     if started:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -503,6 +505,74 @@ def test_stop_all_cleans_up_after_a_client_that_died(kind, request):
     if facts["job"]:
         assert squeue(facts["job"]) == ""
     assert cluster.running_ids() == []
+
+
+def dead_slurm(tmp_path) -> dict:
+    """The environment of a site whose slurm.conf names a controller that does not run (a port nothing listens on),
+    with squeue, scancel and scontrol noting each call before running the real one: {"env", "calls"}."""
+    if not shutil.which("scontrol"):
+        pytest.skip("needs Slurm's client commands (make test installs slurm-wlm)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        f"ClusterName=gone\nSlurmctldHost=localhost\nSlurmctldPort={port}\nAuthType=auth/munge\n"
+        "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=ALL Default=YES\n"
+    )
+    spy, calls = tmp_path / "bin", tmp_path / "slurm-calls"
+    spy.mkdir()
+    for name in ("squeue", "scancel", "scontrol"):
+        (spy / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\nexec {shutil.which(name)} "$@"\n')
+        (spy / name).chmod(0o755)
+    env = {**os.environ, "SLURM_CONF": str(conf), "PATH": f"{spy}{os.pathsep}{os.environ['PATH']}"}
+    return {"env": env, "calls": calls}
+
+
+def test_stop_all_goes_on_without_a_slurm_controller_that_does_not_answer(tmp_path):
+    """Issue 65: a slurm.conf names a controller that is not running, and a cluster left by a process that died names
+    an engine job (in the course's record and in ipyparallel's file). `stop --all` pings the controller once, says in
+    one line that Slurm does not answer, asks it nothing more (each squeue, scancel or scontrol would wait ~10 s on
+    it), and removes the cluster's files."""
+    site = dead_slurm(tmp_path)
+    cid = "course-t-gone"
+    security = cluster.profile_dir() / "security"
+    gone = {"owner": [2**22 + 7, 1.0], "slurm_job": "4242", "settings": {"kind": "slurm", "n": 2}}
+    (security / f"course-record-{cid}.json").write_text(json.dumps(gone))
+    engine_set = {"cluster_id": cid, "job_id": "4242", "n": 2, "profile_dir": str(cluster.profile_dir())}
+    ipp_file = {
+        "cluster": {"cluster_id": cid, "n": 2, "profile_dir": str(cluster.profile_dir())},
+        "engines": {"class": "slurm", "sets": {"1": {**engine_set, "state": "running"}}},
+    }
+    (security / f"cluster-{cid}.json").write_text(json.dumps(ipp_file))
+    started = time.monotonic()
+    result = run_course("cluster", "stop", "--all", env=site["env"], timeout=120)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^Slurm does not answer \(.*DOWN.*\): no engine job", result.stdout, re.M), result.stdout
+    assert cid in result.stdout and cluster.running_ids() == [], result.stdout
+    assert site["calls"].read_text().splitlines() == ["scontrol ping"], site["calls"].read_text()
+    assert took < 8, f"stop --all took {took:.0f} s"  # a bound on a hang: one Slurm command alone waits ~10 s
+
+
+def test_a_controller_that_never_answers_is_pinged_once_for_a_bounded_time(tmp_path, monkeypatch):
+    """A controller host that drops packets (or a missing slurm.conf) holds `scontrol ping` for 10-60 s: the ping is
+    given up after slurm.PING_SECONDS, counts as down, and is not asked again for slurm.PING_KEPT s."""
+    from course import slurm
+
+    spy, calls = tmp_path / "bin", tmp_path / "calls"
+    spy.mkdir()
+    (spy / "scontrol").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec sleep 60\n')
+    (spy / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{spy}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    started = time.monotonic()
+    down = slurm.controller_down()
+    took = time.monotonic() - started
+    assert down == f"scontrol ping got no answer within {slurm.PING_SECONDS:g} s", down
+    assert slurm.PING_SECONDS <= took < slurm.PING_SECONDS + 5, took
+    assert slurm.controller_down() == down and slurm.my_jobs() == [] and slurm.job_state("4242")[0] == "UNKNOWN"
+    assert calls.read_text().splitlines() == ["ping"], calls.read_text()
 
 
 @pytest.mark.slow

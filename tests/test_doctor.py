@@ -153,3 +153,34 @@ def _running(text: str) -> list[psutil.Process]:
         for p in psutil.process_iter(["cmdline"])
         if text in " ".join(p.info["cmdline"] or []) and processes.running(p) and p.pid != os.getpid()
     ]
+
+
+def test_doctor_hub_names_a_stale_record_of_instructors_copies_with_the_fix(tmp_path):
+    """Issue 65: `userdel -r` of an instructor removes their copy but not the line instructor-copy.sh recorded; a
+    `userdel` without -r leaves a copy (every answer in it) owned by no account. Both are named, with the command
+    that fixes each; a record of copies that exist is ok."""
+    import pwd
+
+    from course.doctor import hub
+
+    prefix = tmp_path / "hub"
+    (prefix / hub.COPIES_RECORD).parent.mkdir(parents=True)
+    kept, removed, orphaned = tmp_path / "kept", tmp_path / "removed", tmp_path / "orphaned"
+    kept.mkdir()
+    (prefix / hub.COPIES_RECORD).write_text(f"{kept}\n")
+    assert hub.check_records(prefix).ok, hub.check_records(prefix)
+    lines = [kept, removed]
+    if os.geteuid() == 0:  # only root gives a folder to a uid that no account has
+        uid = next(u for u in range(54321, 60000) if not any(p.pw_uid == u for p in pwd.getpwall()))
+        orphaned.mkdir()
+        os.chown(orphaned, uid, uid)
+        lines.append(orphaned)
+    (prefix / hub.COPIES_RECORD).write_text("".join(f"{line}\n" for line in lines))
+    check = hub.check_records(prefix)
+    assert not check.ok and not check.essential, check
+    assert f"{removed} no longer exists" in check.detail and str(kept) not in check.detail, check.detail
+    assert check.fix.endswith(f"as root: {prefix}/bin/course hub forget-gone"), check.fix
+    if os.geteuid() == 0:
+        assert f"{orphaned} belongs to uid {uid}, an account that no longer exists" in check.detail, check.detail
+        assert check.fix.startswith(f"rm -rf {orphaned} "), check.fix
+    assert [c.name for c in hub.run_checks(prefix)].count("records") == 1

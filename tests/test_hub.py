@@ -894,7 +894,8 @@ def test_doctor_checks_the_hub(hub, graded):
         "COURSE_NBGRADER_EXCHANGE": str(hub.exchange),
         "COURSE_NBGRADER_ROOT": str(hub.grading),
     }
-    for name in ("hub-env", "hub-kernel", "exchange", "checkout", "answers"):  # as the guide's instructor ran it
+    # as the guide's instructor ran it
+    for name in ("hub-env", "hub-kernel", "exchange", "checkout", "records", "answers"):
         assert re.search(rf"ok\s+{name}\s", graded["doctor"]), graded["doctor"]
     command = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=hub.base)
@@ -1454,7 +1455,10 @@ def test_ending_an_ondemand_session_ends_every_process_of_it_and_keeps_the_files
     assert (home(user) / NOTEBOOK_00).read_text() == session.edited and (session.staged / "output.log").exists()
 
 
-# --- Last: the end of a course, as the guide says (the hub stopped, then its `pkill` line as root) ----------------
+# --- Last: the end of a class, as the guide says (the hub stopped, then `course hub end-of-class` as root) --------
+
+CLEAN_UP = ROOT / "docs" / "guide" / "07-clean-up.md"
+END_SECTION = "## The end of a class on a JupyterHub"
 
 
 def _class_processes(word: str) -> list[psutil.Process]:
@@ -1466,20 +1470,93 @@ def _class_processes(word: str) -> list[psutil.Process]:
     ]
 
 
-def test_ending_the_course_as_the_guide_says_ends_every_server(hub, pages):
-    """Last in this file (it stops the first hub): the hub stopped with SIGTERM, as Ctrl-C does, leaves every
-    server running; the guide's `pkill` line, run as root, then ends them all, the instructor's as well as the
-    learners', and the kernels they ran."""
-    text = GUIDE.read_text()
-    section = text[text.index(f"\n{SECTION}\n") :]
-    line = as_here(re.search(r"to end them all.*?`(pkill [^`]+)`", section, flags=re.S).group(1))
-    users = {p.info["username"] for p in _class_processes("jupyterhub-singleuser")}
-    assert users >= {*LEARNERS, INSTRUCTOR}, f"servers running before the end: {users}"
-    _stop_hub(hub, keep_servers=True)
-    servers = _class_processes("jupyterhub-singleuser")
-    assert {p.info["username"] for p in servers} == users, "stopping the hub ended servers: the guide's line is moot"
-    kernels = _class_processes("ipykernel")
-    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, f"{line}: {done.stderr}"
-    _, left = psutil.wait_procs(servers + kernels, timeout=120)
-    assert not left, f"{line} left: {[(p.username(), p.cmdline()[:3]) for p in left]}"
+def _end_of_class_line() -> str:
+    """The command line of the clean-up page's block for the end of a class, with the test's names."""
+    text = CLEAN_UP.read_text()
+    section = text[text.index(f"\n{END_SECTION}\n") :]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    lines = [as_here(line) for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(lines) == 1 and "hub end-of-class" in lines[0], lines
+    return lines[0]
+
+
+def test_ending_the_class_as_the_guide_says_ends_the_servers_and_removes_only_the_courses(hub, pages):
+    """Last in this file (it stops the first hub). Issue 65, with real accounts: an instructor's copy made as the
+    guide says and left as made, one the instructor worked in, and a second instructor's removed by `userdel -r`
+    (a stale record, which `course doctor --hub` notes). The hub stopped with SIGTERM, as Ctrl-C does, leaves every
+    server running; the guide's line, as root, refuses while a hub runs, then ends every server and kernel (and not
+    a learner's process that only names the server, as the old `pkill -f` line did), removes the unchanged copy,
+    keeps the other, forgets the removed one, and keeps the learners' work, the exchange and the accounts."""
+    record = PREFIX / "share" / "ddl-hpc" / "instructor-copies"
+    recorded = record.read_text() if record.exists() else None
+    make_copy = "bash scripts/instructor-copy.sh {user} {dest}"
+    env = {**os.environ, "HUB_PREFIX": str(PREFIX), "COURSE_NBGRADER_EXCHANGE": str(hub.exchange)}
+    unchanged, worked_in = home(INSTRUCTOR) / "class-copy", home(INSTRUCTOR) / "worked-in-copy"
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", SECOND_INSTRUCTOR], check=True, capture_output=True)
+    record.write_text("")  # the shared environment's record holds this test's copies alone (restored after)
+    decoy = None
+    try:
+        second = home(SECOND_INSTRUCTOR) / "ddl-hpc-course"
+        for user, dest in ((INSTRUCTOR, unchanged), (INSTRUCTOR, worked_in), (SECOND_INSTRUCTOR, second)):
+            done = subprocess.run(
+                ["bash", "-c", make_copy.format(user=user, dest=dest)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, done.stderr
+        run_as(INSTRUCTOR, ["bash", "-c", "echo 'my notes' > notes.md"], worked_in)
+        subprocess.run(["userdel", "-r", SECOND_INSTRUCTOR], check=True, capture_output=True)
+        doctor = [str(PREFIX / "bin" / "python"), "-m", "course", "doctor", "--hub", str(PREFIX)]
+        noted = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=300, cwd="/")
+        assert re.search(rf"note\s+records\s.*{second} no longer exists", noted.stdout), noted.stdout
+        assert f"records: as root: {PREFIX}/bin/course hub forget-gone" in noted.stdout, noted.stdout
+
+        line = _end_of_class_line()
+        users = {p.info["username"] for p in _class_processes("jupyterhub-singleuser")}
+        assert users >= {*LEARNERS, INSTRUCTOR}, f"servers running before the end: {users}"
+        refused = subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1 and "the hub still runs" in refused.stderr, refused.stdout + refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        entry = pwd.getpwnam(LEARNERS[0])
+        decoy = subprocess.Popen(  # a learner's process that only names the servers' program
+            ["/usr/bin/python3", "-c", "import time; time.sleep(600)", str(PREFIX / "bin" / "jupyterhub-singleuser")],
+            user=entry.pw_uid,
+            group=entry.pw_gid,
+            cwd=entry.pw_dir,
+        )
+        _stop_hub(hub, keep_servers=True)
+        servers = _class_processes("jupyterhub-singleuser")
+        assert {p.info["username"] for p in servers} >= users, (
+            "stopping the hub ended servers: the guide's line is moot"
+        )
+        kernels = _class_processes("ipykernel")
+        done = subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"{line}: {done.stdout}{done.stderr}"
+        _, left = psutil.wait_procs([p for p in servers + kernels if p.pid != decoy.pid], timeout=120)
+        assert not left, f"{line} left: {[(p.username(), p.cmdline()[:3]) for p in left]}\n{done.stdout}"
+        assert decoy.poll() is None, f"{line} ended a process that only names the server:\n{done.stdout}"
+        out = done.stdout
+        ended = re.search(r"^ended \d+ server\(s\) of the course \((.*?)\)", out, re.M)
+        assert ended and set(ended.group(1).split(", ")) >= users, out
+        assert not unchanged.exists() and f"removed {unchanged}:" in out, out
+        assert (worked_in / "notes.md").read_text() == "my notes\n", "a copy with work of its own was removed"
+        assert f"kept {worked_in}: it holds files of its own" in out, out
+        assert f"forgot {second}: it no longer exists" in out, out
+        assert record.read_text().splitlines() == [str(worked_in)], record.read_text()
+        assert f"kept nbgrader's exchange {hub.exchange}" in out and "kept the accounts" in out, out
+        for user in LEARNERS:
+            assert (home(user) / "ddl-hpc" / "notebooks").is_dir(), f"{user}'s student copy was removed"
+        assert _exists("passwd", LEARNERS[0]) and hub.exchange.is_dir()
+    finally:
+        if decoy is not None:
+            decoy.kill()
+            decoy.wait()
+        subprocess.run(["userdel", "-r", SECOND_INSTRUCTOR], capture_output=True)
+        shutil.rmtree(unchanged, ignore_errors=True)
+        shutil.rmtree(worked_in, ignore_errors=True)
+        if recorded is None:
+            record.unlink(missing_ok=True)
+        else:
+            record.write_text(recorded)

@@ -25,8 +25,9 @@ from tests.grading_support import FIXTURE_COURSE, HOSTILE
 
 GUIDE = ROOT / "docs" / "guide"
 PAGES = ("03-engine-clusters.md", "04-release-collect-grade.md", "05-class-results.md", "07-clean-up.md")
-# The nbgrader route's steps are the hub block's (run by tests/test_hub.py); the student copy's, test_student_copy.py's
-SKIP_SUBSECTIONS = ("## The nbgrader route", "## Student copy")
+# The nbgrader route's steps are the hub block's and the end of a class on the hub is the hub's (both run by
+# tests/test_hub.py, with real accounts); the student copy's, test_student_copy.py's
+SKIP_SUBSECTIONS = ("## The nbgrader route", "## Student copy", "## The end of a class on a JupyterHub")
 
 pytestmark = pytest.mark.slow
 

@@ -231,9 +231,11 @@ def _stop_launchers(cluster_id: str) -> set[str]:
     jobs = set()
     try:
         ipp_cluster = load(cluster_id)
-        for engine_set in ipp_cluster.engines.values():
+        for set_id, engine_set in list(ipp_cluster.engines.items()):
             if getattr(engine_set, "job_id", ""):
                 jobs.add(engine_set.job_id)
+                if slurm.controller_down():  # its scancel would wait ~10 s for a controller that does not answer
+                    del ipp_cluster.engines[set_id]
         ipp_cluster.stop_cluster_sync()
     except Exception:
         pass  # launchers whose processes are gone; the pid and job clean-up below covers the rest

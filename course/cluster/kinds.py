@@ -226,7 +226,8 @@ class SlurmEngines(LocalEngines):
         deadline = time.monotonic() + timeout
         while job and time.monotonic() < deadline:
             state, _ = slurm.job_state(job)
-            if state is None or state in slurm.ENDED:
+            # ended, or no controller to ask (its job_state is UNKNOWN until it answers again)
+            if state is None or state in slurm.ENDED or slurm.controller_down():
                 return
             time.sleep(0.3)
 

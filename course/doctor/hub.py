@@ -1,15 +1,18 @@
 """`python -m course doctor --hub`: whether a JupyterHub serves the course safely (deploy/jupyterhub/).
 
-Five lines: the shared environment the servers run from, the kernel every user gets, nbgrader's exchange, whether
+Six lines: the shared environment the servers run from, the kernel every user gets, nbgrader's exchange, whether
 every checkout of the course (the site's, wherever `make setup HUB=1` ran, the instructors' copies that
-scripts/instructor-copy.sh made, and the one it runs from) is closed to other users, and whether any file a learner account can read holds an answer block or a hidden test. A learner "can read"
-a file when others may read it and enter every folder above it (learners are neither owner nor group of these).
+scripts/instructor-copy.sh made, and the one it runs from) is closed to other users, whether the record of those
+copies names any that is gone (a note), and whether any file a learner account can read holds an answer block or a
+hidden test. A learner "can read" a file when others may read it and enter every folder above it (learners are
+neither owner nor group of these).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -141,15 +144,57 @@ def check_checkouts(checkouts: list[Path]) -> Check:
     return Check("checkout", True, f"closed to other users: {', '.join(map(str, seen))}")
 
 
+def recorded_copies(prefix: Path) -> list[Path]:
+    """The instructors' copies scripts/instructor-copy.sh recorded in PREFIX (a path a line)."""
+    record = prefix / COPIES_RECORD
+    lines = record.read_text().splitlines() if record.is_file() else []
+    return [Path(line.strip()) for line in lines if line.strip()]
+
+
+def stale_copies(prefix: Path) -> dict[Path, str]:
+    """Recorded copies that are gone, or whose owner's account is (`userdel` without -r): path -> what is stale."""
+    stale = {}
+    for copy in recorded_copies(prefix):
+        try:
+            owner = copy.stat().st_uid
+        except FileNotFoundError:
+            stale[copy] = "no longer exists"
+            continue
+        except OSError:
+            continue
+        try:
+            pwd.getpwuid(owner)
+        except KeyError:
+            stale[copy] = f"belongs to uid {owner}, an account that no longer exists"
+    return stale
+
+
+def check_records(prefix: Path) -> Check:
+    """The record of instructors' copies names only copies that exist, of accounts that exist."""
+    stale = stale_copies(prefix)
+    if not stale:
+        return Check(
+            "records", True, f"every instructor's copy on record exists ({prefix / COPIES_RECORD})", essential=False
+        )
+    orphans = [str(c) for c in stale if c.exists()]  # a copy left by `userdel` without -r: answers nobody owns
+    forget = f"as root: {prefix / 'bin' / 'course'} hub forget-gone"
+    return Check(
+        "records",
+        False,
+        f"{prefix / COPIES_RECORD} is stale: " + "; ".join(f"{c} {why}" for c, why in stale.items()),
+        (f"rm -rf {' '.join(orphans)} (a copy holds every answer), then " if orphans else "") + forget,
+        essential=False,
+    )
+
+
 def checkouts(prefix: Path) -> list[Path]:
     """The checkouts to check: the site's and the instructors' copies (recorded in PREFIX by setup-hub.sh and
     instructor-copy.sh), this `course`'s, the current folder."""
     from course.grading import ROOT
 
-    found = []
-    for record in (prefix / CHECKOUT_RECORD, prefix / COPIES_RECORD):
-        if record.is_file():
-            found += [Path(line.strip()) for line in record.read_text().splitlines() if line.strip()]
+    record = prefix / CHECKOUT_RECORD
+    found = [Path(line.strip()) for line in record.read_text().splitlines() if line.strip()] if record.is_file() else []
+    found += recorded_copies(prefix)
     found += [folder for folder in (ROOT, Path.cwd()) if is_checkout(folder)]
     return list(dict.fromkeys(found))
 
@@ -202,13 +247,17 @@ def check_answers(roots: list[Path]) -> Check:
     return Check("answers", True, f"no answer or hidden test readable by learners in {where}")
 
 
-def run_checks(prefix: Path | None = None) -> list[Check]:
-    """The hub's checks for the environment PREFIX (HUB_PREFIX, else the running one if it is a hub's, else
-    /opt/ddl-hpc)."""
-    here = Path(sys.prefix)  # run from the hub's environment (a terminal of a hub session), it checks that one
+def hub_prefix(prefix: Path | None = None) -> Path:
+    """PREFIX, else HUB_PREFIX, else the running environment if it is a hub's, else /opt/ddl-hpc."""
+    here = Path(sys.prefix)  # run from the hub's environment (a terminal of a hub session): that one
     if not prefix and not os.environ.get("HUB_PREFIX") and (here / "bin" / "jupyterhub-singleuser").exists():
         prefix = here
-    prefix = Path(prefix or os.environ.get("HUB_PREFIX") or DEFAULT_PREFIX)
+    return Path(prefix or os.environ.get("HUB_PREFIX") or DEFAULT_PREFIX)
+
+
+def run_checks(prefix: Path | None = None) -> list[Check]:
+    """The hub's checks for the environment PREFIX (see `hub_prefix`)."""
+    prefix = hub_prefix(prefix)
     exchange = Path(settings.get("COURSE_NBGRADER_EXCHANGE"))
     roots = [prefix, exchange]
     if settings.get("COURSE_NBGRADER_ROOT"):
@@ -218,5 +267,6 @@ def run_checks(prefix: Path | None = None) -> list[Check]:
         check_kernel(prefix),
         check_exchange(exchange),
         check_checkouts(checkouts(prefix)),
+        check_records(prefix),
         check_answers(roots),
     ]
