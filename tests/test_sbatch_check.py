@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from course import jobs
-from course.checks import sbatch_script
+from course.checks import sbatch_ranks, sbatch_script
 from course.slurm import time_limit_seconds
 from course.checks.sbatch_script import Exercise
 
@@ -179,7 +179,7 @@ def test_a_bare_srun_is_right_where_slurm_inherits_the_cpus_per_task_again(versi
     text = SHORT_FORMS.replace(SRUN_LAUNCH, "srun python")
     header = sbatch_script.read(text)
     number = next(n for n, line in header.commands if line.startswith("srun"))
-    found = sbatch_script._srun_cpus(header, ["srun", "python"], number, version)
+    found = sbatch_ranks.srun_cpus(header, ["srun", "python"], number, version)
     assert bool(found) == named, found
     assert not found or f"this machine's is {version[0]}.{version[1]:02d}" in found[0]
 

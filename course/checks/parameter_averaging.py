@@ -135,6 +135,19 @@ SYNC_RUNS = (
 )
 
 
+def _not_in_turn(numbers: list[int], points: list[int], w: int, epochs: int, where: str) -> None:
+    """No wait (`tasks.wait_points`) falls between the submissions of one epoch's `w` training tasks (`numbers`)."""
+    in_turn = [
+        k + 1 for k in range(epochs) if any(numbers[k * w] < p <= numbers[k * w + w - 1] for p in points)
+    ]  # a wait after an epoch's first task was submitted and before its last
+    expect(
+        not in_turn,
+        where + f"in epoch {in_turn[0] if in_turn else ''} the master waited (compss_wait_on) for a worker before "
+        "giving the next one its task, so the workers trained one after another: submit every worker's task of the "
+        "epoch, then wait for all of them at once",
+    )
+
+
 def _sync_run(my_fit_sync: Callable, network: Any, x: np.ndarray, y: np.ndarray, weights: list, run: SyncRun) -> None:
     """One run of SYNC_RUNS: written by hand, one worker_train task per worker and epoch (from the task runtime's
     history), none waiting for another, and fit_sync's weights."""
@@ -177,17 +190,7 @@ def _sync_run(my_fit_sync: Callable, network: Any, x: np.ndarray, y: np.ndarray,
         where + f"{len(chained)} training task(s) waited for an earlier one: in synchronous averaging each epoch "
         "starts from new copies of the averaged weights, one per worker, so no training task waits for another",
     )
-    numbers = [r["number"] for r in trained]
-    points = tasks.wait_points()[waited_before:]
-    in_turn = [
-        k + 1 for k in range(epochs) if any(numbers[k * w] < p <= numbers[k * w + w - 1] for p in points)
-    ]  # a wait after an epoch's first task was submitted and before its last
-    expect(
-        not in_turn,
-        where + f"in epoch {in_turn[0] if in_turn else ''} the master waited (compss_wait_on) for a worker before "
-        "giving the next one its task, so the workers trained one after another: submit every worker's task of the "
-        "epoch, then wait for all of them at once",
-    )
+    _not_in_turn([r["number"] for r in trained], tasks.wait_points()[waited_before:], w, epochs, where)
     options = {"workers": w, "batch_size": batch, "weights": weights, "shards": shards}
     reference = averaging.fit_sync(network, None, None, epochs=epochs, **options).weights
     difference = _largest_difference(mine, reference)

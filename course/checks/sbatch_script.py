@@ -22,7 +22,8 @@ from pathlib import Path
 
 from course import slurm
 from course.checks.sbatch_gpus import gpu_count, gpu_types, gpus_per_task, older_tres, tres_per_task
-from course.checks.sbatch_header import SHORT, WITH_VALUE, Header, long_name, read, read_options
+from course.checks.sbatch_header import Header, read, read_options
+from course.checks.sbatch_ranks import per_rank_variables, split_srun, srun_cpus
 
 LAUNCHERS = ("mpiexec", "mpirun", "srun", "horovodrun")
 
@@ -63,29 +64,7 @@ def problems(text: str, want: Exercise, submit_dir: str | Path = ".") -> list[st
     found += _limit(h, want)
     found += _files(h, want, Path(submit_dir))
     found += _launch(h, want)
-    found += _per_rank_variables(h)
-    return found
-
-
-# Set by srun for each task of a step: in the batch step (which runs once, on the job's first node) they hold that
-# one task's values, so an export there gives every rank the first node's first task's value.
-PER_TASK = ("SLURM_LOCALID", "SLURM_PROCID", "SLURM_NODEID")
-
-
-def _per_rank_variables(h: Header) -> list[str]:
-    """An export in the batch step that reads a per-task variable sets one value for every rank."""
-    found = []
-    for number, line in h.commands:
-        words = line.split()
-        if not words or words[0] not in ("export", "declare") and "=" not in words[0]:
-            continue
-        used = next((v for v in PER_TASK if v in line), None)
-        if used:
-            found.append(
-                f"line {number} reads ${used} in the batch step, which runs once, on the job's first node, as task 0: "
-                f"every rank would get that one value. Read it where each rank runs (a command srun starts per task), "
-                "or let Slurm bind each rank's GPU (--gpus-per-task, --gpu-bind)"
-            )
+    found += per_rank_variables(h)
     return found
 
 
@@ -417,7 +396,7 @@ def _launch(h: Header, want: Exercise) -> list[str]:
     else:
         found += _rank_count(words, number, want)
         if launcher == "srun":
-            found += _srun_cpus(h, words, number)
+            found += srun_cpus(h, words, number)
         if (
             launcher in ("mpiexec", "mpirun")
             and not any(w.lstrip("-") == "bind-to" for w in words)
@@ -435,40 +414,11 @@ def _launch(h: Header, want: Exercise) -> list[str]:
     return found
 
 
-INHERITS = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again from 23.11 (SchedMD's release notes); 22.05-23.02 do not
-
-
 def _one_host(words: list[str]) -> bool:
     """horovodrun's -H/--hosts names a single host (localhost:N, or one name)."""
     at = next((i for i, w in enumerate(words) if w in ("-H", "--hosts")), None)
     hosts = words[at + 1] if at is not None and at + 1 < len(words) else ""
     return bool(hosts) and "," not in hosts and "$" not in hosts.split(":")[0]
-
-
-def _srun_cpus(h: Header, words: list[str], number: int, version: tuple[int, int] | None = None) -> list[str]:
-    """srun in a batch job of Slurm 22.05-23.02 does not inherit --cpus-per-task: the launch line or the
-    environment (SRUN_CPUS_PER_TASK, exported before it) must ask again. From 23.11 a bare srun inherits it, so
-    where this machine's Slurm (`version`, default `slurm.version()`) is one of those, a bare srun is right."""
-    cpus = h.get("cpus-per-task")
-    if not cpus or cpus == "1":
-        return []
-    options, _ = split_srun(words)
-    if any(
-        long_name(w[2:].partition("=")[0]) == "cpus-per-task" if w.startswith("--") else w.startswith("-c")
-        for w in options
-    ):
-        return []
-    if any("SRUN_CPUS_PER_TASK=" in line for n, line in h.commands if n < number):
-        return []
-    version = version or slurm.version()
-    if version is not None and version >= INHERITS:
-        return []
-    here = f" (this machine's is {version[0]}.{version[1]:02d})" if version else ""
-    return [
-        f"line {number}: srun in Slurm 22.05 to 23.02{here} does not inherit --cpus-per-task from the job, so each "
-        f"rank would get 1 CPU, not {cpus} (23.11 and later do): give srun -c $SLURM_CPUS_PER_TASK, right on every "
-        "version"
-    ]
 
 
 def _rank_count(words: list[str], number: int, want: Exercise) -> list[str]:
@@ -506,21 +456,6 @@ def _program_args(args: list[str], number: int, want: Exercise) -> list[str]:
 
 
 # ------------------------------------------------------------------------------- sbatch --test-only
-
-
-def split_srun(words: list[str]) -> tuple[list[str], list[str]]:
-    """`srun OPTIONS PROGRAM ARGS` as words: (srun's option words, the program's words), cut where the options end
-    (the first word that is neither an option nor an option's value)."""
-    i = 1
-    while i < len(words) and words[i].startswith("-"):
-        word = words[i]
-        i += 1
-        if word.startswith("--"):
-            written, has_value, _ = word[2:].partition("=")
-            i += 1 if long_name(written) in WITH_VALUE and not has_value else 0
-        elif len(word) == 2 and SHORT.get(word[1]):  # -n 1 (a value in the next word), not -n1
-            i += 1
-    return words[1:i], words[i:]
 
 
 def srun_problems(words: list[str], ntasks: int, cpus_per_task: int, time: str, program: list[str]) -> list[str]:
