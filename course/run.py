@@ -103,7 +103,7 @@ def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, 
     from course import cluster
 
     notebook = nbformat.read(path, as_version=4)
-    cluster_id = cluster.normalise_id(f"run-{path.stem}")
+    cluster_id = cluster.normalise_id(f"run-{path.stem}-{os.getpid()}")  # two dry runs of one notebook side by side
     env = dict(os.environ, COURSE_PROFILE=profile, COURSE_CLUSTER_ID=cluster_id, TF_CPP_MIN_LOG_LEVEL="2")
     client = NotebookClient(
         notebook,
