@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -84,3 +85,17 @@ def _start() -> None:
     if started.returncode == 3:
         pytest.skip(started.stderr.strip())
     assert started.returncode == 0, f"single-node Slurm did not start: {started.stdout}{started.stderr}"
+
+
+def dead_controller(folder: Path, name: str = "gone") -> Path:
+    """A slurm.conf in FOLDER naming a controller that does not run (a port nothing listens on): a site whose
+    slurmctld is stopped."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = folder / "slurm.conf"
+    conf.write_text(
+        f"ClusterName={name}\nSlurmctldHost=localhost\nSlurmctldPort={port}\nAuthType=auth/munge\n"
+        "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=ALL Default=YES\n"
+    )
+    return conf

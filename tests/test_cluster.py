@@ -24,6 +24,7 @@ from ipyparallel import interactive
 from course import UserError, cluster, devices, processes
 from course.cluster import warden
 from tests.conftest import ROOT, run_course
+from tests.slurm import dead_controller
 
 KINDS = ["local", "mpi", "slurm"]
 
@@ -331,7 +332,6 @@ LOST_PORTS = {"registration": 0, "task scheduler": 3, "heartbeat": 5}  # places 
 def port_taken(request):
     """One of the next controllers' ports already taken (a real socket listens on it); yields the file that says
     how many controllers are still to get it (the profile's config reads it at each controller's start)."""
-    import socket
 
     sockets = [socket.socket() for _ in range(7)]  # the controller's engine ports
     for s in sockets:
@@ -512,14 +512,7 @@ def dead_slurm(tmp_path) -> dict:
     with squeue, scancel and scontrol noting each call before running the real one: {"env", "calls"}."""
     if not shutil.which("scontrol"):
         pytest.skip("needs Slurm's client commands (make test installs slurm-wlm)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    conf = tmp_path / "slurm.conf"
-    conf.write_text(
-        f"ClusterName=gone\nSlurmctldHost=localhost\nSlurmctldPort={port}\nAuthType=auth/munge\n"
-        "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=ALL Default=YES\n"
-    )
+    conf = dead_controller(tmp_path)
     spy, calls = tmp_path / "bin", tmp_path / "slurm-calls"
     spy.mkdir()
     for name in ("squeue", "scancel", "scontrol"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from course import UserError
 from course.doctor import machine
 from course import slurm as speak
+from tests.slurm import dead_controller
 
 
 def test_sbatch_lines_carry_site_options_and_refuse_what_is_not_an_option():
@@ -122,14 +122,7 @@ def test_sbatch_refusal_is_one_line(slurm, tmp_path):
 
 def test_a_controller_that_does_not_answer_is_known_at_once_without_waiting_on_sinfo(slurm, tmp_path, monkeypatch):
     assert speak.available() and speak.controller_down() is None  # the test Slurm answers
-    with socket.socket() as probe:  # a port nothing listens on: a site whose slurmctld is stopped
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    conf = tmp_path / "slurm.conf"
-    conf.write_text(
-        f"ClusterName=stopped\nSlurmctldHost=localhost\nSlurmctldPort={port}\nAuthType=auth/munge\n"
-        "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=ALL Default=YES\n"
-    )
+    conf = dead_controller(tmp_path, "stopped")
     # sinfo on PATH notes each call, then runs the real one: it retries for about 10 s before failing here
     spy, calls = tmp_path / "bin", tmp_path / "sinfo-calls"
     spy.mkdir()
