@@ -321,14 +321,23 @@ RUN_TIMEOUT = 20  # seconds a learner's function may run once every rank has sta
 # milliseconds, so a function still running after this waits for a message no one sends
 
 
-def _wait_for_ranks(process: subprocess.Popen, job: Path, ranks: int, timeout: float) -> str | None:
+# What mpiexec prints once a process of the job returned non-zero: the job is over. mpiexec then says why and ends;
+# one still running ABORT_GRACE s later (seen on a busy machine, for 300 s) is ended with its ranks.
+_ABORTED = "has been aborted"
+ABORT_GRACE = 10.0
+
+
+def _wait_for_ranks(
+    process: subprocess.Popen, job: Path, ranks: int, timeout: float, log: Path | None = None
+) -> str | None:
     """Wait for the job to end (or, in a pool, for every rank's result file `JOB.RANK`). 'hung' if it runs
     `timeout` s after every rank has started its function (each has written `JOB.RANK.started`), 'not started' if
-    the ranks are not all started within START_TIMEOUT s; None once it ended. The function's own time is what
-    `timeout` bounds, not mpiexec's start, which a busy machine slows."""
+    the ranks are not all started within START_TIMEOUT s, 'aborted' if mpiexec still runs ABORT_GRACE s after saying
+    in `log` that it aborted the job; None once it ended. The function's own time is
+    what `timeout` bounds, not mpiexec's start, which a busy machine slows."""
     started = [Path(f"{job}.{rank}.started") for rank in range(ranks)]
     finished = [Path(f"{job}.{rank}") for rank in range(ranks)]
-    launched, running_since = time.monotonic(), None
+    launched, running_since, looked, aborted_at = time.monotonic(), None, 0.0, None
     while process.poll() is None and not all(path.exists() for path in finished):
         now = time.monotonic()
         if running_since is None and all(path.exists() for path in started):
@@ -337,6 +346,11 @@ def _wait_for_ranks(process: subprocess.Popen, job: Path, ranks: int, timeout: f
             return "hung"
         if running_since is None and now - launched > START_TIMEOUT:
             return "not started"
+        if log is not None and aborted_at is None and now - looked > 0.5:
+            looked = now
+            aborted_at = now if _ABORTED in log.read_text(errors="replace") else None
+        if aborted_at is not None and now - aborted_at > ABORT_GRACE:
+            return "aborted"
         time.sleep(0.005)
     return None
 
@@ -406,9 +420,9 @@ def _run_job(payload: bytes, ranks: int, name: str, timeout: float) -> list:
             )
         waited = "not waited"
         try:
-            waited = _wait_for_ranks(process, out, ranks, timeout)
+            waited = _wait_for_ranks(process, out, ranks, timeout, log)
         finally:
-            if waited is not None:  # hung, not started, or the wait itself interrupted: end every rank
+            if waited is not None:  # hung, not started, aborted, or the wait itself interrupted: end every rank
                 processes.kill_group(process.pid)
             process.wait()
             shutil.rmtree(segments, ignore_errors=True)

@@ -40,16 +40,21 @@ def kill_tree(process: psutil.Process, timeout: float = 10) -> None:
     kill(tree(process), timeout=timeout)
 
 
-def kill_group(pid: int) -> None:
+def kill_group(pid: int, timeout: float = 10) -> None:
     """SIGKILL what a launcher started with start_new_session=True leads (such as mpiexec and its ranks): its process
     group and every process of its session, even members that have lost their parent. Open MPI puts each rank in a
-    process group of its own, inside mpiexec's session."""
+    process group of its own, inside mpiexec's session. Returns once they have ended (or after `timeout` s)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    members = []
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
             if os.getsid(process.pid) == pid:
                 process.kill()
+                members.append(process)
+    deadline = time.monotonic() + timeout
+    while any(running(p) for p in members) and time.monotonic() < deadline:
+        time.sleep(0.01)  # a zombie has ended: its parent, not this, reaps it
 
 
 def end(processes: list[psutil.Process], timeout: float = 10) -> None:

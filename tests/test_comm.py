@@ -509,3 +509,23 @@ def test_what_open_mpi_said_is_its_messages_and_their_count_not_its_advice():
     assert comm.mpi_says("") == "no output"
     assert comm.mpi_says("rank 1: out of memory\n") == "rank 1: out of memory"
     assert len(comm.mpi_says("-" * 74 + "\n" + "x " * 900 + "\n" + "-" * 74, limit=100)) == 100
+
+
+def test_a_job_mpiexec_aborted_but_does_not_end_is_ended_after_a_grace(tmp_path, monkeypatch):
+    """mpiexec that said it aborted the job (a rank returned non-zero) and still runs (seen on a busy machine, for
+    START_TIMEOUT s) is taken for ended after ABORT_GRACE s, not waited for until the start timeout."""
+    monkeypatch.setattr(comm, "ABORT_GRACE", 0.5)
+    log = tmp_path / "output"
+    log.write_text("Primary job terminated normally, but 1 process returned\na non-zero exit code. Per user-direction, "
+                   "the job has been aborted.\n")  # fmt: skip
+    stuck = subprocess.Popen(["sleep", "60"])
+    try:
+        started = time.monotonic()
+        assert comm._wait_for_ranks(stuck, tmp_path / "job", 3, timeout=60, log=log) == "aborted"
+        assert time.monotonic() - started < 30, "waited for the start timeout, not the grace"
+        log.write_text("")
+        monkeypatch.setattr(comm, "START_TIMEOUT", 1)
+        assert comm._wait_for_ranks(stuck, tmp_path / "job", 3, timeout=60, log=log) == "not started"
+    finally:
+        stuck.kill()
+        stuck.wait()

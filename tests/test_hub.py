@@ -236,8 +236,12 @@ def _start_hub(base: Path, exchange: Path, command: list[str], extra: dict | Non
     return _launch(hub)
 
 
+LAUNCHED: list[Hub] = []  # every hub this module started, for the test that must end them all
+
+
 def _launch(hub: Hub) -> Hub:
     """Start HUB's command (again: its log goes on), once its pages answer."""
+    LAUNCHED.append(hub)
     process = subprocess.Popen(
         hub.command,
         cwd=ROOT,
@@ -1526,6 +1530,9 @@ def test_ending_the_class_as_the_guide_says_ends_the_servers_and_removes_only_th
             group=entry.pw_gid,
             cwd=entry.pw_dir,
         )
+        for other in LAUNCHED:  # the Slurm section's second hub, where this run started it, ends first
+            if other is not hub:
+                _stop_hub(other)
         _stop_hub(hub, keep_servers=True)
         servers = _class_processes("jupyterhub-singleuser")
         assert {p.info["username"] for p in servers} >= users, (
