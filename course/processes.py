@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Callable
@@ -86,6 +87,7 @@ def exit_with(pid: int, host: str, every: float = 0.5) -> None:
     def watch() -> None:
         while running(starter):
             time.sleep(every)
+        print(f"[{os.getpid()}] ends: its check's caller, process {pid}, has ended", file=sys.stderr, flush=True)
         os._exit(1)  # no clean-up to run: what this rank computes has no reader any more
 
     threading.Thread(target=watch, name=f"exit-with-{pid}", daemon=True).start()

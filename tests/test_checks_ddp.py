@@ -10,7 +10,7 @@ import pytest
 from course import UserError, torch_group
 from course.checks import ddp, quiz, torchrun_script
 from tests import script_runs
-from tests.check_cases import cases, define, judge, shared_cluster
+from tests.check_cases import cases, define, judge, shared_cluster, solution_answers
 
 pytestmark = pytest.mark.slow
 
@@ -123,6 +123,32 @@ def test_resume_script(case, tmp_path):
         case,
         lambda: torchrun_script.resume_script(untouched, lost, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"], q["LR"]),
     )
+
+
+def test_a_rank_that_vanishes_before_the_check_loses_one_is_run_again_but_an_error_of_the_script_is_told(tmp_path):
+    """A rank of the first attempt that ends from outside (here: os._exit, once) costs a second run, not the verdict;
+    a script that raises in the first attempt is told its error, not run again."""
+    q = QUICK
+    args = ["--samples", q["SAMPLES"], "--epochs", q["RESUME_EPOCHS"], "--batch", q["BATCH"], "--lr", q["LR"],
+            "--checkpoint", "../checkpoint.pt"]  # fmt: skip
+    solution = solution_answers(NOTEBOOK, {"ex-resume-answer"})["ex-resume-answer"]
+    body = solution.split("\n", 1)[1]  # the script, without its %%writefile line
+    plain, once, raises = tmp_path / "plain.py", tmp_path / "once.py", tmp_path / "raises.py"
+    plain.write_text(body)
+    once.write_text(
+        f"import os, pathlib\nmark = pathlib.Path({str(tmp_path / 'vanished')!r})\n"
+        "if os.environ['RANK'] == '0' and not mark.exists():\n    mark.touch()\n    os._exit(1)\n" + body
+    )
+    raises.write_text(f"import os\nif os.environ['RANK'] == '0':\n    raise ValueError('not yet')\n{body}")
+    kill = torchrun_script.kill_point(q["SAMPLES"], q["RANKS"], q["BATCH"])
+    lost = torchrun_script.run_script(once, tmp_path / "lost", q["RANKS"], args, max_restarts=1, kill=kill)
+    untouched = torchrun_script.run_script(plain, tmp_path / "untouched", q["RANKS"], args, max_restarts=1)
+    assert "ran again" in lost.output
+    assert torchrun_script.resume_script(untouched, lost, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"], q["LR"]) is None
+    failed = torchrun_script.run_script(raises, tmp_path / "raised", q["RANKS"], args, max_restarts=1, kill=kill)
+    assert "ran again" not in failed.output
+    said = torchrun_script.resume_script(untouched, failed, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"], q["LR"])
+    assert "first attempt, rank 0 raised ValueError: not yet" in said
 
 
 def test_a_rank_is_lost_half_way_through_the_epoch_after_the_first_saved_one():

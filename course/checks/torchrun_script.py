@@ -32,6 +32,7 @@ from course.checks import check, ddp, expect
 
 TIMEOUT = 300  # seconds for one run: seconds of training, on a machine that may be shared
 RANK_FILE = "record-{rank}.json"
+FIRST_FILE = "first-attempt-{rank}.json"  # a rank's record in torchrun's first attempt, kept after a restart
 MOMENTUM = 0.9  # the resume exercise's SGD: momentum buffers are the optimizer state a resume must carry
 KILLED_FILE = "killed.json"  # written by the rank the check kills, just before it dies
 # torch 2.13's restarted ranks can read the failed attempt's addresses from the store torchrun shares with the
@@ -79,15 +80,40 @@ def run_script(
         env[UNSHARED_STORE] = "1"
     if kill:
         env[KILL] = f"{kill[0]}:{kill[1]}"
+    returncode, output = _torchrun(program, env, folder, timeout)
+    if kill and returncode != -1 and _vanished_before_kill(folder, ranks):
+        # a rank of the first attempt ended with no record and no error of the script's own before the rank the
+        # check loses was lost (a machine's hiccup, not the answer's): the job once more, from a fresh folder
+        shutil.rmtree(folder)
+        folder.mkdir()
+        returncode, again = _torchrun(program, env, folder, timeout)
+        output = f"{output}\n(a rank ended early in the first attempt with no error of its own: ran again)\n{again}"
+    return Run(script.name, ranks, returncode, output, read_records(folder), str(folder))
+
+
+def _torchrun(program: list[str], env: dict[str, str], folder: Path, timeout: float) -> tuple[int, str]:
+    """PROGRAM's exit code and output, run in FOLDER; -1 if stopped at TIMEOUT."""
     job = subprocess.Popen(program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                            cwd=folder, start_new_session=True)  # fmt: skip
     try:
         output, _ = job.communicate(timeout=timeout)
-        returncode = job.returncode
+        return job.returncode, output
     except subprocess.TimeoutExpired:
         processes.kill_group(job.pid)  # torchrun and every rank it started
-        output, returncode = job.communicate()[0] + f"\nstopped after {timeout:.0f} s", -1
-    return Run(script.name, ranks, returncode, output, read_records(folder), str(folder))
+        return -1, job.communicate()[0] + f"\nstopped after {timeout:.0f} s"
+
+
+def _vanished_before_kill(folder: Path, ranks: int) -> bool:
+    """Whether, in a job told to lose a rank, that rank was never lost, a rank of the first attempt ended without
+    writing its record (killed from outside) and the others raised at most errors of a peer gone (gloo's, or
+    torch.distributed's own)."""
+    first = [folder / FIRST_FILE.format(rank=r) for r in range(ranks)]
+    errors = [json.loads(f.read_text())["error"] for f in first if f.is_file()]
+    return (
+        not (folder / KILLED_FILE).is_file()
+        and len(errors) < ranks
+        and all(not e or e.startswith("Dist") or "gloo" in e for e in errors)
+    )
 
 
 def read_records(folder: str | os.PathLike) -> dict[int, dict]:
@@ -227,6 +253,13 @@ def _uninterrupted(run: Run, n: int, epochs: int, batch: int, lr: float) -> list
 def _restarted(run: Run, n: int, batch: int, killed_epoch: int) -> list[dict]:
     """RUN's records by rank, once its rank was killed, every rank ran again (attempt 1) alike, and it ended well."""
     victim, _ = kill_point(n, run.ranks, batch, killed_epoch)
+    for r in range(run.ranks):
+        first = Path(run.folder) / FIRST_FILE.format(rank=r)
+        error = json.loads(first.read_text())["error"] if first.is_file() else ""
+        expect(
+            (Path(run.folder) / KILLED_FILE).is_file() or not error,
+            f"before rank {victim} was lost, in torchrun's first attempt, rank {r} raised {error}",
+        )
     expect(
         (Path(run.folder) / KILLED_FILE).is_file(),
         f"rank {victim} was to be lost half-way through epoch {killed_epoch + 1}, but the job "
@@ -350,6 +383,8 @@ def main(argv: list[str]) -> None:
     record["files"] = sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file())
     record["saved"] = _saved(home / "model.pt")
     (folder / RANK_FILE.format(rank=rank)).write_text(json.dumps(record))
+    if record["attempt"] == 0:
+        (folder / FIRST_FILE.format(rank=rank)).write_text(json.dumps(record))
     if record["error"]:
         sys.exit(1)  # torchrun sees the rank fail: it stops the others (or restarts them all) instead of waiting
 
