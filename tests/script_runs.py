@@ -63,18 +63,20 @@ def run_torchrun(
     timeout: float = torchrun_script.TIMEOUT,
     max_restarts: int = 0,
     kill: tuple[int, int] | None = None,
+    nodes: int = 2,
 ) -> torchrun_script.Run:
     """torchrun_script.run_script, run once per script and launch in this session (VARIABLE's folder)."""
     script, folder = Path(script), Path(folder)
     if not os.environ.get(VARIABLE) or not script.is_file():
-        return _REAL_TORCHRUN(script, folder, ranks, args, timeout, max_restarts, kill)
+        return _REAL_TORCHRUN(script, folder, ranks, args, timeout, max_restarts, kill, nodes)
 
     def again(returncode: int, output: str) -> torchrun_script.Run:
         records = torchrun_script.read_records(folder)
-        return torchrun_script.Run(script.name, ranks, returncode, output, records, str(folder.resolve()))
+        laid = nodes if ranks % nodes == 0 else 1  # as the real function lays them out
+        return torchrun_script.Run(script.name, ranks, returncode, output, records, str(folder.resolve()), laid)
 
-    real = lambda: _REAL_TORCHRUN(script, folder, ranks, args, timeout, max_restarts, kill)  # noqa: E731
-    return _once(key(script, ranks, "torchrun", max_restarts, kill, *args), folder, real, again)
+    real = lambda: _REAL_TORCHRUN(script, folder, ranks, args, timeout, max_restarts, kill, nodes)  # noqa: E731
+    return _once(key(script, ranks, "torchrun", max_restarts, kill, nodes, *args), folder, real, again)
 
 
 def _once(name: str, folder: Path, real: Callable, again: Callable):

@@ -1,8 +1,10 @@
 """Check a learner's torchrun script (notebook 12, part two): run it with torchrun for real and read what each rank
 did from outside the script.
 
-Each rank runs in a folder of its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a
-file written with a relative path shows which rank wrote it. Before the script starts, each rank records the
+The ranks run as on two nodes: one torchrun per node (`--nnodes 2`, all on this machine) meeting at a c10d
+rendezvous, so that LOCAL_RANK is not RANK and a script that confuses them is seen to. Each rank runs in a folder
+of its own (`rank0/`, `rank1/`: as if every rank were on a node with its own disk), so a file written with a
+relative path shows which rank wrote it. Before the script starts, each rank records the
 samples drawn from any `TensorDataset` and counts, with a communication hook put on every
 `DistributedDataParallel` the script makes, the gradients DDP all-reduced; and `torch.distributed.all_reduce`
 calls of the script's own. After it, the weights of its DDP model and the files in its folder.
@@ -22,12 +24,15 @@ import os
 import runpy
 import shutil
 import signal
+import random
 import subprocess
 import sys
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course import UserError, devices, processes
+from course import UserError, devices, lab, processes
 from course.checks import check, ddp, expect
 
 TIMEOUT = 300  # seconds for one run: seconds of training, on a machine that may be shared
@@ -51,6 +56,12 @@ class Run:
     output: str
     records: dict[int, dict] = field(default_factory=dict)
     folder: str = ""  # where it ran: each rank's folder and what the job shares
+    nodes: int = 1  # torchrun agents, one per (simulated) node
+
+    @property
+    def layout(self) -> str:
+        """Where the ranks ran, in words: "2 ranks on 2 nodes (one torchrun each), 1 per node"."""
+        return f"{self.ranks} rank(s) on {self.nodes} node(s) (one torchrun each), {self.ranks // self.nodes} per node"
 
 
 def run_script(
@@ -61,46 +72,89 @@ def run_script(
     timeout: float = TIMEOUT,
     max_restarts: int = 0,
     kill: tuple[int, int] | None = None,
+    nodes: int = 2,
 ) -> Run:
-    """Run `script` with `torchrun --standalone --nproc-per-node ranks --max-restarts max_restarts` in a fresh
-    `folder`, ARGS after it; with `kill=(rank, draws)` that rank dies by SIGKILL at its draws-th sample, once."""
+    """Run `script` with torchrun in a fresh `folder`, ARGS after it: `nodes` agents (`--nnodes`, one per node as
+    on a cluster, here all on this machine) meeting at a c10d rendezvous, ranks/nodes processes each, so LOCAL_RANK
+    and RANK differ; `--max-restarts max_restarts`; with `kill=(rank, draws)` that rank dies by SIGKILL at its
+    draws-th sample, once. One node where ranks do not divide evenly among `nodes`."""
     script = Path(script).resolve()
     if not script.is_file():
         raise UserError(f"no script {script}: write it first (e.g. with %%writefile)")
+    nodes = nodes if ranks % nodes == 0 else 1
     folder = Path(folder).resolve()
     if folder.exists():
         shutil.rmtree(folder)  # the check's own output folder: a rerun starts clean
     folder.mkdir(parents=True)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-                f"--max-restarts={max_restarts}"]  # fmt: skip
-    program = torchrun + ["-m", "course.checks.torchrun_script", str(script), str(folder), *map(str, args)]
     env = devices.default_threads(processes.as_caller(dict(os.environ, PYTHONWARNINGS="ignore")), 1)  # share the cores
     env.pop(KILL, None)
     if max_restarts:
         env[UNSHARED_STORE] = "1"
     if kill:
         env[KILL] = f"{kill[0]}:{kill[1]}"
-    returncode, output = _torchrun(program, env, folder, timeout)
+    launch = lambda: _agents(script, folder, args, ranks, nodes, max_restarts)  # noqa: E731
+    returncode, output = _torchrun(launch(), env, folder, timeout)
     if kill and returncode != -1 and _vanished_before_kill(folder, ranks):
         # a rank of the first attempt ended with no record and no error of the script's own before the rank the
         # check loses was lost (a machine's hiccup, not the answer's): the job once more, from a fresh folder
         shutil.rmtree(folder)
         folder.mkdir()
-        returncode, again = _torchrun(program, env, folder, timeout)
+        returncode, again = _torchrun(launch(), env, folder, timeout)
         output = f"{output}\n(a rank ended early in the first attempt with no error of its own: ran again)\n{again}"
-    return Run(script.name, ranks, returncode, output, read_records(folder), str(folder))
+    return Run(script.name, ranks, returncode, output, read_records(folder), str(folder), nodes)
 
 
-def _torchrun(program: list[str], env: dict[str, str], folder: Path, timeout: float) -> tuple[int, str]:
-    """PROGRAM's exit code and output, run in FOLDER; -1 if stopped at TIMEOUT."""
-    job = subprocess.Popen(program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                           cwd=folder, start_new_session=True)  # fmt: skip
-    try:
-        output, _ = job.communicate(timeout=timeout)
-        return job.returncode, output
-    except subprocess.TimeoutExpired:
-        processes.kill_group(job.pid)  # torchrun and every rank it started
-        return -1, job.communicate()[0] + f"\nstopped after {timeout:.0f} s"
+def _agents(script: Path, folder: Path, args: list, ranks: int, nodes: int, max_restarts: int) -> list[list[str]]:
+    """One torchrun command per node. Their rendezvous is on the first node, as `srun torchrun --rdzv-backend c10d`
+    on a cluster: a port below Linux's ephemeral range, so no connection of another program takes it meanwhile."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks // nodes}",
+                f"--max-restarts={max_restarts}"]  # fmt: skip
+    program = ["-m", "course.checks.torchrun_script", str(script), str(folder), *map(str, args)]
+    if nodes == 1:
+        return [torchrun + ["--standalone"] + program]
+    port = lab.free_port("127.0.0.1", random.randrange(20000, 32000))
+    rendezvous = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={uuid.uuid4().hex}"]
+    return [
+        torchrun + [f"--nnodes={nodes}", *rendezvous, f"--rdzv-conf=is_host={int(n == 0)}"] + program
+        for n in range(nodes)
+    ]
+
+
+def _torchrun(commands: list[list[str]], env: dict[str, str], folder: Path, timeout: float) -> tuple[int, str]:
+    """The first failing exit code of COMMANDS (one torchrun agent each, run at once in FOLDER; 0 if none failed)
+    and their outputs, one after the other; -1 if they were stopped at TIMEOUT."""
+    logs, jobs = [folder / f"torchrun-{n}.log" for n in range(len(commands))], []
+    for command, log in zip(commands, logs):
+        with open(log, "w") as out:
+            jobs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=folder,
+                                         start_new_session=True))  # fmt: skip
+    returncode = _wait_for_agents(jobs, time.monotonic() + timeout)
+    heads = len(logs) > 1
+    output = "".join((f"--- node {n}\n" if heads else "") + log.read_text() for n, log in enumerate(logs))
+    for log in logs:
+        log.unlink()
+    return returncode, output + (f"\nstopped after {timeout:.0f} s" if returncode == -1 else "")
+
+
+def _wait_for_agents(jobs: list[subprocess.Popen], deadline: float, grace: float = 5) -> int:
+    """The first failing exit code of JOBS, 0 if none failed, -1 at DEADLINE. Once one agent has failed the job is
+    over, as `srun --kill-on-bad-exit` ends it: the others get GRACE seconds, then are killed (an agent whose ranks
+    finished would otherwise wait 300 s at torchrun's exit barrier for the failed one)."""
+    failed_at = None
+    while True:
+        codes = [job.poll() for job in jobs]
+        failure = next((c for c in codes if c), 0)
+        if None not in codes:
+            return failure
+        now = time.monotonic()
+        if failure and failed_at is None:
+            failed_at = now
+        if now > deadline or (failed_at is not None and now > failed_at + grace):
+            for job in jobs:
+                processes.kill_group(job.pid)  # torchrun and every rank it started
+                job.wait()
+            return failure or -1
+        time.sleep(0.2)
 
 
 def _vanished_before_kill(folder: Path, ranks: int) -> bool:
@@ -344,6 +398,16 @@ def _saved(path: Path) -> list[float]:
         return []
 
 
+def _attempt(folder: Path, rank: int) -> int:
+    """How many times RANK started in this job before: its attempt. Not TORCHELASTIC_RESTART_COUNT, which counts
+    only its own agent's restarts (an agent restarted because another one's rank failed keeps its count)."""
+    n = 0
+    while (folder / f"started-{rank}-{n}").exists():
+        n += 1
+    (folder / f"started-{rank}-{n}").touch()  # a rank's attempts never overlap: no other writer of this name
+    return n
+
+
 def main(argv: list[str]) -> None:
     """Under torchrun: run SCRIPT in FOLDER/rank<RANK>/ instrumented, then write the rank's record in FOLDER."""
     import traceback
@@ -358,7 +422,7 @@ def main(argv: list[str]) -> None:
     os.chdir(home)
     record = {"rank": rank, "draws": [], "hook": {"buckets": 0, "steps": 0, "bytes": 0}, "own_all_reduces": 0,
               "models": [], "error": "", "initialized": False, "saves": [], "loads": [], "folder": str(folder),
-              "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}  # fmt: skip
+              "attempt": _attempt(folder, rank)}  # fmt: skip
     record["env"] = {v: os.environ.get(v) for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
     _instrument(record)
     init = dist.init_process_group
