@@ -267,9 +267,9 @@ def saves_by_rank(view: Any) -> dict[int, list[str]]:
 
 @check
 def evaluated_and_saved(view: Any, out: str | os.PathLike, saved: Mapping[int, list[str]]) -> None:
-    """Exercise 4: every rank holds the same test accuracy, a float in [0, 1]; OUT/model.h5 exists, and no rank
-    but 0 saved it (`saved`: saves_by_rank, read before this check; the ranks share one folder, so the file alone
-    cannot tell)."""
+    """Exercise 4: every rank holds the same test accuracy, a float in [0, 1]; OUT/model.h5 exists, no rank but 0
+    saved it (`saved`: saves_by_rank, read before this check; the ranks share one folder, so the file alone cannot
+    tell), and loaded as the next job loads it, it is the trained model and scores that accuracy."""
     accuracies = engine_values(view, "test_accuracy")
     expect(
         all(isinstance(a, float) and 0 <= a <= 1 for a in accuracies),
@@ -287,6 +287,37 @@ def evaluated_and_saved(view: Any, out: str | os.PathLike, saved: Mapping[int, l
         f"rank(s) {others} saved model.h5 too: the engines share one folder, so the file looks right, but only "
         "rank 0 should save (the ranks hold the same model, and several writers of one file can corrupt it)",
     )
+    used = deadline.apply(view, saved_model_used, str(model.resolve()), *map(on_engine, ("model", "x_test", "y_test")))
+    used = next(u for u in used if u is not None)
+    expect(
+        used["error"] is None,
+        f"OUT + '/model.h5' does not load as a model (tf.keras.models.load_model: {used['error']}): the next job "
+        "needs the whole model (model.save), not its weights alone",
+    )
+    expect(
+        used["same"] and abs(used["accuracy"] - accuracies[0]) < 1e-6,
+        f"OUT + '/model.h5', loaded and evaluated, scores {used['accuracy']:.4f} on the test set, not the trained "
+        f"model's {accuracies[0]:.4f}: save the model you evaluated",
+    )
+
+
+def saved_model_used(path: str, model: Any, x: Any, y: Any) -> dict | None:
+    """On an engine: on Horovod's rank 0, PATH loaded as the next job loads it and evaluated on (x, y): its load
+    error, whether it gives `model`'s outputs, its accuracy; None on the other ranks."""
+    import horovod.tensorflow.keras as hvd
+    import numpy as np
+    import tensorflow as tf
+
+    if hvd.rank() != 0:
+        return None
+    try:
+        loaded = tf.keras.models.load_model(path, compile=False)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the answer's, and said
+        return {"error": type(exc).__name__, "same": False, "accuracy": float("nan")}
+    probe = np.asarray(x[:16])
+    same = bool(np.allclose(loaded(probe, training=False), model(probe, training=False), rtol=1e-5, atol=1e-6))
+    accuracy = float(np.mean(np.argmax(loaded.predict(x, verbose=0), axis=1) == np.ravel(y)))
+    return {"error": None, "same": same, "accuracy": accuracy}
 
 
 @check

@@ -58,6 +58,9 @@ class Record:
     # Horovod's broadcast runs): {"own": [...], "held": [...]}, {} if fit took no step
     first_step: dict[str, list[float]] = field(default_factory=dict)
     local_rank: int = 0  # Horovod's, from horovodrun's environment
+    # each Keras file it wrote, loaded as the next job would (load_model) and run on the same inputs as the trained
+    # model: {name: None if it gives the trained model's outputs, else what went wrong}
+    models: dict[str, str | None] = field(default_factory=dict)
     host: str = ""  # the node horovodrun started it on
     pinned: list[int] | None = None  # the stand-in GPUs of its node it made visible (None: not pinned, or real GPUs)
 
@@ -215,6 +218,9 @@ def _files(ranks: list[Record], base: Record) -> list[str]:
     missing = sorted(set(base.files) - set(ranks[0].files))
     if missing:
         found.append(f"rank 0 did not write {', '.join(missing)}, which the single-process script writes")
+    for name in sorted(set(base.files) & set(ranks[0].models)):
+        if ranks[0].models[name]:
+            found.append(f"rank 0's {name}, loaded as a model (tf.keras.models.load_model): {ranks[0].models[name]}")
     return found
 
 
@@ -459,6 +465,29 @@ def _horovod_state(optimizer) -> tuple[int | None, bool]:
     return size, type(optimizer).__module__.startswith("horovod")
 
 
+def _saved_models(workdir: Path, files: list[str], trained) -> dict[str, str | None]:
+    """Each Keras file at the top of FILES (the saved model; checkpoints sit in a folder) loaded with load_model
+    and run on a few inputs: None where it gives TRAINED's outputs, else what went wrong (weights alone, another
+    model, saved before training ended)."""
+    import tensorflow as tf
+
+    try:
+        inputs = np.random.default_rng(0).random((4, *trained.input_shape[1:]), dtype=np.float32)
+        expected = np.asarray(trained(inputs, training=False))
+    except (AttributeError, TypeError, ValueError):
+        return {}  # a model of no fixed input shape: its files are judged by name only
+    found = {}
+    for name in (f for f in files if f.endswith((".h5", ".keras")) and "/" not in f):
+        try:
+            loaded = tf.keras.models.load_model(workdir / name, compile=False)
+        except Exception as exc:  # noqa: BLE001 - any failure to load is the answer's, and said
+            found[name] = f"it does not load ({type(exc).__name__}): save the whole model (model.save), not its weights"
+            continue
+        same = np.allclose(np.asarray(loaded(inputs, training=False)), expected, rtol=1e-5, atol=1e-6)
+        found[name] = None if same else "its outputs are not the trained model's: save the model after fit"
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run SCRIPT in FOLDER/rank<r>/ and write FOLDER/record-<r>.json and .npz after it."""
     argv = sys.argv[1:] if argv is None else argv
@@ -496,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         "local_rank": int(os.environ.get("HOROVOD_LOCAL_RANK", "0")),
         "host": os.environ.get("HOROVOD_HOSTNAME", ""),
         "pinned": pinned if pinned else None,
+        "models": _saved_models(workdir, files, recorder.fitted),
         "samples": sorted(recorder.drawn)
         if recorder.drawn is not None
         else _samples(recorder.given, sum(recorder.steps) * recorder.epochs),
