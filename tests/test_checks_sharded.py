@@ -1,7 +1,7 @@
-"""course.checks.sharded, notebook 09's checks, tried directly on every answer the fixtures hold for its exercises
-(tests/check_cases.py): on two MPI engines with the quick profile's sizes, as the notebook runs them, and on new
-8- and 6-rank `mpiexec` jobs for the grid. Plain data parallelism's training, what ZeRO's is compared with, is the
-notebook's own cell, run once."""
+"""course.checks.sharded, the checks of notebook 09's part one (09_sharded_data_parallelism), tried directly on every
+answer the fixtures hold for its exercises (tests/check_cases.py): on two MPI engines with the quick profile's sizes,
+as the notebook runs them. Plain data parallelism's training, what ZeRO's is compared with, is the notebook's own
+cell, run once. Part two's exercises (tensor parallelism, the grid, the layout): tests/test_checks_sharded_tensor.py."""
 
 from __future__ import annotations
 
@@ -15,14 +15,11 @@ from course.checks import sharded
 from tests.check_cases import cases, define, judge, shared_cluster
 from tests.conftest import ROOT
 
-NOTEBOOK = "09_sharded_and_tensor_parallelism"
+NOTEBOOK = "09_sharded_data_parallelism"
 COVERED = {  # the answer cells whose fixture answers this module tries
     "ex-memory-answer",
     "ex-zero-answer",
     "ex-stage3-answer",
-    "ex-tensor-answer",
-    "ex-grid-answer",
-    "ex-choice-answer",
 }
 QUICK = {"RANKS": 2, "SIZES": (8, 20, 4), "STEPS": 5, "WIDTH": 128, "LAYERS": 8}  # the notebook's quick profile
 
@@ -84,28 +81,5 @@ def test_stage3(case, view):
         names = define(case, {"np": np, "sharding": sharding})
         results = view.apply_sync(sharded.stage3_run, names["stage3_forward"], QUICK["WIDTH"], QUICK["LAYERS"])
         return sharded.stage3(results, QUICK["LAYERS"])
-
-    judge(case, run)
-
-
-@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-tensor-answer"}), ids=str)
-def test_tensor_parallel(case, view):
-    judge(case, lambda: sharded.tensor_parallel(define(case, {"np": np})["tensor_parallel_mlp"], view))
-
-
-@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-grid-answer"}), ids=str)
-def test_grid(case):
-    def run():
-        found = sharded.grid_found(define(case, {})["grid"])
-        return sharded.grid_cases(found, [c for c in sharded.GRID_CASES if not c.hidden])
-
-    judge(case, run)
-
-
-@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-choice-answer"}), ids=str)
-def test_choice(case):
-    def run():
-        names = define(case, {})
-        return sharded.choice(names["layout"], names["reasons"], names["stage3"])
 
     judge(case, run)

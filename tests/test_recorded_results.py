@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 from website import results
 
 SOLUTIONS = ROOT / "solutions"
-FIRST, SECOND = "01_task_graphs", "09_sharded_and_tensor_parallelism"
+FIRST, SECOND = "01_task_graphs", "09_sharded_data_parallelism"
 
 
 def test_the_machine_and_commit_a_record_names(tmp_path):

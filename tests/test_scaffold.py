@@ -183,7 +183,8 @@ BEFORE = {
     "01_task_graphs": "Stop the engines when you are done.",
     "02_sgd": "## Key points",  # its last exercise runs after the cluster's stop, in the notebook alone
     "03_parallelism_and_collectives": "## 7. Stop the cluster",
-    "09_sharded_and_tensor_parallelism": "## 6. The same ideas in the libraries you will use",
+    "09_sharded_data_parallelism": "## 4. Stop the cluster",
+    "09_tensor_parallelism": "## 3. The same ideas in the libraries you will use",
     "11_running_on_hpc": "## Key points",  # its Slurm cluster's section ends long before
     "12_pytorch_ddp": "torch_group.destroy(cluster)",
 }

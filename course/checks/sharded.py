@@ -1,7 +1,8 @@
-"""Notebook 09's checks of sharded data parallelism (ZeRO) and tensor parallelism: the bytes per device against the
-ZeRO paper's figures, a ZeRO stage-2 training against plain data parallelism's (parameters; optimizer state and the
-memory each rank holds, measured by tracemalloc; bytes on the wire, measured by course.comm.CountingComm), a stage-3
-forward pass (its output, its collectives and its peak memory, measured by tracemalloc), a Megatron MLP block against
+"""Notebook 09's checks, both parts: sharded data parallelism (ZeRO, part one: 09_sharded_data_parallelism) and
+tensor parallelism (part two: 09_tensor_parallelism). Part one: the bytes per device against the ZeRO paper's
+figures, a ZeRO stage-2 training against plain data parallelism's (parameters; optimizer state and the memory each
+rank holds, measured by tracemalloc; bytes on the wire, measured by course.comm.CountingComm), a stage-3 forward pass
+(its output, its collectives and its peak memory, measured by tracemalloc). Part two: a Megatron MLP block against
 the unsplit block, the groups `comm.Split` makes on 8 ranks, and the layout quiz. What is compared is measured from
 outside the answer, never taken from it.
 
@@ -312,8 +313,8 @@ class GridCase:
     hidden: bool = False
 
 
-# The layouts exercise 5 is checked on: grids that fit (odd factors, a factor of 1, D = 1) and grids whose factors
-# each divide the ranks while their product does not
+# The layouts ex-grid (part two's exercise 2) is checked on: grids that fit (odd factors, a factor of 1, D = 1) and
+# grids whose factors each divide the ranks while their product does not
 GRID_CASES = (
     GridCase("2 x 2 x 2", 8, 2, 2),
     GridCase("tensor groups of 4, no pipeline", 8, 4, 1),
