@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import runpy
 import shutil
 import signal
-import random
 import subprocess
 import sys
 import time
