@@ -96,6 +96,45 @@ def distributed_sgd(learning_rate: float, momentum: float = 0.0):
 HOST_NAMES = ("localhost", "127.0.0.1")
 
 
+_RENDEZVOUS: list = []  # the Gloo rendezvous servers horovod_nodes started: they serve while this process runs
+
+
+def horovod_nodes(view: Any, nodes: int = 2) -> str:
+    """Make Horovod on the engines of VIEW see them as NODES nodes, as `horovodrun -H localhost:1,127.0.0.1:1` does
+    with HOST_NAMES, so that local rank and rank differ as on a cluster; call it before hvd.init() on them. MPI's
+    controller asks the operating system which processes share a node (here all), Horovod's Gloo controller takes
+    each process's node from its environment: this sets that environment, engine i Horovod's rank i, and serves
+    the rendezvous from this process. Engines not all on this machine are on real nodes: left alone. Returns the
+    layout in words."""
+    import socket
+
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.gloo_run import create_slot_env_vars
+    from horovod.runner.http.http_server import RendezvousServer
+
+    ranks = len(view.targets)
+    if set(view.apply_sync(socket.gethostname)) != {socket.gethostname()}:
+        return f"{ranks} engines on the cluster's own nodes (Horovod finds them itself)"
+    nodes = max(1, min(nodes, ranks, len(HOST_NAMES)))
+    slots = [ranks // nodes + (h < ranks % nodes) for h in range(nodes)]
+    plan = get_host_assignments(parse_hosts(",".join(f"{h}:{n}" for h, n in zip(HOST_NAMES, slots))), ranks)
+    server = RendezvousServer(0)
+    port = server.start()
+    server.init(plan)
+    _RENDEZVOUS.append(server)
+    gloo = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+            "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}  # fmt: skip
+    for target, slot in zip(view.targets, plan):
+        view.client[target].apply_sync(_set_environment, {**gloo, **create_slot_env_vars(slot)})
+    per = ", ".join(str(n) for n in sorted(set(slots)))
+    return f"{ranks} engines as {nodes} nodes for Horovod ({per} each): ranks 0.. on the first, local ranks from 0"
+
+
+def _set_environment(variables: dict[str, str]) -> None:
+    """On an engine: VARIABLES in its environment, where a library started later reads them."""
+    os.environ.update(variables)
+
+
 def horovodrun(ranks: int, hosts: int = 1) -> list[str]:
     """The start of a `horovodrun -np RANKS` command on this node (Gloo: no MPI launcher needed). With hosts=2 the
     ranks are split over two names of this machine, which Horovod takes for two nodes: ranks 0.. on the first, the

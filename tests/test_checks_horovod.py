@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from course import training
 from course.checks import horovod
-from tests.check_cases import Case, cases, defined, judge, shared_cluster, solution_answers
+from tests.check_cases import Case, cases, defined, judge, own_cluster, solution_answers
 
 NOTEBOOK = "07_horovod"
 COVERED = {"ex1-answer", "ex2-answer", "ex3-answer", "ex4-answer"}
@@ -55,10 +56,12 @@ def px_body(source: str) -> str:
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    """Two MPI engines in a profile of their own, %%px on them in define's IPython shell, and on them what the
-    notebook defines up to exercise 4 (with the solution's answers); yields (the view, OUT)."""
+    """Two MPI engines of their own (Horovod is initialised once per process), seen by Horovod as two nodes as the
+    notebook makes them, %%px on them in define's IPython shell, and on them what the notebook defines up to
+    exercise 4 (with the solution's answers); yields (the view, OUT)."""
     out = tmp_path_factory.mktemp("out")
-    with shared_cluster(tmp_path_factory, 2, engines="mpi") as started:
+    with own_cluster(tmp_path_factory, 2, engines="mpi") as started:
+        assert "2 nodes" in training.horovod_nodes(started.view)
         InteractiveShell.instance()
         started.view.activate()  # %%px in the shell define runs cells in
         started.view.push(dict(CONSTANTS, OUT=str(out)))
