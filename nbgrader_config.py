@@ -1,7 +1,7 @@
 """nbgrader's own configuration for this course, for instructors who use `nbgrader ...` and JupyterLab's Formgrader tab.
 
 Assignments: one per notebook, named after it with dashes (00-environment-and-cluster, 01-task-graphs, 02-sgd,
-..., 11-running-on-hpc), and `ddl-hpc`, the whole course as one, for workshops that grade it at once. The course
+..., 11-job-scripts, 11-running-on-a-cluster), and `ddl-hpc`, the whole course as one, for workshops that grade it at once. The course
 id is `ddl-hpc`. Loading this file only reads settings (course/grading/nbgrader_course.py); nothing is written.
 
 nbgrader's course directory is $COURSE_NBGRADER_ROOT (a folder you choose: the checkout may be read only), else

@@ -1,8 +1,8 @@
-"""Notebook 11's checks, tried directly on every answer the fixtures hold for its exercises (tests/check_cases.py):
-course.checks.hpc (the two-node request), course.checks.sbatch_script (the batch script by hand, the srun command),
-and the short check cells that stay in the notebook (ex2-ex5), whose visible part runs as the notebook runs it. No
-Slurm job is submitted: the notebook's own cells give what the exercises need as they do where no Slurm answers (the
-rank map runs under `mpiexec`, the kernel spec is installed into a temporary prefix)."""
+"""Notebook 11's checks, part one (11_job_scripts), tried directly on every answer the fixtures hold for its exercises
+(tests/check_cases.py): course.checks.hpc (the two-node request), course.checks.sbatch_script (the batch script by
+hand), and the short check cell that stays in the notebook (ex2), whose visible part runs as the notebook runs it. No
+Slurm job is submitted: the notebook's own cells give what the exercises need as they do where no Slurm answers. Part
+two's exercises (placement, the time limit, the srun command, the kernel): tests/test_checks_hpc_cluster.py."""
 
 from __future__ import annotations
 
@@ -22,15 +22,11 @@ from tests.conftest import MACHINE, ROOT
 # test started Slurm meanwhile, so it runs in the Slurm tests' worker, in file order (conftest.py)
 pytestmark = pytest.mark.xdist_group(MACHINE)
 
-NOTEBOOK = "11_running_on_hpc"
+NOTEBOOK = "11_job_scripts"
 COVERED = {  # the answer cells whose fixture answers this module tries
     "ex1-answer",
     "ex2-answer",
     "ex-sbatch-answer",
-    "ex3-answer",
-    "ex4-answer",
-    "ex-srun-answer",
-    "ex5-answer",
 }
 CELLS = json.loads((ROOT / "solutions" / f"{NOTEBOOK}.ipynb").read_text())["cells"]
 
@@ -63,15 +59,14 @@ def run(source: str, names: dict) -> str | None:
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory):
-    """What the notebook defines before its exercises, with no Slurm here: WORK (a temporary folder), TASK, the rank
-    map's run_placement and CORES, the time-limit .err line; temporary folders (kernel prefixes) made under it."""
+    """What the notebook defines before its exercises, with no Slurm here: WORK (a temporary folder) and TASK."""
     from IPython.core.interactiveshell import InteractiveShell
 
     work = tmp_path_factory.mktemp("hpc")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tempfile, "tempdir", str(work))
         names = {"os": os, "tempfile": tempfile, "Path": Path, "jobs": jobs, "WORK": work, "SLURM": False}
-        for marker in ("TASK = sbatch_script.Exercise(", "def run_placement(", "timeout_err = ("):
+        for marker in ("TASK = sbatch_script.Exercise(",):
             problem = run(notebook_cell(marker), names)
             assert problem is None, f"the notebook's cell with {marker!r}: {problem}"
             names = dict(InteractiveShell.instance().user_ns)
@@ -92,19 +87,9 @@ def test_sbatch_script(case, context):
     judge(case, check)
 
 
-@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-srun-answer"}), ids=str)
-def test_srun(case, context):
-    def check():
-        command = define(case, context)["DOCTOR_ON_A_NODE"]
-        program = [context["sys"].executable, "-m", "course", "doctor", "--json"]
-        return "; ".join(sbatch_script.srun_problems(command, 1, 1, "00:05:00", program)) or None
-
-    judge(case, check)
-
-
 @pytest.mark.parametrize(
     ("grade_id", "case"),
-    [(g, case) for g in ("ex2", "ex3", "ex4", "ex5") for case in cases(NOTEBOOK, {f"{g}-answer"})],
+    [(g, case) for g in ("ex2",) for case in cases(NOTEBOOK, {f"{g}-answer"})],
     ids=str,
 )
 def test_check_cells(grade_id, case, context):

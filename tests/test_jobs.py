@@ -440,7 +440,7 @@ def test_submit_without_slurm_says_what_to_do(tmp_path, records):
 
 
 def test_the_hand_written_warning_demo_takes_a_second_warning_without_a_change(tmp_path):
-    """Issue 39: 11's hand-written job (section 5) run by bash itself, warned twice as Slurm may warn (an early
+    """Issue 39: 11's hand-written job (part 2, section 1) run by bash itself, warned twice as Slurm may warn (an early
     USR1, then Slurm's own). The first is passed on once the program is ready and it saves its checkpoint; the
     second changes nothing: the trap says so and does not pass it on, and the script still waits for the
     program (before, the second USR1 ended the script's last `wait`, and the script, while the program ran)."""
@@ -452,7 +452,7 @@ def test_the_hand_written_warning_demo_takes_a_second_warning_without_a_change(t
 
     from tests.conftest import ROOT
 
-    cells = json.loads((ROOT / "solutions" / "11_running_on_hpc.ipynb").read_text())["cells"]
+    cells = json.loads((ROOT / "solutions" / "11_running_on_a_cluster.ipynb").read_text())["cells"]
     demo = next("".join(c["source"]) for c in cells if "sleeper.sbatch" in "".join(c["source"]))
     exec(compile(demo, "11 demo", "exec"), {"WORK": tmp_path, "SLURM": False, "jobs": jobs, "__name__": "demo"})
     shell = subprocess.Popen(

@@ -24,13 +24,13 @@ from course import cluster, memory, run
 from tests.conftest import MACHINE, ROOT
 from tests.grading_support import errors, first_answer, reads_grading_mode
 
-# Notebook 11 submits its jobs to this machine's Slurm where one answers: it runs in the Slurm tests' worker (conftest.py)
+# Notebook 11 (both parts) submits its jobs to this machine's Slurm where one answers: it runs in the Slurm tests' worker (conftest.py)
 pytestmark = pytest.mark.xdist_group(MACHINE)
 
 NOTEBOOKS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb")) if reads_grading_mode(p)]
 RELEASED = sorted((ROOT / "notebooks").glob("*.ipynb"))
 RELEASED_READING_GRADING_MODE = [ROOT / "notebooks" / p.name for p in NOTEBOOKS]  # their graded run is not a learner's
-WITHOUT_FIGURES = {"11_running_on_hpc"}  # it writes and submits job scripts; nothing to measure
+WITHOUT_FIGURES = {"11_job_scripts", "11_running_on_a_cluster"}  # they write and submit job scripts; nothing to measure
 
 
 class RecordingValidator(Validator):

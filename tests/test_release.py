@@ -106,17 +106,17 @@ def test_nbgraders_own_generate_assignment_agrees_with_release(tmp_path):
 
 
 def test_nbgraders_own_generate_assignment_stubs_a_batch_script_as_release_does(tmp_path):
-    """Notebook 11's answers include a #SBATCH file written by %%writefile: nbgrader's own generate_assignment, with
+    """Notebook 11's answers (part 1, 11_job_scripts) include a #SBATCH file written by %%writefile: nbgrader's own generate_assignment, with
     the course's nbgrader_config.py, leaves a comment there as `course release` does, not Python's
     `raise NotImplementedError()`, and gives learners the same cells."""
-    source = ROOT / "solutions" / "11_running_on_hpc.ipynb"
+    source = ROOT / "solutions" / "11_job_scripts.ipynb"
     checkout = config_copy(tmp_path / "checkout")
     (checkout / "solutions").mkdir()
     shutil.copy(source, checkout / "solutions" / source.name)
     env = {**os.environ, "COURSE_NBGRADER_ROOT": str(tmp_path / "grading")}
     assert run_course("nbgrader-setup", "--solutions", str(checkout / "solutions"), env=env).returncode == 0
-    nbgrader("generate_assignment", "11-running-on-hpc", cwd=checkout, env=env)
-    theirs = nbformat.read(str(tmp_path / "grading" / "release" / "11-running-on-hpc" / source.name), as_version=4)
+    nbgrader("generate_assignment", "11-job-scripts", cwd=checkout, env=env)
+    theirs = nbformat.read(str(tmp_path / "grading" / "release" / "11-job-scripts" / source.name), as_version=4)
     scripts = [c.source for c in theirs.cells if c.cell_type == "code" and c.source.startswith("%%writefile")]
     batch = [s for s in scripts if not s.split("\n", 1)[0].rstrip().endswith(".py") and "YOUR" in s]
     assert batch and not [s for s in batch if "NotImplementedError" in s], batch

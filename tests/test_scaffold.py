@@ -185,7 +185,8 @@ BEFORE = {
     "03_parallelism_and_collectives": "## 7. Stop the cluster",
     "09_sharded_data_parallelism": "## 4. Stop the cluster",
     "09_tensor_parallelism": "## 3. The same ideas in the libraries you will use",
-    "11_running_on_hpc": "## Key points",  # its Slurm cluster's section ends long before
+    "11_job_scripts": "## Key points",  # it starts no cluster
+    "11_running_on_a_cluster": "## Key points",  # its Slurm cluster's section ends long before
     "12_pytorch_ddp": "torch_group.destroy(cluster)",
 }
 

@@ -1,8 +1,9 @@
-"""Notebook 11's checks of a job request written with course.jobs: the `#SBATCH --name=value` lines of the script
-it gives, each against what the exercise asks; the per-node counts against digests (course.checks.quiz), so that
-the check says which is not right yet without showing the number. And the learner's reader of a job's `.err` file,
-on the notebook's own job and a named table of what Slurm writes there (TIME_LIMIT_CASES). The batch script written
-by hand and the srun command have their own checks (course.checks.sbatch_script).
+"""Notebook 11's checks of a job request written with course.jobs (part one, 11_job_scripts): the `#SBATCH
+--name=value` lines of the script it gives, each against what the exercise asks; the per-node counts against digests
+(course.checks.quiz), so that the check says which is not right yet without showing the number. And the learner's
+reader of a job's `.err` file (part two, 11_running_on_a_cluster), on the notebook's own job and a named table of what
+Slurm writes there (TIME_LIMIT_CASES). The batch script written by hand and the srun command have their own checks
+(course.checks.sbatch_script).
 
     two_node_request(jobs.script(request), WORK)     # None, or what is wrong
     time_limit_kill(killed_by_time_limit, timeout_err)
