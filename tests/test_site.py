@@ -271,14 +271,19 @@ def test_the_recorded_results_pages_show_the_newest_records(site):
         return any(line.startswith(said) for line in lines)
 
     page = shown("recorded-results.html")
+    names = {notebook.name for notebook in contents.notebooks()}  # a record of a notebook since split is history
     for notebook in contents.notebooks():
         assert f"{notebook.number} {notebook.title}" in page, f"no section for {notebook.name}"
     for name, (record, entry) in results.newest_runs(found).items():
+        if name not in names:
+            continue
         assert recorded(record, page), name
         for figure in entry["figures"]:
             assert {figure["name"], results.shown(figure["value"], figure["unit"])} <= page, figure
     report = shown("mutation-report.html")
     for name, (record, rows) in results.newest_reports(found).items():
+        if name not in names:
+            continue
         assert recorded(record, report), name
         assert {row["exercise"] for row in rows} <= report, name
 
