@@ -71,6 +71,54 @@ def cases(notebook: str, answer_ids: set[str]) -> list[Case]:
     return found
 
 
+def code_cell(notebook: str, marker: str) -> str:
+    """The source of the solution notebook's one code cell holding `marker`."""
+    cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
+    (source,) = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and marker in "".join(c["source"])]
+    return source
+
+
+def visible_check(notebook: str, grade_id: str) -> str:
+    """The visible part of a check cell (its hidden tests left out), as the learner's notebook runs it."""
+    cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
+    (source,) = ["".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
+    return source.split("### BEGIN HIDDEN TESTS")[0]
+
+
+def run_in_shell(source: str, names: dict) -> str | None:
+    """Run `source` in the IPython shell holding `names` (what `define` left there); its error in words, or None."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns.clear()
+    shell.user_ns.update(names)
+    result = shell.run_cell(source, store_history=False, silent=True)
+    if result.success:
+        return None
+    error = result.error_in_exec or result.error_before_exec
+    return f"{type(error).__name__}: {error}"
+
+
+@contextmanager
+def cells_run(tmp_path_factory: Any, notebook: str, markers: tuple[str, ...], names: dict) -> Iterator[dict]:
+    """The namespace after the solution's code cells holding MARKERS ran in turn on NAMES (WORK added: a temporary
+    folder, also tempfile's while the block runs, so that the cells' temporary folders land there)."""
+    import tempfile
+
+    import pytest
+    from IPython.core.interactiveshell import InteractiveShell
+
+    work = tmp_path_factory.mktemp("cells")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(work))
+        names = {**names, "WORK": work}
+        for marker in markers:
+            problem = run_in_shell(code_cell(notebook, marker), names)
+            assert problem is None, f"the notebook's cell with {marker!r}: {problem}"
+            names = dict(InteractiveShell.instance().user_ns)
+        yield names
+
+
 def covered(notebook: str) -> set[str]:
     """Every answer cell some fixture entry of `notebook` writes."""
     return {g for e in wrong_answers(notebook) + right_answers(notebook) for g in answer_cells(e)}

@@ -6,7 +6,6 @@ two's exercises (placement, the time limit, the srun command, the kernel): tests
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -15,8 +14,8 @@ import pytest
 
 from course import jobs
 from course.checks import hpc, sbatch_script
-from tests.check_cases import cases, define, judge
-from tests.conftest import MACHINE, ROOT
+from tests.check_cases import cases, cells_run, define, judge, run_in_shell, visible_check
+from tests.conftest import MACHINE
 
 # The batch script's check asks this machine's Slurm where one answers: its verdicts must not depend on whether another
 # test started Slurm meanwhile, so it runs in the Slurm tests' worker, in file order (conftest.py)
@@ -28,49 +27,14 @@ COVERED = {  # the answer cells whose fixture answers this module tries
     "ex2-answer",
     "ex-sbatch-answer",
 }
-CELLS = json.loads((ROOT / "solutions" / f"{NOTEBOOK}.ipynb").read_text())["cells"]
-
-
-def notebook_cell(marker: str) -> str:
-    """The source of the solution notebook's one code cell holding `marker`."""
-    (source,) = ["".join(c["source"]) for c in CELLS if c["cell_type"] == "code" and marker in "".join(c["source"])]
-    return source
-
-
-def check_cell(grade_id: str) -> str:
-    """The visible part of a check cell (its hidden tests left out), as the learner's notebook runs it."""
-    (source,) = ["".join(c["source"]) for c in CELLS if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
-    return source.split("### BEGIN HIDDEN TESTS")[0]
-
-
-def run(source: str, names: dict) -> str | None:
-    """Run `source` in the IPython shell holding `names` (what `define` left there); its error in words, or None."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.user_ns.clear()
-    shell.user_ns.update(names)
-    result = shell.run_cell(source, store_history=False, silent=True)
-    if result.success:
-        return None
-    error = result.error_in_exec or result.error_before_exec
-    return f"{type(error).__name__}: {error}"
 
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory):
     """What the notebook defines before its exercises, with no Slurm here: WORK (a temporary folder) and TASK."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    work = tmp_path_factory.mktemp("hpc")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tempfile, "tempdir", str(work))
-        names = {"os": os, "tempfile": tempfile, "Path": Path, "jobs": jobs, "WORK": work, "SLURM": False}
-        for marker in ("TASK = sbatch_script.Exercise(",):
-            problem = run(notebook_cell(marker), names)
-            assert problem is None, f"the notebook's cell with {marker!r}: {problem}"
-            names = dict(InteractiveShell.instance().user_ns)
-        yield names
+    names = {"os": os, "tempfile": tempfile, "Path": Path, "jobs": jobs, "SLURM": False}
+    with cells_run(tmp_path_factory, NOTEBOOK, ("TASK = sbatch_script.Exercise(",), names) as defined:
+        yield defined
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex1-answer"}), ids=str)
@@ -94,4 +58,4 @@ def test_sbatch_script(case, context):
 )
 def test_check_cells(grade_id, case, context):
     """The short check cells that stay in the notebook, run on each answer as the notebook runs them."""
-    judge(case, lambda: run(check_cell(f"{grade_id}-check"), define(case, context)))
+    judge(case, lambda: run_in_shell(visible_check(NOTEBOOK, f"{grade_id}-check"), define(case, context)))
