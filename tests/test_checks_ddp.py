@@ -151,6 +151,25 @@ def test_a_rank_that_vanishes_before_the_check_loses_one_is_run_again_but_an_err
     assert "first attempt, rank 0 raised ValueError: not yet" in said
 
 
+def test_once_one_torchrun_agent_failed_the_others_are_ended_as_srun_ends_them():
+    """An agent that waits (as at torchrun's exit barrier, 300 s) is killed a grace after another one failed; the
+    job's exit code is the failed one's. With none failed, every agent's end is waited for."""
+    import subprocess
+    import sys
+    import time
+
+    def agent(code: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+    waiting, failing = agent("import time; time.sleep(600)"), agent("raise SystemExit(3)")
+    started = time.monotonic()
+    assert torchrun_script._wait_for_agents([waiting, failing], started + 120, grace=1) == 3
+    assert waiting.poll() is not None and time.monotonic() - started < 60, "the waiting agent was not ended"
+    fine = [agent("import time; time.sleep(1)"), agent("pass")]
+    assert torchrun_script._wait_for_agents(fine, time.monotonic() + 120) == 0
+    assert all(job.returncode == 0 for job in fine)
+
+
 def test_a_rank_is_lost_half_way_through_the_epoch_after_the_first_saved_one():
     """96 samples on 2 ranks, 8 per rank per step: 48 draws an epoch, 6 steps; lost at the 4th step's first draw."""
     assert torchrun_script.kill_point(96, 2, 16) == (1, 48 + 3 * 8 + 1)
