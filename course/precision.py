@@ -1,5 +1,6 @@
-"""Mixed precision, measured (notebook 06): the memory a policy's activations take, and Keras's own dynamic loss
-scaling (`tf.keras.mixed_precision.LossScaleOptimizer`) step by step, to compare a hand-written step with.
+"""Mixed precision, measured (notebook 06, part two): the memory a policy's activations take, and Keras's own
+dynamic loss scaling (`tf.keras.mixed_precision.LossScaleOptimizer`) step by step, to compare a hand-written step
+with.
 
     >>> bytes_32 = activation_bytes(build(), x)                            # float32 policy
     >>> bytes_16 = activation_bytes(build(), x, policy="mixed_float16")    # about half

@@ -1,4 +1,4 @@
-"""The TensorFlow profiler on a few training steps, and its trace as a file a learner can read (notebook 06).
+"""The TensorFlow profiler on a few training steps, and its trace as a file a learner can read (notebook 06, part one).
 
 `capture` runs some steps between `tf.profiler.experimental.start` and `stop`, each step marked with
 `tf.profiler.experimental.Trace` (so the trace knows where a step begins and ends), and converts the profile

@@ -1,7 +1,8 @@
-"""course.checks.single_device and course.checks.trace_waits, notebook 06's checks, tried directly on every answer
-the fixtures hold for its exercises (tests/check_cases.py), on a small real run as the notebook's quick profile
-makes it: 256 digits stored as JPEG photos, the input-bound pipeline timed, both pipelines profiled for 4 steps,
-and the small dense model for the loss-scaling steps."""
+"""course.checks.single_device's pipeline checks and course.checks.trace_waits, the checks of notebook 06's part one
+(06_input_pipeline_and_profiler), tried directly on every answer the fixtures hold for its exercises
+(tests/check_cases.py), on a small real run as the notebook's quick profile makes it: 256 digits stored as JPEG
+photos, the input-bound pipeline timed, both pipelines profiled for 4 steps. Part two's exercise (loss scaling):
+tests/test_checks_single_device_precision.py."""
 
 from __future__ import annotations
 
@@ -17,15 +18,15 @@ from course.checks import check, single_device, trace_waits
 from course.input_pipeline import decode
 from tests.check_cases import Case, cases, define, judge, solution_answers
 
-NOTEBOOK = "06_single_device_performance"
-COVERED = {"ex1-answer", "ex2-answer", "ex3-answer"}  # the answer cells whose fixture answers this module tries
+NOTEBOOK = "06_input_pipeline_and_profiler"
+COVERED = {"ex1-answer", "ex2-answer"}  # the answer cells whose fixture answers this module tries
 IMAGES, BATCH, EPOCHS, PROFILED_STEPS, WAIT_BOUND = 256, 32, 3, 4, 0.3  # the quick profile's
 
 
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory) -> dict:
     """What the notebook has when its exercises' checks run: the files, `raw`, the CNN's `train_step`, the
-    input-bound pipeline and its timing, the fixed pipeline (the solution's), both profiled, and `build_small`."""
+    input-bound pipeline and its timing, the fixed pipeline (the solution's), both profiled."""
     import tensorflow as tf
 
     (x_train, y_train), _ = data.load("mnist", limit=IMAGES)
@@ -56,17 +57,6 @@ def notebook(tmp_path_factory) -> dict:
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    def build_small():
-        tf.keras.utils.set_random_seed(0)
-        return tf.keras.Sequential(
-            [
-                tf.keras.Input((input_pipeline.SIZE, input_pipeline.SIZE, 3)),
-                tf.keras.layers.Flatten(),
-                tf.keras.layers.Dense(32, activation="relu"),
-                tf.keras.layers.Dense(10),
-            ]
-        )
-
     slow = raw.map(decode).batch(BATCH)
     solution = define(
         Case("the solution", solution_answers(NOTEBOOK, {"ex1-answer"}), True), {"tf": tf, "decode": decode}
@@ -81,13 +71,10 @@ def notebook(tmp_path_factory) -> dict:
         "tf": tf,
         "np": np,
         "decode": decode,
-        "precision": precision,
         "raw": raw,
         "slow": slow,
         "slow_timing": input_pipeline.measure(slow, train_step, EPOCHS),
         "train_step": train_step,
-        "build_small": build_small,
-        "batches": list(fast.unbatch().batch(32).take(8)),
         "traces": [(t, tfprofiler.read_trace(t)) for t in (slow_trace, fast_trace)],
     }
 
@@ -118,13 +105,6 @@ def test_pipeline(case, notebook):
 def test_trace_reading(case, notebook):
     names = define(case, {"np": np})
     judge(case, lambda: trace_waits.reading(names["input_ms"], names["input_share"], notebook["traces"]))
-
-
-@pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex3-answer"}), ids=str)
-def test_loss_scaling(case, notebook):
-    n = notebook
-    names = define(case, {"tf": n["tf"], "np": np, "precision": precision})
-    judge(case, lambda: single_device.loss_scaling(names["my_scaled_step"], n["build_small"], n["batches"]))
 
 
 def test_traces_name_their_threads(notebook):

@@ -84,7 +84,7 @@ def _held_by(items: list[dict[str, str]]) -> str:
 
 def label(notebook: contents.Notebook, found: list[contents.Notebook]) -> str:
     """How NOTEBOOK's page is named and headed: its number, or its name where the notebooks FOUND share the number
-    (a notebook in parts, as 07's: exercises-07_horovod, exercises-07_horovod_script; and 09's and 11's)."""
+    (a notebook in parts, as 07's: exercises-07_horovod, exercises-07_horovod_script; and 06's, 09's and 11's)."""
     return notebook.name if sum(nb.number == notebook.number for nb in found) > 1 else notebook.number
 
 

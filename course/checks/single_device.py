@@ -1,8 +1,10 @@
-"""Notebook 06's checks of a learner's input pipeline and loss scaling: the pipeline's batches (fingerprints, in
-order), its parallel decoding, caching and prefetching measured in the profiler's traces of its first two passes
-(course.tfprofiler), its wait for data measured by running it (course.input_pipeline), and a
-hand-written loss-scaling step run side by side with Keras's LossScaleOptimizer from the same weights and scale
-(course.precision.keras_steps). The reading of the profiler's trace is checked in course.checks.trace_waits.
+"""Notebook 06's checks, both parts: a learner's input pipeline (part one: 06_input_pipeline_and_profiler) and loss
+scaling (part two: 06_mixed_precision_and_xla). Part one: the pipeline's batches (fingerprints, in order), its
+parallel decoding, caching and prefetching measured in the profiler's traces of its first two passes
+(course.tfprofiler), its wait for data measured by running it (course.input_pipeline). Part two: a hand-written
+loss-scaling step run side by side with Keras's LossScaleOptimizer from the same weights and scale
+(course.precision.keras_steps). The reading of the profiler's trace (part one) is checked in
+course.checks.trace_waits.
 
     pipeline(fast_pipeline, raw, BATCH, slow, slow_timing, train_step, EPOCHS, WAIT_BOUND)   # None, or what is wrong
     loss_scaling(my_scaled_step, build_small, batches)

@@ -1,6 +1,6 @@
-"""Notebook 06's check of a learner's reading of a profiler trace: each profiled step's duration and its wait for
-data, read straight from the trace file (the JSON TensorBoard's trace viewer reads), not from the learner's events.
-The check refuses an answer that calls it (course.shortcuts.Watch).
+"""Notebook 06's check (part one, 06_input_pipeline_and_profiler) of a learner's reading of a profiler trace: each
+profiled step's duration and its wait for data, read straight from the trace file (the JSON TensorBoard's trace
+viewer reads), not from the learner's events. The check refuses an answer that calls it (course.shortcuts.Watch).
 
     steps = read(path)       # {step number: (step ms, wait ms)}
     reading(input_ms, input_share, [(slow_trace, slow_events), (fast_trace, fast_events)])   # None, or what is wrong
