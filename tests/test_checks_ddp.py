@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from course import UserError, torch_group
-from course.checks import ddp, quiz, torchrun_script
+from course.checks import check, ddp, quiz, torchrun_script
 from tests import script_runs
 from tests.check_cases import cases, define, judge, shared_cluster, solution_answers
 
@@ -133,21 +133,20 @@ def test_a_rank_that_vanishes_before_the_check_loses_one_is_run_again_but_an_err
             "--checkpoint", "../checkpoint.pt"]  # fmt: skip
     solution = solution_answers(NOTEBOOK, {"ex-resume-answer"})["ex-resume-answer"]
     body = solution.split("\n", 1)[1]  # the script, without its %%writefile line
-    plain, once, raises = tmp_path / "plain.py", tmp_path / "once.py", tmp_path / "raises.py"
-    plain.write_text(body)
+    once, raises = tmp_path / "once.py", tmp_path / "raises.py"
     once.write_text(
         f"import os, pathlib\nmark = pathlib.Path({str(tmp_path / 'vanished')!r})\n"
         "if os.environ['RANK'] == '0' and not mark.exists():\n    mark.touch()\n    os._exit(1)\n" + body
     )
     raises.write_text(f"import os\nif os.environ['RANK'] == '0':\n    raise ValueError('not yet')\n{body}")
     kill = torchrun_script.kill_point(q["SAMPLES"], q["RANKS"], q["BATCH"])
+    restarted = check(torchrun_script._restarted)  # the lost run's half of resume_script
     lost = torchrun_script.run_script(once, tmp_path / "lost", q["RANKS"], args, max_restarts=1, kill=kill)
-    untouched = torchrun_script.run_script(plain, tmp_path / "untouched", q["RANKS"], args, max_restarts=1)
     assert "ran again" in lost.output
-    assert torchrun_script.resume_script(untouched, lost, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"], q["LR"]) is None
+    assert restarted(lost, q["SAMPLES"], q["BATCH"], 1) is None
     failed = torchrun_script.run_script(raises, tmp_path / "raised", q["RANKS"], args, max_restarts=1, kill=kill)
     assert "ran again" not in failed.output
-    said = torchrun_script.resume_script(untouched, failed, q["SAMPLES"], q["RESUME_EPOCHS"], q["BATCH"], q["LR"])
+    said = restarted(failed, q["SAMPLES"], q["BATCH"], 1)
     assert "first attempt, rank 0 raised ValueError: not yet" in said
 
 
