@@ -56,8 +56,11 @@ def test_only_the_environments_servers_and_what_they_started_are_ended(open_fold
     try:
         assert started.cmdline()[:2] == [str(prefix / "bin" / "python"), str(server)], started.cmdline()
         kernel = wait_until(lambda: started.children(), 30, "the server's kernel")[0]
-        hub_process = subprocess.Popen([str(prefix / "bin" / "python"), str(prefix / "bin" / "jupyterhub"), "-c", "x"])
+        hub_script = prefix / "bin" / "jupyterhub"
+        hub_script.write_text("import time\ntime.sleep(600)\n")  # runs until killed, as a hub does
+        hub_process = subprocess.Popen([str(prefix / "bin" / "python"), str(hub_script), "-c", "x"])
         try:
+            wait_until(lambda: psutil.Process(hub_process.pid).cmdline()[1:2] == [str(hub_script)], 30, "the hub")
             with pytest.raises(UserError, match=rf"^the hub still runs \(process {hub_process.pid}\): stop it first"):
                 hub.end_servers(prefix)
         finally:
