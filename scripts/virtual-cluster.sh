@@ -10,6 +10,9 @@
 #                                     controller must listen there, not on 127.0.0.1)
 #             OMPI_MCA_*_if_include   Open MPI uses the bridge's network between the nodes
 #   stop    stops every daemon (its munged too), namespace, link and /etc/hosts line that start made.
+#           Two more nodes (vc<N+1>, vc<N+2>) form the partition gpu, shaped as the notebooks' example site:
+#           48 cores (declared, not this machine's: config_overrides) and 8 GPUs each (device files, no
+#           hardware), so a job there gets Slurm's layout, CUDA_VISIBLE_DEVICES included, as on that site.
 #   status  prints the nodes and their states; exit 0 when every node takes jobs.
 # Needs root, network namespaces, and the packages slurm-wlm, munge and iproute2.
 # Exit status 3 means "cannot run here", with the reason on stderr.
@@ -30,6 +33,7 @@ HOSTS_MARK="# course virtual-cluster"
 # daemons, and the machine's munged (a site's, or the single-node Slurm's) is never touched.
 MUNGE=$BASE/munge
 export SLURM_CONF=$CONF
+SITE_NODES=2 SITE_CPUS=48 SITE_GPUS=8  # the gpu partition: notebook 11's example site
 
 say() { echo "$NAME: $*" >&2; }
 
@@ -65,7 +69,10 @@ write_conf() {
   mem=$(awk -v n="$n" '/MemTotal/ {print int($2 / 1024 * 0.9 / n)}' /proc/meminfo)
   mkdir -p "$BASE/state" "$LOG"
   : > "$BASE/nodes"
-  for i in $(seq 1 "$n"); do echo "vc$i" >> "$BASE/nodes"; mkdir -p "$BASE/spool/vc$i" "$BASE/tmp/vc$i"; done
+  for i in $(seq 1 $((n + SITE_NODES))); do
+    echo "vc$i" >> "$BASE/nodes"; mkdir -p "$BASE/spool/vc$i" "$BASE/tmp/vc$i"
+  done
+  write_gres "$n"
   {
     echo "# written by virtual-cluster.sh (course): $n nodes in network namespaces"
     echo "ClusterName=coursevc"
@@ -76,6 +83,8 @@ write_conf() {
     echo "AuthInfo=socket=$MUNGE/munge.socket"
     echo "ProctrackType=proctrack/linuxproc"
     echo "TaskPlugin=task/none"
+    echo "GresTypes=gpu"
+    echo "SlurmdParameters=config_overrides"  # the gpu nodes declare more cores than this machine has
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_Core"
     echo "ReturnToService=2"
@@ -93,8 +102,22 @@ write_conf() {
     for i in $(seq 1 "$n"); do
       echo "NodeName=vc$i NodeAddr=$NET.1$i CPUs=$cpus RealMemory=$mem State=UNKNOWN"
     done
+    for i in $(seq $((n + 1)) $((n + SITE_NODES))); do
+      echo "NodeName=vc$i NodeAddr=$NET.1$i CPUs=$SITE_CPUS RealMemory=$mem Gres=gpu:$SITE_GPUS State=UNKNOWN"
+    done
     echo "PartitionName=vc Nodes=vc[1-$n] Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=gpu Nodes=vc[$((n + 1))-$((n + SITE_NODES))] MaxTime=INFINITE State=UP"
   } > "$CONF"
+}
+
+write_gres() {
+  # the gpu nodes' GPUs: character devices (/dev/null's numbers) that Slurm hands out by index
+  local n=$1 k
+  mkdir -p "$BASE/dev"
+  for k in $(seq 0 $((SITE_GPUS - 1))); do
+    [ -c "$BASE/dev/gpu$k" ] || mknod "$BASE/dev/gpu$k" c 1 3
+  done
+  echo "NodeName=vc[$((n + 1))-$((n + SITE_NODES))] Name=gpu File=$BASE/dev/gpu[0-$((SITE_GPUS - 1))]" > "$BASE/gres.conf"
 }
 
 add_network() {
@@ -150,29 +173,29 @@ start() {
     --nodes) [[ "${2:-}" =~ ^[1-9][0-9]?$ ]] || { say "--nodes needs a number from 1 to 9"; exit 2; }; n=$2 ;;
     *) say "usage: $0 start [--nodes N] | stop | status"; exit 2 ;;
   esac
-  [ "$n" -le 9 ] || { say "--nodes: at most 9 nodes"; exit 2; }
+  [ "$n" -le $((9 - SITE_NODES)) ] || { say "--nodes: at most $((9 - SITE_NODES)) nodes"; exit 2; }
   need_slurm
-  if all_up && [ "$(node_names | wc -l)" -eq "$n" ]; then
+  if all_up && [ "$(node_names | wc -l)" -eq $((n + SITE_NODES)) ]; then
     say "already running ($(node_names | tr '\n' ' '))"
     exports
     return 0
   fi
-  if [ -f "$CONF" ] && [ "$(node_names | wc -l)" -ne "$n" ]; then
-    say "running with $(node_names | wc -l) nodes; stopping it to start $n"
+  if [ -f "$CONF" ] && [ "$(node_names | wc -l)" -ne $((n + SITE_NODES)) ]; then
+    say "running with $(node_names | wc -l) nodes; stopping it to start $n (and $SITE_NODES gpu nodes)"
     stop >/dev/null
   fi
   check_namespaces
   write_conf "$n"
   start_munged
-  add_network "$n"
+  add_network $((n + SITE_NODES))
   start_daemons
   for _ in $(seq 1 60); do
     if all_up; then
-      say "up: $n nodes ($(node_names | tr '\n' ' ')) in partition vc"
+      say "up: $(node_names | tr '\n' ' ')(partitions vc: $n nodes, gpu: $SITE_NODES nodes)"
       exports
       return 0
     fi
-    scontrol update nodename="vc[1-$n]" state=resume >/dev/null 2>&1 || true
+    scontrol update nodename="vc[1-$((n + SITE_NODES))]" state=resume >/dev/null 2>&1 || true
     sleep 1
   done
   say "the nodes did not come up within 60 s; see $LOG/slurmctld.log and $LOG/slurmd-vc1.log"
@@ -202,7 +225,7 @@ stop() {
     rm -f "$BASE/hosts.new"
   fi
   rm -f "$CONF" "$BASE/nodes"
-  rm -rf "$BASE/state" "$BASE/spool" "$BASE/tmp" "$MUNGE"
+  rm -rf "$BASE/state" "$BASE/spool" "$BASE/tmp" "$BASE/dev" "$BASE/gres.conf" "$MUNGE"
   say "stopped (daemons, munged included, namespaces, links and /etc/hosts lines removed)"
 }
 

@@ -93,11 +93,22 @@ SAME_REQUEST = {
 }
 
 
+RIGHT_SRUN = RIGHT.replace("mpiexec -np $SLURM_NTASKS --bind-to none --map-by slot", "srun -c $SLURM_CPUS_PER_TASK")
+
+
 @pytest.mark.parametrize("old,new", SAME_REQUEST.values(), ids=SAME_REQUEST.keys())
 def test_every_gpu_option_for_the_same_request_is_right(old, new, submit_dir):
-    text = RIGHT.replace(old, new)
+    text = RIGHT_SRUN.replace(old, new)
     assert _problems(text, submit_dir) == []
     assert sbatch_script.placement(text, WANT) == (2, 8, 8)
+
+
+@pytest.mark.parametrize("old,new", SAME_REQUEST.values(), ids=SAME_REQUEST.keys())
+def test_with_mpiexec_only_gpus_asked_per_node_are_right(old, new, submit_dir):
+    """Open MPI's daemons are one-task srun steps that read the job's GPU options (test_sbatch_run measures it)."""
+    found = _problems(RIGHT.replace(old, new), submit_dir)
+    per_node = not any(o in new for o in ("gpus-per-task", "--gpus=", "-G ", "ntasks-per-gpu", "gres/gpu"))
+    assert found == [] if per_node else len(found) == 1 and "mpiexec starts its daemons on the other nodes" in found[0]
 
 
 @pytest.mark.parametrize(
@@ -246,8 +257,16 @@ MISTAKES = [
         ["--ntask-per-node is not an option sbatch knows", "no --ntasks-per-node"],
     ),
     ("--gres=gpu:8", "--gres=gpu:16", ["--gres asks for 16 GPUs per node, the GPUs of the whole job"]),
-    ("--gres=gpu:8", "--gpus=8", ["--gpus=8 counts the GPUs of the whole job, and Slurm may place them unevenly"]),
-    ("--gres=gpu:8", "--gpus-per-task=2", ["--gpus-per-task=2 with 8 task(s) per node asks for 16 GPU(s) per node"]),
+    (
+        "--gres=gpu:8",
+        "--gpus=8",
+        ["--gpus=8 counts the GPUs of the whole job, and Slurm may place them unevenly", "with --gpus srun asks"],
+    ),
+    (
+        "--gres=gpu:8",
+        "--gpus-per-task=2",
+        ["--gpus-per-task=2 with 8 task(s) per node asks for 16 GPU(s) per node", "with --gpus-per-task srun"],
+    ),
     (
         "--gres=gpu:8",
         "--gpus-per-node=4",
@@ -256,13 +275,17 @@ MISTAKES = [
     (
         "--ntasks-per-node=8\n#SBATCH --cpus-per-task=6\n#SBATCH --gres=gpu:8",
         "--ntasks=16\n#SBATCH --cpus-per-task=6\n#SBATCH --gpus-per-task=2",
-        ["--ntasks=16 lets Slurm spread the tasks", "--gpus-per-task=2 needs a known number of tasks per node"],
+        [
+            "--ntasks=16 lets Slurm spread the tasks",
+            "--gpus-per-task=2 needs a known number of tasks per node",
+            "with --gpus-per-task srun gives that one task one GPU",
+        ],
     ),
     ("#SBATCH --gres=gpu:8\n", "", ["no GPUs asked for"]),
     (
         "--gres=gpu:8",
         "--gres=gpu:a100:8\n#SBATCH --gpus-per-task=1",
-        ["--gres=gpu:a100:8 names a GPU type and --gpus-per-task=1 does not: sbatch refuses such a job"],
+        ["--gres=gpu:a100:8 names a GPU type and --gpus-per-task=1 does not: sbatch refuses such a job", "srun gives"],
     ),
     (
         "--cpus-per-task=6",
@@ -270,7 +293,17 @@ MISTAKES = [
         ["--cpus-per-task and --cpus-per-gpu together: sbatch refuses the job"],
     ),
     ("--cpus-per-task=6", "--cpus-per-gpu=3", ["--cpus-per-gpu is 3, but a node's 48 cores shared evenly"]),
-    ("--gres=gpu:8", "--tres-per-task=gres/gpu=2", ["--tres-per-task=gres/gpu=2 with 8 task(s) per node asks for 16"]),
+    (
+        "--gres=gpu:8",
+        "--tres-per-task=gres/gpu=2",
+        ["--tres-per-task=gres/gpu=2 with 8 task(s) per node asks for 16", "with --gpus-per-task srun gives"],
+    ),
+    (
+        "$SLURM_CPUS_PER_TASK\nmpiexec",
+        "$SLURM_CPUS_ON_NODE\nmpiexec",
+        ["gives each rank OMP_NUM_THREADS=$SLURM_CPUS_ON_NODE, but each rank has 6 CPUs"],
+    ),
+    ("=$SLURM_CPUS_PER_TASK\nmpiexec", "=48\nmpiexec", ["gives each rank OMP_NUM_THREADS=48, but each rank has 6"]),
     (
         "--cpus-per-task=6",
         "--cpus-per-task=48",
@@ -385,7 +418,10 @@ def test_sbatch_test_only_on_the_real_slurm(slurm, submit_dir):
     script = submit_dir / "hvd_mnist.sbatch"
     script.write_text(RIGHT)
     said = sbatch_script.check(script, WANT)
-    assert said.startswith("Every #SBATCH line and the launch line are right. Slurm accepts it"), said
+    assert said.startswith(
+        "Every #SBATCH line and the launch line are right, judged from the text by Slurm's rules (no partition here "
+        "has 2 nodes of 8 GPUs to run it). Slurm accepts it"
+    ), said
 
 
 PROGRAM = ["/opt/env/bin/python", "-m", "course", "doctor", "--json"]

@@ -5,6 +5,9 @@ variables a script reads in the batch step, which runs once, as the first node's
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from course import slurm
 from course.checks.sbatch_header import SHORT, WITH_VALUE, Header, long_name
 
@@ -72,4 +75,53 @@ def per_rank_variables(h: Header) -> list[str]:
                 f"every rank would get that one value. Read it where each rank runs (a command srun starts per task), "
                 "or let Slurm bind each rank's GPU (--gpus-per-task, --gpu-bind)"
             )
+    return found
+
+
+# Open MPI starts its daemon on each other node with `srun --ntasks-per-node=1`, and srun reads the job's GPU options
+# from the environment sbatch set: per task or for the whole job, they do not fit that one-task step. Measured with
+# Slurm 22.05 and Open MPI 4.1 (tests/test_sbatch_run.py runs each on the virtual cluster).
+MPIEXEC_GPU_OPTIONS = {
+    "gpus": "srun asks for the whole job's GPUs (SLURM_GPUS) on one node for it: Slurm refuses that step and the job "
+    "fails",
+    "gpus-per-task": "srun gives that one task one GPU (SLURM_GPUS_PER_TASK): every rank on the other nodes then "
+    "computes on the same GPU",
+    "ntasks-per-gpu": "srun refuses its --ntasks-per-node beside SLURM_NTASKS_PER_GPU (mutually exclusive) and the "
+    "job fails",
+}
+
+
+def mpiexec_gpus(h: Header, words: list[str], number: int) -> list[str]:
+    """mpiexec in a job that asks for GPUs per task or for the whole job: ask per node, or start with srun."""
+    if Path(words[0]).name not in ("mpiexec", "mpirun"):
+        return []
+    return [
+        f"line {number}: mpiexec starts its daemons on the other nodes with srun, and with --{name} {why}: with "
+        "mpiexec ask for GPUs per node (--gres=gpu:N or --gpus-per-node=N), or start the ranks with srun"
+        for name, why in MPIEXEC_GPU_OPTIONS.items()
+        if h.get(name) is not None or (name == "gpus-per-task" and "gpu" in (h.get("tres-per-task") or ""))
+    ]
+
+
+# Per-node or per-job counts: as threads per rank they oversubscribe each node by its ranks per node.
+NOT_PER_TASK = (
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_NTASKS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_NNODES",
+)
+
+
+def threads(h: Header, cpus_per_task: int) -> list[str]:
+    """An OMP_NUM_THREADS set in the batch script to anything but each task's CPUs."""
+    found = []
+    for number, line in h.commands:
+        for value in re.findall(r"\bOMP_NUM_THREADS=(\S+)", line):
+            name = value.strip("\"'${}")
+            if (value.isdigit() and int(value) != cpus_per_task) or name in NOT_PER_TASK:
+                found.append(
+                    f"line {number} gives each rank OMP_NUM_THREADS={value}, but each rank has {cpus_per_task} CPUs "
+                    "(--cpus-per-task): one thread per CPU of its task, $SLURM_CPUS_PER_TASK"
+                )
     return found

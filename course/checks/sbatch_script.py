@@ -1,5 +1,6 @@
 """Checking a batch script a learner wrote by hand: its `#SBATCH` lines read as sbatch reads them, each wrong or
-missing option named against what the exercise asks, and (where a Slurm answers) `sbatch --test-only` on it.
+missing option named against what the exercise asks; then run for real where a partition has the exercise's shape
+(sbatch_run), or else (where a Slurm answers) `sbatch --test-only` on it.
 
     want = sbatch_script.Exercise(nodes=2, gpus_per_node=8, cores_per_node=48, cpus_per_task=6, time="00:45:00")
     sbatch_script.problems(Path("job.sbatch").read_text(), want)    # [] or one sentence per mistake
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course import slurm
+from course.checks import sbatch_run
 from course.checks.sbatch_gpus import gpu_count, gpu_types, gpus_per_task, older_tres, tres_per_task
 from course.checks.sbatch_header import Header, read, read_options
-from course.checks.sbatch_ranks import per_rank_variables, split_srun, srun_cpus
+from course.checks.sbatch_ranks import mpiexec_gpus, per_rank_variables, split_srun, srun_cpus, threads
 
 LAUNCHERS = ("mpiexec", "mpirun", "srun", "horovodrun")
 
@@ -65,6 +67,7 @@ def problems(text: str, want: Exercise, submit_dir: str | Path = ".") -> list[st
     found += _files(h, want, Path(submit_dir))
     found += _launch(h, want)
     found += per_rank_variables(h)
+    found += threads(h, want.cpus_per_task)
     return found
 
 
@@ -397,6 +400,7 @@ def _launch(h: Header, want: Exercise) -> list[str]:
         found += _rank_count(words, number, want)
         if launcher == "srun":
             found += srun_cpus(h, words, number)
+        found += mpiexec_gpus(h, words, number)
         if (
             launcher in ("mpiexec", "mpirun")
             and not any(w.lstrip("-") == "bind-to" for w in words)
@@ -580,7 +584,8 @@ class ScriptProblems(AssertionError):
 
 
 def check(script_file: str | Path, want: Exercise) -> str:
-    """Raise ScriptProblems naming each wrong or missing part; else ask Slurm (--test-only) and say what it said."""
+    """Raise ScriptProblems naming each wrong or missing part; then run it where a partition here has the
+    exercise's shape (sbatch_run), else ask Slurm (--test-only); say what it found."""
     path = Path(script_file)
     if not path.is_file():
         raise ScriptProblems(f"no script at {path}: run the %%writefile cell first")
@@ -588,9 +593,30 @@ def check(script_file: str | Path, want: Exercise) -> str:
     found = problems(text, want, path.parent)
     if found:
         raise ScriptProblems(f"{len(found)} thing(s) to fix in {path.name}:\n" + "\n".join(f"- {p}" for p in found))
+    right = "Every #SBATCH line and the launch line are right"
+    part = sbatch_run.site_partition(want)
+    if part is not None:
+        ranks, failed = sbatch_run.run(text, want, part, path.parent)
+        ran = [failed] if failed else sbatch_run.problems(ranks, want)
+        if ran:
+            raise ScriptProblems(
+                f"{right} as written, but run on Slurm's partition {part.name} (the program replaced by a probe):\n"
+                + "\n".join(f"- {p}" for p in ran)
+            )
+        return f"{right}, and {sbatch_run.summary(ranks, part)}."
+    judged = f"judged from the text by Slurm's rules (no partition here has {want.nodes} nodes of {want.gpus_per_node} GPUs to run it)"
     verdict = ask_slurm(text)
     if verdict is None:
-        return "Every #SBATCH line and the launch line are right (no Slurm here to ask as well)."
+        return f"{right}, {judged}."
     if not verdict.accepted:
         raise ScriptProblems(str(verdict))
-    return f"Every #SBATCH line and the launch line are right. {verdict}"
+    return f"{right}, {judged}. {verdict}"
+
+
+def run_on_site(script_file: str | Path, want: Exercise) -> list[str]:
+    """What differs when the script runs on a partition of the exercise's shape; [] where none is here."""
+    part = sbatch_run.site_partition(want)
+    if part is None:
+        return []
+    ranks, failed = sbatch_run.run(Path(script_file).read_text(errors="replace"), want, part, Path(script_file).parent)
+    return [failed] if failed else sbatch_run.problems(ranks, want)
