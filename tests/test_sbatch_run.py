@@ -4,6 +4,7 @@ and 8 device-file GPUs), its program replaced by a probe, and judged by what eac
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -11,6 +12,7 @@ from course.checks import sbatch_run, sbatch_script
 from course.checks.sbatch_run import Rank
 from tests.conftest import ROOT
 from tests.test_sbatch_check import RIGHT, WANT
+from tests.virtual_cluster import SCRIPT
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -81,6 +83,11 @@ def test_the_probe_replaces_the_program_and_a_gpu_type_but_keeps_the_rest():
 @pytest.fixture(scope="module")
 def gpu_site(virtual_cluster, tmp_path_factory):
     """The virtual cluster's environment for this process (the check reads SLURM_CONF), and a work folder."""
+    # started again (idempotent): test_virtual_cluster's last test stops it, and xdist may run that one first
+    started = subprocess.run(
+        ["bash", str(SCRIPT), "start", "--nodes", "2"], capture_output=True, text=True, timeout=180
+    )
+    assert started.returncode == 0, started.stderr
     with pytest.MonkeyPatch.context() as patch:
         for name, value in virtual_cluster.items():
             patch.setenv(name, value)
@@ -107,3 +114,14 @@ def test_every_wrong_script_is_caught_by_its_run_alone(gpu_site, why, script):
     ranks, failed = sbatch_run.run(script, WANT, part, folder)
     assert failed or sbatch_run.problems(ranks, WANT), f"{why}: ran as asked: {ranks}"
     assert not list(folder.glob(".probe-*")), "the run's folder is removed"
+
+
+@pytest.mark.slow
+def test_a_job_that_does_not_end_in_time_is_cancelled_and_said_so(gpu_site, virtual_cluster):
+    part, folder = gpu_site
+    slow = RIGHT.replace("export OMP", "sleep 60\nexport OMP")
+    with pytest.raises(TimeoutError, match="did not end within 1 s on partition gpu"):
+        sbatch_run.run(slow, WANT, part, folder, timeout=1)
+    queued = subprocess.run(["squeue", "-h", "-n", "course-probe"], capture_output=True, text=True, env=virtual_cluster)
+    assert queued.returncode == 0 and queued.stdout.strip() == "", queued.stdout
+    assert not list(folder.glob(".probe-*"))

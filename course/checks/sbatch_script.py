@@ -595,8 +595,12 @@ def check(script_file: str | Path, want: Exercise) -> str:
         raise ScriptProblems(f"{len(found)} thing(s) to fix in {path.name}:\n" + "\n".join(f"- {p}" for p in found))
     right = "Every #SBATCH line and the launch line are right"
     part = sbatch_run.site_partition(want)
+    judged = f"judged from the text by Slurm's rules (no partition here has {want.nodes} nodes of {want.gpus_per_node} GPUs to run it)"
     if part is not None:
-        ranks, failed = sbatch_run.run(text, want, part, path.parent)
+        try:
+            ranks, failed = sbatch_run.run(text, want, part, path.parent)
+        except TimeoutError as late:  # a busy queue is no fault of the script's
+            return f"{right}, judged from the text by Slurm's rules ({late})."
         ran = [failed] if failed else sbatch_run.problems(ranks, want)
         if ran:
             raise ScriptProblems(
@@ -604,7 +608,6 @@ def check(script_file: str | Path, want: Exercise) -> str:
                 + "\n".join(f"- {p}" for p in ran)
             )
         return f"{right}, and {sbatch_run.summary(ranks, part)}."
-    judged = f"judged from the text by Slurm's rules (no partition here has {want.nodes} nodes of {want.gpus_per_node} GPUs to run it)"
     verdict = ask_slurm(text)
     if verdict is None:
         return f"{right}, {judged}."
@@ -618,5 +621,10 @@ def run_on_site(script_file: str | Path, want: Exercise) -> list[str]:
     part = sbatch_run.site_partition(want)
     if part is None:
         return []
-    ranks, failed = sbatch_run.run(Path(script_file).read_text(errors="replace"), want, part, Path(script_file).parent)
+    try:
+        ranks, failed = sbatch_run.run(
+            Path(script_file).read_text(errors="replace"), want, part, Path(script_file).parent
+        )
+    except TimeoutError:  # not run: the text's rules alone judge it
+        return []
     return [failed] if failed else sbatch_run.problems(ranks, want)
