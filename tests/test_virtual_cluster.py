@@ -133,10 +133,13 @@ def _ipengine_jobs(env: dict) -> str:
 def test_slurm_engines_on_two_nodes_reach_the_controller_and_share_one_mpi_world(virtual_cluster):
     """cluster.start(2, engines="slurm", tasks_per_node=1): an engine on each node, connected to a controller
     that listens where the nodes can reach it; %px and mpi4py work across them; stop() cancels the job."""
-    done = _engines(virtual_cluster, "vc-engines")
+    done = _engines(virtual_cluster, "vc-engines", "--horovod")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "HOSTS vc1 vc2" in done.stdout, done.stdout
     assert "MPI_SUM 3.0 3.0" in done.stdout, "the engines should form one MPI world across the two nodes"
+    # training.horovod_nodes leaves engines on real nodes to Horovod: each is local rank 0 of its node
+    assert "HOROVOD_LAYOUT 2 engines on the cluster's own nodes" in done.stdout, done.stdout
+    assert "HOROVOD [(0, 0, 1, 3.0), (1, 0, 1, 3.0)]" in done.stdout, done.stdout
     assert "PX vc1 vc2" in done.stdout and "STOPPED" in done.stdout, done.stdout
     assert "ipengine-course-vc-engines" not in _ipengine_jobs(virtual_cluster)
 
