@@ -106,10 +106,10 @@ def run(
         args = [slurm.tool("sbatch"), f"--partition={part.name}", "--job-name=course-probe"]
         args += [f"--output={where}/job.out", f"--error={where}/job.err", f"--chdir={where}", "job.sbatch"]
         # a job no node can run would wait in the queue for ever: ask first
-        tested = subprocess.run([args[0], "--test-only", *args[1:]], capture_output=True, text=True, env=env, cwd=where)
+        tested = _sbatch([args[0], "--test-only", *args[1:]], env, where)
         if tested.returncode != 0:
             return [], f"Slurm refuses it ({_first_error(tested.stderr)})"
-        done = subprocess.run([args[0], "--parsable", *args[1:]], capture_output=True, text=True, env=env, cwd=where)
+        done = _sbatch([args[0], "--parsable", *args[1:]], env, where)
         if done.returncode != 0:
             return [], f"Slurm refuses it ({_first_error(done.stderr)})"
         job = _wait(int(done.stdout.strip().split(";")[0]), timeout, part)
@@ -117,6 +117,13 @@ def run(
         return ranks, None if job.state == "COMPLETED" else _failure(where, job)
     finally:
         shutil.rmtree(where, ignore_errors=True)
+
+
+def _sbatch(args: list[str], env: dict[str, str], where: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, env=env, cwd=where, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError("sbatch got no answer from Slurm within 60 s") from None
 
 
 def _wait(job_id: int, timeout: float, part: slurm.Partition) -> slurm.Job:
