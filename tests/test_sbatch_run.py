@@ -122,6 +122,8 @@ def test_a_job_that_does_not_end_in_time_is_cancelled_and_said_so(gpu_site, virt
     slow = RIGHT.replace("export OMP", "sleep 60\nexport OMP")
     with pytest.raises(TimeoutError, match="did not end within 1 s on partition gpu"):
         sbatch_run.run(slow, WANT, part, folder, timeout=1)
-    queued = subprocess.run(["squeue", "-h", "-n", "course-probe"], capture_output=True, text=True, env=virtual_cluster)
+    queued = subprocess.run(
+        ["squeue", "-h", "-n", "course-probe", "-t", "PD,R"], capture_output=True, text=True, env=virtual_cluster
+    )
     assert queued.returncode == 0 and queued.stdout.strip() == "", queued.stdout
     assert not list(folder.glob(".probe-*"))
