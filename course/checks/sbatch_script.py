@@ -593,27 +593,34 @@ def check(script_file: str | Path, want: Exercise) -> str:
     found = problems(text, want, path.parent)
     if found:
         raise ScriptProblems(f"{len(found)} thing(s) to fix in {path.name}:\n" + "\n".join(f"- {p}" for p in found))
-    right = "Every #SBATCH line and the launch line are right"
     part = sbatch_run.site_partition(want)
-    judged = f"judged from the text by Slurm's rules (no partition here has {want.nodes} nodes of {want.gpus_per_node} GPUs to run it)"
     if part is not None:
-        try:
-            ranks, failed = sbatch_run.run(text, want, part, path.parent)
-        except TimeoutError as late:  # a busy queue is no fault of the script's
-            return f"{right}, judged from the text by Slurm's rules ({late})."
-        ran = [failed] if failed else sbatch_run.problems(ranks, want)
-        if ran:
-            raise ScriptProblems(
-                f"{right} as written, but run on Slurm's partition {part.name} (the program replaced by a probe):\n"
-                + "\n".join(f"- {p}" for p in ran)
-            )
-        return f"{right}, and {sbatch_run.summary(ranks, part)}."
+        return _ran(text, want, part, path)
+    judged = f"judged from the text by Slurm's rules (no partition here has {want.nodes} nodes of {want.gpus_per_node} GPUs to run it)"
     verdict = ask_slurm(text)
     if verdict is None:
-        return f"{right}, {judged}."
+        return f"{RIGHT}, {judged}."
     if not verdict.accepted:
         raise ScriptProblems(str(verdict))
-    return f"{right}, {judged}. {verdict}"
+    return f"{RIGHT}, {judged}. {verdict}"
+
+
+RIGHT = "Every #SBATCH line and the launch line are right"
+
+
+def _ran(text: str, want: Exercise, part: slurm.Partition, path: Path) -> str:
+    """The script run on `part` with a probe: what its ranks got, or ScriptProblems naming what differs."""
+    try:
+        ranks, failed = sbatch_run.run(text, want, part, path.parent)
+    except TimeoutError as late:  # a busy queue is no fault of the script's
+        return f"{RIGHT}, judged from the text by Slurm's rules ({late})."
+    ran = [failed] if failed else sbatch_run.problems(ranks, want)
+    if ran:
+        raise ScriptProblems(
+            f"{RIGHT} as written, but run on Slurm's partition {part.name} (the program replaced by a probe):\n"
+            + "\n".join(f"- {p}" for p in ran)
+        )
+    return f"{RIGHT}, and {sbatch_run.summary(ranks, part)}."
 
 
 def run_on_site(script_file: str | Path, want: Exercise) -> list[str]:
