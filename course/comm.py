@@ -321,9 +321,9 @@ RUN_TIMEOUT = 20  # seconds a learner's function may run once every rank has sta
 # milliseconds, so a function still running after this waits for a message no one sends
 
 
-# What mpiexec prints once a process of the job returned non-zero: the job is over. mpiexec then says why and ends;
-# one still running ABORT_GRACE s later (seen on a busy machine, for 300 s) is ended with its ranks.
-_ABORTED = "has been aborted"
+# What mpiexec prints once a process of the job returned non-zero or called MPI_Abort: the job is over. mpiexec then
+# says why and ends; one still running ABORT_GRACE s later (seen on a busy machine, for 300 s) is ended with its ranks.
+_ABORTED = ("has been aborted", "MPI_ABORT was invoked")
 ABORT_GRACE = 10.0
 
 
@@ -342,15 +342,17 @@ def _wait_for_ranks(
         now = time.monotonic()
         if running_since is None and all(path.exists() for path in started):
             running_since = now
-        if running_since is not None and now - running_since > timeout:
+        if log is not None and aborted_at is None and now - looked > 0.5:
+            looked = now
+            said = log.read_text(errors="replace")
+            aborted_at = now if any(words in said for words in _ABORTED) else None
+        if aborted_at is not None:  # over, whatever the ranks were doing: not hung
+            if now - aborted_at > ABORT_GRACE:
+                return "aborted"
+        elif running_since is not None and now - running_since > timeout:
             return "hung"
         if running_since is None and now - launched > START_TIMEOUT:
             return "not started"
-        if log is not None and aborted_at is None and now - looked > 0.5:
-            looked = now
-            aborted_at = now if _ABORTED in log.read_text(errors="replace") else None
-        if aborted_at is not None and now - aborted_at > ABORT_GRACE:
-            return "aborted"
         time.sleep(0.005)
     return None
 

@@ -118,6 +118,12 @@ SETTINGS: tuple[Setting, ...] = (
         internal=True,
     ),
     Setting(
+        "COURSE_PROBE_DIR",
+        "set by the batch-script check",
+        "the folder where each rank of a probed job (`course.checks.sbatch_run`) writes what it got from Slurm",
+        internal=True,
+    ),
+    Setting(
         "COURSE_CHECK_CALLER",
         "set by a check's job",
         "`PID@HOST` of the process that ran a check's MPI, horovodrun or torchrun job: each rank ends once it has "

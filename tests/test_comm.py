@@ -523,7 +523,14 @@ def test_a_job_mpiexec_aborted_but_does_not_end_is_ended_after_a_grace(tmp_path,
         started = time.monotonic()
         assert comm._wait_for_ranks(stuck, tmp_path / "job", 3, timeout=60, log=log) == "aborted"
         assert time.monotonic() - started < 30, "waited for the start timeout, not the grace"
+        # a rank's MPI_Abort, with every rank started and past the function's timeout: aborted, not hung
+        log.write_text(ABORTED_BY_THREE)
+        for rank in range(3):
+            (tmp_path / f"job.{rank}.started").touch()
+        assert comm._wait_for_ranks(stuck, tmp_path / "job", 3, timeout=0.1, log=log) == "aborted"
         log.write_text("")
+        for rank in range(3):
+            (tmp_path / f"job.{rank}.started").unlink()
         monkeypatch.setattr(comm, "START_TIMEOUT", 1)
         assert comm._wait_for_ranks(stuck, tmp_path / "job", 3, timeout=60, log=log) == "not started"
     finally:

@@ -70,9 +70,10 @@ def on_virtual_cluster(virtual_cluster, monkeypatch):
 
 
 def test_partitions_of_the_virtual_cluster(on_virtual_cluster):
-    [part] = speak.partitions()
+    part, site = speak.partitions()  # the default first
     cpus = max(1, os.cpu_count() // 2)
     assert (part.name, part.nodes, part.cpus_per_node, part.gpus_per_node) == ("vc", 2, cpus, 0)
+    assert (site.name, site.nodes, site.cpus_per_node, site.gpus_per_node) == ("gpu", 2, 48, 8)  # notebook 11's site
 
 
 @pytest.mark.parametrize(
@@ -81,7 +82,7 @@ def test_partitions_of_the_virtual_cluster(on_virtual_cluster):
         (dict(nodes=3, tasks_per_node=1), "--nodes 3 is more than partition vc has (2 node(s))"),
         (dict(nodes=2, tasks_per_node=8), "8 task(s) per node"),
         (dict(nodes=1, tasks_per_node=1, gpus_per_node=1), "--gpus-per-node 1"),
-        (dict(nodes=1, tasks_per_node=1, partition="gpu"), "no partition 'gpu' here"),
+        (dict(nodes=1, tasks_per_node=1, partition="bigmem"), "no partition 'bigmem' here"),
     ],
 )
 def test_requests_that_cannot_fit_are_refused(on_virtual_cluster, request_, message):
