@@ -38,6 +38,7 @@ class PeakMemory:
     def __init__(self, interval: float = 1.0):
         self.interval, self.peak, self.samples = interval, 0, 0
         self._me = psutil.Process()
+        self._my_cmdline = self._me.cmdline()
         self._before: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="course-peak-memory")
@@ -52,8 +53,11 @@ class PeakMemory:
         self._thread.join()
 
     def processes(self) -> list[psutil.Process]:
-        """The children started inside the block and their descendants, as they are now."""
-        started = [child for child in self._me.children() if child.pid not in self._before]
+        """The children started inside the block and their descendants, as they are now.
+
+        A child that is still a copy of this process (forked, not yet exec'd) is left out: its pages are this
+        process's, which are not counted."""
+        started = [child for child in self._me.children() if child.pid not in self._before and not self._is_copy(child)]
         found = list(started)
         for child in started:
             try:
@@ -61,6 +65,12 @@ class PeakMemory:
             except psutil.NoSuchProcess:
                 pass
         return found
+
+    def _is_copy(self, child: psutil.Process) -> bool:
+        try:
+            return child.cmdline() == self._my_cmdline
+        except psutil.Error:
+            return False
 
     def sample(self) -> int:
         """Total memory (bytes) of those processes now; raises the peak if higher."""

@@ -42,6 +42,17 @@ def test_peak_counts_what_a_grandchild_allocates_and_ignores_earlier_children():
         end(earlier)
 
 
+def test_a_child_not_yet_exec_d_does_not_count_this_process_again():
+    """Between fork and exec a child is a copy of this process, whose pages are left out: a sample then must not
+    count them (a test worker that ran TensorFlow is 1 GB)."""
+    held = b"x" * (500 * MB)  # this process is large
+    with PeakMemory(interval=0.02) as memory:
+        # the child stays a copy for a second before it becomes a small interpreter
+        subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: time.sleep(1), check=True)
+    assert memory.samples >= 10 and memory.peak < 100 * MB, (memory.samples, memory.peak / MB)
+    assert len(held) == 500 * MB
+
+
 def test_the_binder_check_can_fail():
     with PeakMemory(interval=60) as memory:
         child = start(HOLD.format(size=2100))
