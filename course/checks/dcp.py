@@ -1,15 +1,200 @@
-"""TODO: what these checks hold of notebook 13's answers, and how they measure it.
+"""Notebook 13's check of checkpoints that reshard (ex-dcp): the check's model, sharded by the learner's `shard`
+(FSDP2), saved with the learner's `save` on every rank of a gloo group, then loaded with the learner's `load` into
+the same model sharded over other numbers of ranks. Measured from outside the answer: which rank wrote each file of
+the checkpoint's folder (each rank saves under a umask of its own, which the files' permission bits keep), how many
+bytes, and the weights every rank holds after the save and after the load (its local shards, put together here).
 
-    dcp(save)    # ex-dcp: TODO what it checks
+    folder = dcp.emptied(OUT / "checkpoint")
+    saved, problem = deadline.gather(view, dcp.save_run, shard, save, folder, seconds=dcp.SAVE_SECONDS)
+    dcp.shards_written(saved, dcp.written(folder))    # ex-dcp: every rank wrote its own shard, none the whole model
+    dcp.reloaded(saved, dcp.loads(shard, load, folder))  # ex-dcp: loaded on 1 and 4 ranks, every weight the saved one
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 from course.checks import check, expect
+from course.checks.ddp import on_gloo_ranks
+
+WIDTHS = (64, 127, 65, 1)  # two blocks (Linear + Tanh) and a head: rows that split unevenly over 2, 3 and 4 ranks
+SHIFT = 1.0  # added to every weight of the model a checkpoint is loaded into, so that a load that does nothing shows
+LOAD_RANKS = (1, 4)  # the numbers of ranks the notebook's checkpoint is loaded on
+SAVE_SECONDS = 30.0  # s the engines get for the save: a rank left waiting in a collective is told within it
+OVERHEAD = 4096  # bytes a rank may write per tensor beyond its shard's values (DCP writes about 1.6 KB)
+_RANK_BITS = (0o004, 0o020, 0o040)  # permission bits a rank's umask clears: bit k of the rank clears _RANK_BITS[k]
+
+
+def model(shift: float = 0.0):
+    """The check's model (float64, the same weights on every rank): blocks of Linear and Tanh of WIDTHS, then a
+    Linear head; `shift` added to every parameter."""
+    import torch
+
+    torch.manual_seed(13)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.Tanh()) for a, b in zip(WIDTHS[:-2], WIDTHS[1:-1])]
+    built = torch.nn.Sequential(*blocks, torch.nn.Linear(WIDTHS[-2], WIDTHS[-1])).double()
+    with torch.no_grad():
+        for p in built.parameters():
+            p.add_(shift)
+    return built
+
+
+def emptied(folder: str | os.PathLike) -> str:
+    """`folder`, made empty (a checkpoint of an earlier run removed), as a string."""
+    shutil.rmtree(folder, ignore_errors=True)
+    Path(folder).mkdir(parents=True)
+    return str(folder)
+
+
+def _sharded(shard, shift: float):
+    """On every rank of a group: the check's model, sharded by `shard` over a mesh of all ranks."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    built = model(shift)
+    returned = shard(built, init_device_mesh("cpu", (dist.get_world_size(),)))
+    return built if returned is None else returned
+
+
+def _held(sharded) -> dict[str, tuple[bool, list]]:
+    """What this rank holds of each parameter: (sharded or whole, its values as nested lists)."""
+    from torch.distributed.tensor import DTensor
+
+    held = {}
+    for name, p in sharded.named_parameters():
+        local = p.to_local() if isinstance(p, DTensor) else p
+        held[name] = (isinstance(p, DTensor), local.detach().tolist())
+    return held
+
+
+def _bytes(sharded) -> int:
+    from torch.distributed.tensor import DTensor
+
+    locals_ = [p.to_local() if isinstance(p, DTensor) else p for p in sharded.parameters()]
+    return sum(t.numel() * t.element_size() for t in locals_)
+
+
+def _umask(rank: int) -> int:
+    """The umask rank `rank` saves under: others' write cleared, and the bits of _RANK_BITS that `rank`'s bits name."""
+    if not 0 <= rank < 2 ** len(_RANK_BITS):
+        raise ValueError(f"the check tells at most {2 ** len(_RANK_BITS)} ranks apart, not rank {rank}")
+    return 0o002 | sum(bit for k, bit in enumerate(_RANK_BITS) if rank >> k & 1)
+
+
+def save_run(shard, save, folder: str) -> dict:
+    """On every rank of a group: the check's model sharded by `shard`, saved by `save(model, folder)` under this
+    rank's umask. This rank, its tensors and bytes, and what it held."""
+    import torch.distributed as dist
+
+    sharded = _sharded(shard, 0.0)
+    rank = dist.get_rank()
+    before = os.umask(_umask(rank))
+    try:
+        save(sharded, folder)
+    finally:
+        os.umask(before)
+    return {"rank": rank, "held": _held(sharded), "bytes": _bytes(sharded)}
+
+
+def written(folder: str | os.PathLike) -> list[dict]:
+    """Every file under `folder`: its path in it, its bytes, and the rank that wrote it (read from its permission
+    bits, which save_run's umask set)."""
+    found = []
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        mode = path.stat().st_mode
+        rank = sum(1 << k for k, bit in enumerate(_RANK_BITS) if not mode & bit)
+        found.append({"name": str(path.relative_to(folder)), "bytes": path.stat().st_size, "rank": rank})
+    return found
+
+
+def load_run(shard, load, folder: str) -> dict:
+    """On every rank of a group: the check's model with every weight shifted by SHIFT, sharded by `shard`, then
+    `load(model, folder)`. This rank, what it raised (or ""), and what it holds after."""
+    import torch.distributed as dist
+
+    sharded = _sharded(shard, SHIFT)
+    try:
+        load(sharded, folder)
+        error = ""
+    except Exception as exc:  # the learner's load failing: told in words, as the others' are
+        error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    return {"rank": dist.get_rank(), "error": error, "held": _held(sharded)}
+
+
+def loads(shard, load, folder: str, ranks: tuple[int, ...] = LOAD_RANKS) -> dict[int, list[dict]]:
+    """load_run on a new gloo group of each number of `ranks`: by number of ranks, each rank's. A job that failed
+    as a whole (a rank left waiting, a crash) gives one entry that says so."""
+    runs = {}
+    for n in ranks:
+        try:
+            runs[n] = on_gloo_ranks(load_run, n, shard, load, folder)
+        except AssertionError as failed:
+            runs[n] = [{"rank": None, "error": str(failed), "held": {}}]
+    return runs
+
+
+def _full(runs: list[dict]) -> dict[str, list]:
+    """Each parameter as a whole: the ranks' shards (dim 0, in rank order) put together, or rank 0's whole one."""
+    runs = sorted(runs, key=lambda r: r["rank"])
+    full = {}
+    for name, (sharded, values) in runs[0]["held"].items():
+        full[name] = [v for r in runs for v in r["held"][name][1]] if sharded else values
+    return full
+
+
+def _flat(values) -> list[float]:
+    return [x for v in values for x in _flat(v)] if isinstance(values, list) else [values]
+
+
+def _ranks(n: int) -> str:
+    return "1 rank" if n == 1 else f"{n} ranks"
+
+
+def _tensors(runs: list[dict]) -> int:
+    return len(runs[0]["held"])
 
 
 @check
-def dcp(save) -> None:
-    """Exercise `ex-dcp`: TODO what must be true of an answer (its statements in
-    solutions/exercises/13_pytorch_sharding.yml), each point measured from outside the answer."""
-    expect(False, "TODO: one expect() per statement, its message saying what is wrong")
+def shards_written(saved: list[dict], files: list[dict]) -> None:
+    """`saved`: save_run on every rank; `files`: written() of the folder after. Every rank wrote a file; none wrote
+    more than its shard's bytes and OVERHEAD per tensor (so no rank wrote the whole model)."""
+    n = len(saved)
+    for run in sorted(saved, key=lambda r: r["rank"]):
+        rank, own = run["rank"], [f for f in files if f["rank"] == run["rank"]]
+        names = ", ".join(f["name"] for f in files) or "nothing"
+        expect(
+            own,
+            f"saved on {n} ranks, rank {rank} wrote no file (the folder holds {names}): each rank holds only its "
+            "shard of the model, and must write it",
+        )
+        wrote, limit = sum(f["bytes"] for f in own), run["bytes"] + OVERHEAD * _tensors(saved)
+        expect(
+            wrote <= limit,
+            f"saved on {n} ranks, rank {rank} wrote {wrote} bytes, but holds a shard of {run['bytes']} bytes: a "
+            "rank should write the part of the model it holds, not gather more of it",
+        )
+
+
+@check
+def reloaded(saved: list[dict], loaded: dict[int, list[dict]]) -> None:
+    """`saved`: save_run on every rank; `loaded`: loads() of the folder. On each number of ranks, every rank's load
+    returned, and every parameter, put together from the ranks' shards, is exactly the saved one."""
+    expected = _full(saved)
+    for n, runs in loaded.items():
+        for run in runs:
+            who = "the job" if run["rank"] is None else f"rank {run['rank']}"
+            expect(not run["error"], f"loading on {_ranks(n)}, {who} failed: {run['error']}")
+        got = _full(runs)
+        for name, values in expected.items():
+            want, have = _flat(values), _flat(got.get(name, []))
+            expect(len(have) == len(want), f"loaded on {_ranks(n)}, {name} has {len(have)} values, not {len(want)}")
+            differ = max((abs(a - b) for a, b in zip(have, want)), default=0.0)
+            unchanged = all(abs(a - b - SHIFT) < 1e-12 for a, b in zip(have, want))
+            expect(
+                not unchanged,
+                f"loaded on {_ranks(n)}, {name} still holds the weights the model had before the load (each saved "
+                f"one + {SHIFT:g}): load did not write into the model",
+            )
+            expect(differ == 0, f"loaded on {_ranks(n)}, {name} differs from the saved one by up to {differ:.3g}")
