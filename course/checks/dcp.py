@@ -4,10 +4,12 @@ the same model sharded over other numbers of ranks. Measured from outside the an
 the checkpoint's folder (each rank saves under a umask of its own, which the files' permission bits keep), how many
 bytes, and the weights every rank holds after the save and after the load (its local shards, put together here).
 
-    folder = dcp.emptied(OUT / "checkpoint")
-    saved, problem = deadline.gather(view, dcp.save_run, shard, save, folder, seconds=dcp.SAVE_SECONDS)
-    dcp.shards_written(saved, dcp.written(folder))    # ex-dcp: every rank wrote its own shard, none the whole model
-    dcp.reloaded(saved, dcp.loads(shard, load, folder))  # ex-dcp: loaded on 1 and 4 ranks, every weight the saved one
+    emptied(OUT / "checkpoint")      # ex-dcp: the checkpoint's folder, an earlier run's files removed
+    save_run(shard, save, folder)    # ex-dcp: on each engine (deadline.gather): the learner's save of the check's model
+    written(folder)                  # ex-dcp: each file of the folder, its bytes, the rank that wrote it
+    shards_written(saved, files)     # ex-dcp: every rank wrote a file of its own shard, none the whole model
+    loads(shard, load, folder)       # ex-dcp: the learner's load on new gloo groups of LOAD_RANKS ranks
+    reloaded(saved, loaded)          # ex-dcp: on each, every weight put together from the shards is the saved one
 """
 
 from __future__ import annotations
