@@ -80,7 +80,7 @@ def tried(engines, tmp_path_factory) -> dict[str, Tried]:
             runs[case.label] = Tried(problem)
             continue
         run = runs[case.label] = Tried(None, saved, dcp.written(folder))
-        run.problem = dcp.shards_written(run.saved, run.files)
+        run.problem = dcp.shards_written(run.saved, run.files, dcp.pieces(folder))
         if run.problem is None:
             loading.append((run, names["load"], folder))
     for n in dcp.LOAD_RANKS:
@@ -146,11 +146,27 @@ def test_shards_are_put_together_in_rank_order_and_a_load_that_does_nothing_is_t
 
 
 def test_a_rank_that_wrote_nothing_or_more_than_its_shard_is_told():
-    saved = [{"rank": 0, "held": {"w": (True, [[1.0]])}, "bytes": 8}, {"rank": 1, "held": {}, "bytes": 8}]
+    saved = [{"rank": 0, "held": {"w": (True, [[1.0]])}, "bytes": 8}, {"rank": 1, "held": {"w": (True, [[2.0]])}, "bytes": 8}]
     assert "rank 1 wrote no file (the folder holds model.pt)" in dcp.shards_written(
-        saved, [{"name": "model.pt", "bytes": 16, "rank": 0}]
+        saved, [{"name": "model.pt", "bytes": 16, "rank": 0}], []
     )
     fair = [{"name": "a", "bytes": 8 + dcp.OVERHEAD, "rank": 0}, {"name": "b", "bytes": 8, "rank": 1}]
-    assert dcp.shards_written(saved, fair) is None
+    assert dcp.shards_written(saved, fair, []) is None
     fair[0]["bytes"] += 1
-    assert "rank 0 wrote 4105 bytes, but holds a shard of 8 bytes" in dcp.shards_written(saved, fair)
+    assert "rank 0 wrote 4105 bytes, but holds a shard of 8 bytes" in dcp.shards_written(saved, fair, [])
+
+
+def test_a_rank_whose_file_holds_rows_it_did_not_hold_is_told():
+    """Made-up runs: a weight of 3 rows sharded 2 + 1; the checkpoint's key prefixed, as {"model": ...} makes it."""
+    saved = [
+        {"rank": 0, "held": {"w": (True, [[1.0], [2.0]])}, "bytes": 16},
+        {"rank": 1, "held": {"w": (True, [[3.0]])}, "bytes": 8},
+    ]
+    files = [{"name": "f0", "bytes": 16, "rank": 0}, {"name": "f1", "bytes": 8, "rank": 1}]
+    own = [{"tensor": "model.w", "rows": (0, 2), "file": "f0"}, {"tensor": "model.w", "rows": (2, 3), "file": "f1"}]
+    assert dcp.shards_written(saved, files, own) is None
+    assert dcp.shards_written(saved, files, own + [{"tensor": "model.v", "rows": (0, 3), "file": "f1"}]) is None
+    whole = [{"tensor": "model.w", "rows": (0, 3), "file": "f1"}]
+    assert "rank 1's file f1 holds rows 0 to 2 of w, but rank 1 held rows 2 to 2" in dcp.shards_written(
+        saved, files, whole
+    )

@@ -7,7 +7,8 @@ bytes, and the weights every rank holds after the save and after the load (its l
     emptied(OUT / "checkpoint")      # ex-dcp: the checkpoint's folder, an earlier run's files removed
     save_run(shard, save, folder)    # ex-dcp: on each engine (deadline.gather): the learner's save of the check's model
     written(folder)                  # ex-dcp: each file of the folder, its bytes, the rank that wrote it
-    shards_written(saved, files)     # ex-dcp: every rank wrote a file of its own shard, none the whole model
+    pieces(folder)                   # ex-dcp: what a DCP checkpoint's .metadata says each file holds
+    shards_written(saved, files, pieces)  # ex-dcp: every rank wrote a file of the rows it held, none the whole model
     loads(shard, load, folder)       # ex-dcp: the learner's load on new gloo groups of LOAD_RANKS ranks
     reloaded(saved, loaded)          # ex-dcp: on each, every weight put together from the shards is the saved one
 """
@@ -111,6 +112,30 @@ def written(folder: str | os.PathLike) -> list[dict]:
     return found
 
 
+def pieces(folder: str | os.PathLike) -> list[dict]:
+    """The pieces of tensors a DCP checkpoint in `folder` holds, as its `.metadata` says: each piece's tensor (by
+    the checkpoint's key), its rows [first, end) and its file; none where the folder has no `.metadata`."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if not (Path(folder) / ".metadata").is_file():
+        return []
+    metadata = FileSystemReader(str(folder)).read_metadata()
+    sizes = {
+        (key, tuple(chunk.offsets)): tuple(chunk.sizes)
+        for key, stored in metadata.state_dict_metadata.items()
+        if isinstance(stored, TensorStorageMetadata)
+        for chunk in stored.chunks
+    }
+    found = []
+    for index, stored in (metadata.storage_data or {}).items():
+        size = sizes.get((index.fqn, tuple(index.offset or ())))
+        if size:  # a tensor of one row or more (not a 0-d tensor, nor pickled bytes)
+            first = index.offset[0]
+            found.append({"tensor": index.fqn, "rows": (first, first + size[0]), "file": stored.relative_path})
+    return found
+
+
 def load_run(shard, load, folder: str) -> dict:
     """On every rank of a group: the check's model with every weight shifted by SHIFT, sharded by `shard`, then
     `load(model, folder)`. This rank, what it raised (or ""), and what it holds after."""
@@ -150,6 +175,18 @@ def _flat(values) -> list[float]:
     return [x for v in values for x in _flat(v)] if isinstance(values, list) else [values]
 
 
+def _rows_held(saved: list[dict]) -> dict[str, dict[int, tuple[int, int]]]:
+    """For each sharded parameter, the rows [first, end) each rank held (shards in rank order along dim 0)."""
+    runs, rows = sorted(saved, key=lambda r: r["rank"]), {}
+    for name, (sharded, _) in runs[0]["held"].items():
+        if sharded:
+            ends = [0]
+            for run in runs:
+                ends.append(ends[-1] + len(run["held"][name][1]))
+            rows[name] = {run["rank"]: (ends[k], ends[k + 1]) for k, run in enumerate(runs)}
+    return rows
+
+
 def _ranks(n: int) -> str:
     return "1 rank" if n == 1 else f"{n} ranks"
 
@@ -159,9 +196,10 @@ def _tensors(runs: list[dict]) -> int:
 
 
 @check
-def shards_written(saved: list[dict], files: list[dict]) -> None:
-    """`saved`: save_run on every rank; `files`: written() of the folder after. Every rank wrote a file; none wrote
-    more than its shard's bytes and OVERHEAD per tensor (so no rank wrote the whole model)."""
+def shards_written(saved: list[dict], files: list[dict], stored: list[dict]) -> None:
+    """`saved`: save_run on every rank; `files`: written() of the folder after; `stored`: its pieces(). Every rank
+    wrote a file; none wrote more than its shard's bytes and OVERHEAD per tensor, nor rows of a parameter it did
+    not hold (so no rank gathered more of the model than its shard)."""
     n = len(saved)
     for run in sorted(saved, key=lambda r: r["rank"]):
         rank, own = run["rank"], [f for f in files if f["rank"] == run["rank"]]
@@ -177,6 +215,18 @@ def shards_written(saved: list[dict], files: list[dict]) -> None:
             f"saved on {n} ranks, rank {rank} wrote {wrote} bytes, but holds a shard of {run['bytes']} bytes: a "
             "rank should write the part of the model it holds, not gather more of it",
         )
+    writer = {f["name"]: f["rank"] for f in files}
+    for name, by_rank in _rows_held(saved).items():
+        for piece in stored:
+            rank, (first, end) = writer.get(piece["file"]), piece["rows"]
+            if (piece["tensor"] == name or piece["tensor"].endswith(f".{name}")) and rank in by_rank and end > first:
+                held = by_rank[rank]
+                expect(
+                    held[0] <= first and end <= held[1],
+                    f"saved on {n} ranks, rank {rank}'s file {piece['file']} holds rows {first} to {end - 1} of "
+                    f"{name}, but rank {rank} held rows {held[0]} to {held[1] - 1}: each rank should write the rows "
+                    "it holds, not gather the others'",
+                )
 
 
 @check
