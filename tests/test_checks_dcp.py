@@ -146,7 +146,10 @@ def test_shards_are_put_together_in_rank_order_and_a_load_that_does_nothing_is_t
 
 
 def test_a_rank_that_wrote_nothing_or_more_than_its_shard_is_told():
-    saved = [{"rank": 0, "held": {"w": (True, [[1.0]])}, "bytes": 8}, {"rank": 1, "held": {"w": (True, [[2.0]])}, "bytes": 8}]
+    saved = [
+        {"rank": 0, "held": {"w": (True, [[1.0]])}, "bytes": 8},
+        {"rank": 1, "held": {"w": (True, [[2.0]])}, "bytes": 8},
+    ]
     assert "rank 1 wrote no file (the folder holds model.pt)" in dcp.shards_written(
         saved, [{"name": "model.pt", "bytes": 16, "rank": 0}], []
     )
