@@ -13,7 +13,7 @@ import pytest
 from course import torch_group
 from course.checks import dcp, deadline
 from course.checks.ddp import on_gloo_ranks
-from tests.check_cases import Case, cases, define, judge, shared_cluster
+from tests.check_cases import Case, cases, define, judge, shared_cluster, solution_answers
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,8 @@ CASES = cases(NOTEBOOK, COVERED)
 
 
 def shard(model, mesh):
-    """The FSDP exercise's solution, which the notebook defines before this exercise (its `shard`)."""
+    """The FSDP exercise's solution (`shard`), as the brief of this exercise gives it: what the notebook defines
+    before this exercise, while its own answer cell is still a stub (`before`)."""
     from torch.distributed.fsdp import fully_shard
 
     for layer in model[:-1]:
@@ -39,6 +40,16 @@ def load_each(shard, pairs: list) -> list[dict]:
 
 
 shard.__module__ = load_each.__module__ = "__main__"  # sent by value, as the notebook's functions are
+
+
+def before() -> dict:
+    """What the notebook defines before this exercise that it uses: the FSDP exercise's solution cell, run as a
+    learner's cell is, or this module's copy of it while that cell is still a stub."""
+    source = solution_answers(NOTEBOOK, {"ex-fsdp-answer"})["ex-fsdp-answer"]
+    if "NotImplementedError" in source:
+        return {"shard": shard}
+    names = define(Case("the FSDP exercise's solution", {"ex-fsdp-answer": source}, right=True), {})
+    return {k: v for k, v in names.items() if not k.startswith("_")}
 
 
 @dataclass
@@ -65,14 +76,14 @@ def engines(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tried(engines, tmp_path_factory) -> dict[str, Tried]:
     """Every case run as the check cell runs it; the loads of those whose save passed, in one job per rank count."""
-    work = tmp_path_factory.mktemp("dcp")
+    work, context = tmp_path_factory.mktemp("dcp"), before()
     runs: dict[str, Tried] = {}
     loading: list[tuple[Tried, object, str]] = []
     for k, case in enumerate(CASES):
-        names = define(case, {"shard": shard})
+        names = define(case, context)
         folder = dcp.emptied(work / f"case-{k}")
         saved, problem = deadline.gather(
-            engines.view, dcp.save_run, shard, names["save"], folder, seconds=dcp.SAVE_SECONDS
+            engines.view, dcp.save_run, names["shard"], names["save"], folder, seconds=dcp.SAVE_SECONDS
         )
         if problem:  # the engines were restarted: the next case needs the group again
             torch_group.destroy(engines)
@@ -84,7 +95,7 @@ def tried(engines, tmp_path_factory) -> dict[str, Tried]:
         if run.problem is None:
             loading.append((run, names["load"], folder))
     for n in dcp.LOAD_RANKS:
-        by_rank = on_gloo_ranks(load_each, n, shard, [(load, folder) for _, load, folder in loading])
+        by_rank = on_gloo_ranks(load_each, n, context["shard"], [(load, folder) for _, load, folder in loading])
         for j, (run, _, _) in enumerate(loading):
             run.loaded[n] = [results[j] for results in by_rank]
     return runs
