@@ -2,7 +2,8 @@
 (FSDP2), saved with the learner's `save` on every rank of a gloo group, then loaded with the learner's `load` into
 the same model sharded over other numbers of ranks. Measured from outside the answer: which rank wrote each file of
 the checkpoint's folder (each rank saves under a umask of its own, which the files' permission bits keep), how many
-bytes, and the weights every rank holds after the save and after the load (its local shards, put together here).
+bytes, which rows of each parameter each file holds (the checkpoint's own `.metadata`), and the weights every rank
+holds after the save and after the load (its local shards, put together here).
 
     emptied(OUT / "checkpoint")      # ex-dcp: the checkpoint's folder, an earlier run's files removed
     save_run(shard, save, folder)    # ex-dcp: on each engine (deadline.gather): the learner's save of the check's model
