@@ -50,6 +50,10 @@ class Collectives(TorchDispatchMode):
         self.seen: list[tuple[str, int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # DTensor first turns the op into collectives on plain tensors, seen next
         kwargs = kwargs or {}
         name = func.__name__.split(".")[0]
         if func.namespace in NAMESPACES and not name.startswith(("wait", "_wrap")):
