@@ -4,8 +4,8 @@ in the notebook's own process, on a chain of residual MLP blocks of unequal widt
 outside the answer: the bytes autograd saved (`saved_bytes`, with `torch.autograd.graph.saved_tensors_hooks`), the
 blocks run again during backward (forward pre-hooks on the blocks), and the gradients against the plain chain's.
 
-    checkpoint(forward, choose, widths, batch, budgets, sets)    # ex-checkpoint: bytes saved, blocks recomputed,
-                                                                 # gradients, and the fewest blocks for a budget
+    checkpoint(forward, choose, widths, batch, budgets, sets, dim)    # ex-checkpoint: bytes saved, blocks recomputed,
+                                                                      # gradients, the fewest blocks for a budget
 
 `per_block` and `trade` are the notebook's demonstrations: what each block saves, and the step time and bytes of a
 forward pass the learner wrote, with none, some or all blocks checkpointed.
@@ -21,7 +21,7 @@ import torch
 
 from course.checks import check, expect
 
-DIM = 32  # features between the blocks: every block's input and output
+DIM = 32  # features between the blocks: every block's input and output (a list of them: each block's own)
 WIDTHS = (64, 256, 32, 128, 192, 96)  # each block's hidden width (the exercise's chain)
 BATCH = 16  # samples in the chain's input
 # the checkpointed blocks the check runs the forward pass with, and the budgets (bytes) it asks `choose` for: one
@@ -33,26 +33,39 @@ TOLERANCE = 1e-5  # relative: a block recomputed in backward computes what it co
 
 
 class Block(torch.nn.Module):
-    """A residual MLP block: x + down(gelu(up(x))), `dim` features in and out, `width` hidden."""
+    """An MLP block, down(gelu(up(x))) with `width` hidden features, `dim` in and `out` out (`dim` by default),
+    residual (x added) where they are equal."""
 
-    def __init__(self, dim: int, width: int) -> None:
+    def __init__(self, dim: int, width: int, out: int | None = None) -> None:
         super().__init__()
-        self.up, self.down = torch.nn.Linear(dim, width), torch.nn.Linear(width, dim)
+        out = dim if out is None else out
+        self.up, self.down, self.residual = torch.nn.Linear(dim, width), torch.nn.Linear(width, out), dim == out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+        y = self.down(torch.nn.functional.gelu(self.up(x)))
+        return x + y if self.residual else y
 
 
-def chain(widths: Sequence[int] = WIDTHS, seed: int = 0, dim: int = DIM) -> torch.nn.ModuleList:
+def features(widths: Sequence[int], dim: int | Sequence[int] = DIM) -> list[int]:
+    """The features before each block and after the last: `dim` everywhere, or the list `dim` is."""
+    found = [dim] * (len(widths) + 1) if isinstance(dim, int) else [int(d) for d in dim]
+    assert len(found) == len(widths) + 1, f"{len(widths)} blocks need {len(widths) + 1} feature counts, not {dim}"
+    return found
+
+
+def chain(widths: Sequence[int] = WIDTHS, seed: int = 0, dim: int | Sequence[int] = DIM) -> torch.nn.ModuleList:
     """The blocks, in order, one per hidden width, float32; the same weights for the same seed."""
+    dims = features(widths, dim)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return torch.nn.ModuleList(Block(dim, w) for w in widths)
+        return torch.nn.ModuleList(Block(dims[i], w, dims[i + 1]) for i, w in enumerate(widths))
 
 
-def inputs(batch: int = BATCH, dim: int = DIM, seed: int = 1) -> torch.Tensor:
-    """The chain's input: `batch` samples of `dim` features (it needs no gradient, as a batch of data)."""
-    return torch.randn(batch, dim, generator=torch.Generator().manual_seed(seed))
+def inputs(batch: int = BATCH, dim: int | Sequence[int] = DIM, seed: int = 1) -> torch.Tensor:
+    """The chain's input: `batch` samples of the first block's features (it needs no gradient, as a batch of
+    data)."""
+    first = dim if isinstance(dim, int) else int(dim[0])
+    return torch.randn(batch, first, generator=torch.Generator().manual_seed(seed))
 
 
 def saved_bytes(run: Callable[[], object], blocks: torch.nn.Module) -> tuple[object, int]:
@@ -105,15 +118,17 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.allclose(a, b, rtol=TOLERANCE, atol=TOLERANCE * float(b.abs().max()))
 
 
-def _run_forward(forward: Callable, widths: Sequence[int], batch: int, chosen: list[int]) -> None:
+def _run_forward(
+    forward: Callable, widths: Sequence[int], batch: int, dim: int | Sequence[int], chosen: list[int]
+) -> None:
     """The answer's forward with `chosen` checkpointed, against the plain chain: its output, the blocks it ran
     forward and again in backward, every parameter's gradient, and the bytes it saved for backward."""
-    x, said = inputs(batch), f"with blocks {chosen} checkpointed"
-    reference = chain(widths)
+    x, said = inputs(batch, dim), f"with blocks {chosen} checkpointed"
+    reference = chain(widths, dim=dim)
     expected = _plain(reference, x)
     probe = torch.randn(expected.shape, generator=torch.Generator().manual_seed(2))
     (expected * probe).sum().backward()
-    blocks = chain(widths)
+    blocks = chain(widths, dim=dim)
     out, forward_calls = _calls(blocks, lambda: forward(blocks, x, list(chosen)))
     expect(isinstance(out, torch.Tensor), f"{said}, forward returned a {type(out).__name__}, not the output tensor")
     expect(
@@ -135,9 +150,9 @@ def _run_forward(forward: Callable, widths: Sequence[int], batch: int, chosen: l
         f"{said}, the blocks run again during backward were {sorted(backward_calls)}: a checkpointed block, and "
         "only one, runs its forward again there",
     )
-    sizes = per_block(chain(widths), x)
+    sizes = per_block(chain(widths, dim=dim), x)
     should = sum(kept if i in chosen else plain for i, (plain, kept) in enumerate(sizes))
-    blocks = chain(widths)
+    blocks = chain(widths, dim=dim)
     _, saved = saved_bytes(lambda: forward(blocks, x, list(chosen)), blocks)
     expect(
         saved == should,
@@ -155,14 +170,16 @@ def _fewest(sizes: list[tuple[int, int]], budget: int) -> int | None:
     return None
 
 
-def _run_choose(forward: Callable, choose: Callable, widths: Sequence[int], batch: int, budget: int) -> None:
+def _run_choose(
+    forward: Callable, choose: Callable, widths: Sequence[int], batch: int, dim: int | Sequence[int], budget: int
+) -> None:
     """The answer's choice for `budget`, measured: the forward pass with those blocks checkpointed fits it, and
     no smaller number of blocks would."""
-    x, blocks = inputs(batch), chain(widths)
+    x, blocks = inputs(batch, dim), chain(widths, dim=dim)
     sizes = per_block(blocks, x)
     saved, kept = [p for p, _ in sizes], [k for _, k in sizes]
     chosen = choose(list(saved), list(kept), budget)
-    fewest, said = _fewest(sizes, budget), f"for a budget of {budget:,d} bytes and blocks saving {saved}"
+    fewest, said = _fewest(sizes, budget), f"for a budget of {budget:,d} bytes, blocks saving {saved} (kept {kept})"
     if chosen is None:
         expect(fewest is None, f"{said}, choose returned None, but checkpointing {fewest} block(s) fits")
         return
@@ -199,16 +216,17 @@ def checkpoint(
     batch: int = BATCH,
     budgets: Iterable[int] = BUDGETS,
     sets: Iterable[Sequence[int]] = SETS,
+    dim: int | Sequence[int] = DIM,
 ) -> None:
-    """Exercise `ex-checkpoint`, on the chain of `widths` and `batch` samples. `forward(blocks, x, checkpointed)`:
+    """Exercise `ex-checkpoint`, on the chain of `widths` (with `dim` features: `features`) and `batch` samples. `forward(blocks, x, checkpointed)`:
     with each of `sets` checkpointed, the output and every gradient are the plain chain's, the checkpointed blocks
     and only they run again in backward, and the bytes saved for backward are the plain blocks' and the checkpointed
     ones' inputs. `choose(saved, kept, budget)`: for each of `budgets`, blocks whose checkpointing makes the
     answer's forward pass save at most `budget` bytes, as few as can; None where none do."""
     for chosen in sets:
-        _run_forward(forward, widths, batch, list(chosen))
+        _run_forward(forward, widths, batch, dim, list(chosen))
     for budget in budgets:
-        _run_choose(forward, choose, widths, batch, budget)
+        _run_choose(forward, choose, widths, batch, dim, budget)
 
 
 def trade(
