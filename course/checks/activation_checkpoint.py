@@ -1,8 +1,9 @@
 """Notebook 13's activation-checkpointing check: a forward pass that checkpoints the blocks it is told to, and the
 choice of the fewest blocks to checkpoint so that what autograd saves for backward fits a budget. Everything runs
-in the notebook's own process, on a chain of residual MLP blocks of unequal widths (`chain`), and is measured from
-outside the answer: the bytes autograd saved (`saved_bytes`, with `torch.autograd.graph.saved_tensors_hooks`), the
-blocks run again during backward (forward pre-hooks on the blocks), and the gradients against the plain chain's.
+in the notebook's own process, on a chain of MLP blocks of unequal widths (`chain`, residual where the features
+allow), and is measured from outside the answer: the bytes autograd saved (`saved_bytes`, with
+`torch.autograd.graph.saved_tensors_hooks`), the blocks run again during backward (forward pre-hooks on the blocks),
+and the gradients against the plain chain's.
 
     checkpoint(forward, choose, widths, batch, budgets, sets, dim)    # ex-checkpoint: bytes saved, blocks recomputed,
                                                                       # gradients, the fewest blocks for a budget
@@ -218,11 +219,12 @@ def checkpoint(
     sets: Iterable[Sequence[int]] = SETS,
     dim: int | Sequence[int] = DIM,
 ) -> None:
-    """Exercise `ex-checkpoint`, on the chain of `widths` (with `dim` features: `features`) and `batch` samples. `forward(blocks, x, checkpointed)`:
-    with each of `sets` checkpointed, the output and every gradient are the plain chain's, the checkpointed blocks
-    and only they run again in backward, and the bytes saved for backward are the plain blocks' and the checkpointed
-    ones' inputs. `choose(saved, kept, budget)`: for each of `budgets`, blocks whose checkpointing makes the
-    answer's forward pass save at most `budget` bytes, as few as can; None where none do."""
+    """Exercise `ex-checkpoint`, on the chain of `widths` (`dim`: its features, see `features`) and `batch`
+    samples. `forward(blocks, x, checkpointed)`: with each of `sets` checkpointed, the output and every gradient are
+    the plain chain's, the checkpointed blocks and only they run again in backward, and the bytes saved for backward
+    are the plain blocks' and the checkpointed ones' inputs. `choose(saved, kept, budget)`: for each of `budgets`,
+    blocks whose checkpointing makes the answer's forward pass save at most `budget` bytes, as few as can; None where
+    none do."""
     for chosen in sets:
         _run_forward(forward, widths, batch, dim, list(chosen))
     for budget in budgets:
