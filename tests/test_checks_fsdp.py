@@ -1,17 +1,82 @@
-"""course.checks.fsdp, tried directly on every answer the fixtures hold for its exercises (tests/check_cases.py)."""
+"""course.checks.fsdp, notebook 13's FSDP2 check, tried directly on every answer the fixtures hold for its exercise
+(tests/check_cases.py): on two local engines formed into a gloo group as the notebook forms them; and the hidden
+tests' path, a new gloo job of 3 ranks. course.torch_collectives, which the check counts with, is held to
+collectives run by hand."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from course.checks import fsdp
-from tests.check_cases import cases, define, judge
+from course import torch_group
+from course.checks import ddp, fsdp
+from tests.check_cases import cases, define, judge, shared_cluster
+
+pytestmark = pytest.mark.slow
 
 NOTEBOOK = "13_pytorch_sharding"
-COVERED: set[str] = {"ex-fsdp-answer"} | set()  # the answer cells whose fixture answers this module tries
+COVERED: set[str] = {"ex-fsdp-answer"}  # the answer cells whose fixture answers this module tries
+
+
+@pytest.fixture(scope="module")
+def view(tmp_path_factory):
+    """Two local engines as one gloo group, as the notebook makes them."""
+    with shared_cluster(tmp_path_factory, 2, engines="local") as engines:
+        torch_group.destroy(engines)  # a module before this one may have left one formed
+        torch_group.form(engines)
+        yield engines.view
+        torch_group.destroy(engines)
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-fsdp-answer"}), ids=str)
-def test_fsdp(case):
-    names = define(case, {})  # TODO: what the notebook defines before the exercise
-    judge(case, lambda: fsdp.fsdp(names["shard"]))
+def test_shard(case, view):
+    judge(case, lambda: fsdp.sharded(view.apply_sync(fsdp.shard_run, define(case, {})["shard"])))
+
+
+def test_the_solution_on_three_ranks_and_what_resharding_trades():
+    """The hidden tests' job on 3 ranks (uneven shards: 33 rows in 11s, the head's one row on rank 0 alone), and the
+    notebook's measurement: with resharding, forward and backward each gather every group (3 halves of an
+    all-reduce), without it backward gathers nothing and the whole model stays held between the two."""
+    shard = define(cases(NOTEBOOK, {"ex-fsdp-answer"})[0], {})["shard"]
+    assert fsdp.shard_check(shard, ranks=3) is None
+    both = ddp.on_gloo_ranks(fsdp.reshard_runs, 2, shard)[0]
+    groups, whole = fsdp.LAYERS + 1, fsdp.model_bytes()
+    assert (both[True]["gathers forward"], both[True]["gathers backward"]) == (groups, groups)
+    assert (both[False]["gathers forward"], both[False]["gathers backward"]) == (groups, 0)
+    scattered = both[True]["bytes reduce-scattered"]
+    assert whole <= scattered < whole * 1.1  # every gradient once, with the padding of uneven shards
+    assert both[True]["bytes gathered"] == 2 * scattered and both[False]["bytes gathered"] == scattered
+    assert (both[True]["held after forward"], both[False]["held after forward"]) == (0, whole)
+
+
+def _collectives_by_hand():
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._functional_collectives import all_reduce as functional_all_reduce
+
+    from course.torch_collectives import Collectives
+
+    t = torch.ones(10, dtype=torch.float64)
+    with Collectives() as seen:
+        dist.all_reduce(t)
+        dist.all_gather_into_tensor(torch.empty(10 * dist.get_world_size(), dtype=torch.float64), t)
+        out = torch.empty(5, dtype=torch.float32)
+        dist.reduce_scatter_tensor(out, torch.ones(5 * dist.get_world_size()))
+        functional_all_reduce(t, "sum", dist.group.WORLD).wait()
+        dist.broadcast(t, 0)
+    return seen.seen
+
+
+def test_the_recorder_names_and_weighs_each_collective_c10d_and_functional():
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this test module
+    seen = ddp.on_gloo_ranks(_collectives_by_hand, 2)[0]
+    assert seen == [
+        ("all_reduce", 80),
+        ("all_gather", 160),
+        ("reduce_scatter", 40),
+        ("all_reduce", 80),
+        ("broadcast", 80),
+    ]

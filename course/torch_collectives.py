@@ -1,0 +1,70 @@
+"""The collectives a piece of PyTorch code runs, seen from outside it: FSDP2's c10d calls and DTensor's functional
+collectives alike, forward and backward, whatever Python function called them. The only place that knows their
+op names, so a PyTorch upgrade that renames one fails here, in one test.
+
+    with Collectives() as seen:
+        loss = model(x).sum()
+    seen.count("all_gather"), seen.bytes("all_gather")    # -> 5, 38016
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# each kind, and the op names (or parts of them) PyTorch 2.x gives it in c10d and _c10d_functional
+KINDS = {
+    "all_gather": ("all_gather", "allgather"),
+    "reduce_scatter": ("reduce_scatter",),
+    "all_reduce": ("all_reduce", "allreduce"),
+    "broadcast": ("broadcast",),
+    "all_to_all": ("all_to_all", "alltoall"),
+}
+NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
+
+
+def kind(op_name: str) -> str:
+    """The collective an op is ('all_gather' for 'c10d._allgather_base_'), or the op's own name."""
+    return next((k for k, names in KINDS.items() if any(n in op_name for n in names)), op_name)
+
+
+def _tensors(args: Any) -> list:
+    import torch
+
+    if isinstance(args, torch.Tensor):
+        return [args]
+    if isinstance(args, (list, tuple)):
+        return [t for a in args for t in _tensors(a)]
+    if isinstance(args, dict):
+        return _tensors(list(args.values()))
+    return []
+
+
+class Collectives(TorchDispatchMode):
+    """A dispatch mode that writes down each collective run under it as (kind, bytes of its largest tensor: the
+    whole gathered tensor of an all-gather, the whole input of a reduce-scatter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # DTensor first turns the op into collectives on plain tensors, seen next
+        kwargs = kwargs or {}
+        name = func.__name__.split(".")[0]
+        if func.namespace in NAMESPACES and not name.startswith(("wait", "_wrap")):
+            largest = max((t.numel() * t.element_size() for t in _tensors([args, kwargs])), default=0)
+            self.seen.append((kind(name), largest))
+        return func(*args, **kwargs)
+
+    def count(self, kind: str) -> int:
+        """How many collectives of this kind ran."""
+        return sum(k == kind for k, _ in self.seen)
+
+    def bytes(self, kind: str) -> int:
+        """The bytes of their largest tensors, added up."""
+        return sum(b for k, b in self.seen if k == kind)
