@@ -169,3 +169,40 @@ def test_an_answer_that_sends_work_to_the_engines_itself_is_told_within_the_dead
     assert deadline.call(engines.view, lambda v: v.apply_sync(right), engines.view) == [(0, [2.0] * 4), (1, [2.0] * 4)]
     with pytest.raises(ZeroDivisionError):  # the answer's own error, as a direct call raises it
         deadline.call(engines.view, lambda: 1 / 0)
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def rank_0_waits_for_a_peer_that_returned():
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        dist.recv(torch.zeros(1), src=1)  # rank 1 never sends
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def group_sum():
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return dist.get_rank(), float(t)
+
+
+def test_engines_restarted_after_a_stuck_collective_are_one_process_group_again(tmp_path_factory):
+    """A PyTorch notebook's engines are one gloo group; a learner runs the same check cell again after a restart."""
+    from course import cluster, torch_group
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython-deadline-torch")))
+        started = cluster.start(2, engines="local", cluster_id="t-deadline-torch", quiet=True)
+        try:
+            torch_group.form(started)
+            with pytest.raises(Wrong) as told:
+                deadline.apply(started.view, rank_0_waits_for_a_peer_that_returned, seconds=SECONDS)
+            assert "formed into a process group again" in str(told.value)
+            assert started.torch_group is not None
+            assert deadline.apply(started.view, group_sum) == [(0, 2.0), (1, 2.0)]
+        finally:
+            started.stop()

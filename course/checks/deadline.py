@@ -121,8 +121,17 @@ def _restart(view) -> str:
     running = getattr(view.client, "course_cluster", None)  # the course's handle on the view's cluster
     if running is None or running.stopped:
         return "Restart the engines (cluster.restart()) before running the cell again."
+    grouped = running.torch_group is not None
     running.restart()
     view.targets = running.view.targets  # the learner's own `view` reaches the new engines too
+    if grouped:  # a PyTorch notebook's engines are one process group: the new ones are made one again
+        from course import torch_group
+
+        torch_group.form(running)
+        return (
+            "The engines were restarted and formed into a process group again; anything else earlier cells "
+            "defined on them is gone: run this cell again (and those cells, if it needs them)."
+        )
     return (
         "The engines were restarted, so anything earlier cells defined on them is gone: run those cells and this "
         "one again."
