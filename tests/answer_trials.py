@@ -45,8 +45,9 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
 
     The solution's own cells, each as it last ran (its line through the notebook, top to bottom), are written to
     WORKDIR/executed.ipynb, and the result also says what a top-to-bottom run must show: the peak memory of the
-    kernel and its engines, and whether the notebook left its cluster running (tests/test_notebooks_execute.py
-    holds them to Binder and nbgrader's validator)."""
+    kernel and its engines on the solution's own line (not in the detours, whose ranks are kept up), and whether
+    the notebook left its cluster running (tests/test_notebooks_execute.py holds them to Binder and nbgrader's
+    validator)."""
     from course import cluster, memory
 
     nb = nbformat.read(str(source), as_version=4)
@@ -67,6 +68,7 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
             one_run.execute(client, nbformat.v4.new_code_cell(_SCRIPT_RUNS), 0)
         for index in range(len(solution_cells)):
             here = starting.get(index, [])
+            before = peak.peak
             if here:
                 one_run.keep_ranks(client, index, True)
             for k in here:
@@ -78,6 +80,7 @@ def run(source: Path, trials: list[dict[str, str]], workdir: Path) -> dict:
                 seconds[k] = round(time.monotonic() - started, 1)
             if here:
                 one_run.keep_ranks(client, index, False)
+                peak.peak = before  # the detours' kept ranks are this harness's: the solution's own line is a learner's
             cell = one_run.execute(client, copy.deepcopy(solution_cells[index]), index)
             executed.cells[index] = cell
             if one_run.graded(cell) and one_run.failed(cell):

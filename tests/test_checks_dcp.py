@@ -1,6 +1,6 @@
 """course.checks.dcp, notebook 13's check of checkpoints that reshard, tried directly on every answer the fixtures
 hold for it (tests/check_cases.py): saved on two local engines formed into a gloo group as the notebook forms them
-(the quick profile), loaded on new gloo groups of 1 and 4 ranks, every answer's loads in one job per rank count;
+(the quick profile), loaded on new gloo groups of 1 and 3 ranks, every answer's loads in one job per rank count;
 and the check's own helpers."""
 
 from __future__ import annotations
