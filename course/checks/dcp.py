@@ -1,6 +1,6 @@
 """TODO: what these checks hold of notebook 13's answers, and how they measure it.
 
-    dcp(save)    # ex-dcp: TODO what it checks
+dcp(save)    # ex-dcp: TODO what it checks
 """
 
 from __future__ import annotations
