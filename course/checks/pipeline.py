@@ -18,7 +18,7 @@ from course.checks import check, expect
 WIDTH, LAYERS, BATCH = 16, 4, 16
 FORWARD_S = 0.02  # each stage sleeps this long per micro-batch forward, twice backward: compute, not 2 cores, rules
 TOLERANCE = 1e-5  # float32: the micro-batches' gradients add up in another order (3e-8 seen)
-BUBBLE_SLACK = 0.06  # measured idle share above (p - 1) / (m + p - 1): communication and Python (0.01-0.03 seen)
+GROUP_TIMEOUT = 20  # s a stage waits for its peer: a wrong answer fails within the engines' deadline
 
 
 def check_model():
@@ -95,6 +95,22 @@ def _recording(ran: list, started: list):
     return restore
 
 
+def _stages_talk_over(group):
+    """Make every PipelineStage built until the returned function is called send over `group`, a group of its own:
+    a wrong answer that leaves a stage waiting breaks that group, not the engines' own."""
+    from torch.distributed.pipelining import stage as stages
+
+    original = stages.PipelineStage.__init__
+
+    def init(self, *args, **kwargs):
+        if len(args) < 7:  # the learner did not give a group
+            kwargs.setdefault("group", group)
+        original(self, *args, **kwargs)
+
+    stages.PipelineStage.__init__ = init
+    return lambda: setattr(stages.PipelineStage, "__init__", original)
+
+
 def pipeline_run(make_schedule, step, schedule_name: str, microbatches: int) -> dict:
     """On every rank: `make_schedule(stage_module, rank, size, schedule_class, microbatches)` for this rank's part of
     the check's model, then `step(schedule, rank, size, x, y)` twice (the first also sends shapes between stages);
@@ -102,11 +118,14 @@ def pipeline_run(make_schedule, step, schedule_name: str, microbatches: int) -> 
     import torch.distributed as dist
     from torch.distributed import pipelining
 
+    import datetime
+
     rank, size = dist.get_rank(), dist.get_world_size()
     part = stage_modules(size)[rank]
     ran: list = []
     started = [time.perf_counter()]  # CLOCK_MONOTONIC: one clock for every rank of this host
-    restore = _recording(ran, started)
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
+    restores = [_recording(ran, started), _stages_talk_over(group)]
     run = {"rank": rank, "error": None}
     try:
         schedule = make_schedule(part, rank, size, getattr(pipelining, schedule_name), microbatches)
@@ -114,15 +133,17 @@ def pipeline_run(make_schedule, step, schedule_name: str, microbatches: int) -> 
         for _ in range(2):
             part.zero_grad()
             ran.clear()
-            dist.barrier()
+            dist.barrier(group)
             begin = time.perf_counter() - started[0]
-            losses = step(schedule, rank, size, x, y)
+            losses = step(schedule, rank, size, x, y)  # each stage's sends and receives go over `group`
             run["step"] = (begin, time.perf_counter() - started[0])
     except Exception as failed:  # noqa: BLE001 - the learner's schedule failing is what the check tells
         run["error"] = f"{type(failed).__name__}: {str(failed).splitlines()[0][:300]}"
         return run
     finally:
-        restore()
+        for restore in restores:
+            restore()
+        dist.destroy_process_group(group)
     run["ran"] = list(ran)
     run["losses"] = [float(v) for v in losses] if isinstance(losses, (list, tuple)) else None
     run["grads"] = [p.grad.reshape(-1).tolist() if p.grad is not None else None for p in part.parameters()]

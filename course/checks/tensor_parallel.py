@@ -244,6 +244,11 @@ def mesh_run(mesh_2d, parallelize_2d, tp: int) -> dict:
     return run
 
 
+def mesh_runs(answers: list[tuple], tp: int) -> list[dict]:
+    """On every rank: mesh_run for each (mesh_2d, parallelize_2d) pair in turn (one job for several answers)."""
+    return [mesh_run(mesh_2d, parallelize_2d, tp) for mesh_2d, parallelize_2d in answers]
+
+
 @check
 def two_d(runs: list[dict], tp: int) -> None:
     """`runs`: mesh_run on every rank. Tensor-parallel groups of `tp` consecutive ranks (one node's), data-parallel
