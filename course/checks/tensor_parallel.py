@@ -52,6 +52,16 @@ def _full(t):
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+def _storage(t) -> int | None:
+    """Where a tensor's (or a DTensor's local) data lives; None for a wrapper that has none of its own."""
+    from torch.distributed.tensor import DTensor
+
+    try:
+        return (t.to_local() if isinstance(t, DTensor) else t).untyped_storage().data_ptr()
+    except RuntimeError:
+        return None
+
+
 def _one_process(norm: bool) -> dict:
     block, x = check_block(norm), inputs().requires_grad_()
     out = block(x)
@@ -84,7 +94,17 @@ def _run(parallelize, norm: bool, sequence_sharded: bool) -> dict:
     try:
         returned = parallelize(block, mesh)
         block = returned if isinstance(returned, torch.nn.Module) else block
-        with Collectives() as forward:
+        params = {_storage(p) for p in block.parameters()}
+        saved = 0
+
+        def pack(t):  # what autograd keeps for backward: this rank's activations, parameters left out
+            nonlocal saved
+            if _storage(t) not in params:
+                local = t.to_local() if isinstance(t, DTensor) else t
+                saved += local.numel() * local.element_size()
+            return t
+
+        with Collectives() as forward, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = block(local)
         with Collectives() as backward:
             out.square().sum().backward()
@@ -112,6 +132,7 @@ def _run(parallelize, norm: bool, sequence_sharded: bool) -> dict:
         for n, p in block.named_parameters()
     }  # fmt: skip
     run["forward"], run["backward"] = forward.seen, backward.seen
+    run["activations"] = saved
     return run
 
 
@@ -124,6 +145,15 @@ def sp_run(parallelize) -> dict:
     """On every rank: `parallelize(block, mesh)` on the block with its LayerNorm, this rank's slice of the
     sequence as input."""
     return _run(parallelize, norm=True, sequence_sharded=True)
+
+
+def activation_bytes(parallelize, parallelize_sp) -> dict[str, int]:
+    """On every rank: the bytes autograd saved for backward in one forward pass of the block with its LayerNorm,
+    parallelized by `parallelize` (the whole sequence on every rank) and by `parallelize_sp` (this rank's slice)."""
+    return {
+        "tensor parallel": _run(parallelize, norm=True, sequence_sharded=False).get("activations", 0),
+        "sequence parallel": _run(parallelize_sp, norm=True, sequence_sharded=True).get("activations", 0),
+    }
 
 
 def _kinds(calls: list) -> dict[str, int]:
@@ -162,8 +192,6 @@ def tensor_parallel(runs: list[dict]) -> None:
     """`runs`: tp_run on every rank. `up`'s weight cut by rows (its output columns) and `down`'s by columns, the
     output and every gradient one process's, one all-reduce in forward and one in backward, nothing else sent."""
     _ran_and_matches(runs)
-    _sharded(runs, "up.weight", "Shard(dim=0)")
-    _sharded(runs, "down.weight", "Shard(dim=1)")
     forward, backward = _kinds(runs[0]["forward"]), _kinds(runs[0]["backward"])
     expect(
         forward == {"all_reduce": 1},
@@ -173,6 +201,8 @@ def tensor_parallel(runs: list[dict]) -> None:
         backward == {"all_reduce": 1},
         f"the backward pass sent {_said(backward)}: it needs one all-reduce, of the input's gradient",
     )
+    _sharded(runs, "up.weight", "Shard(dim=0)")
+    _sharded(runs, "down.weight", "Shard(dim=1)")
 
 
 @check
@@ -181,8 +211,6 @@ def sequence_parallel(runs: list[dict]) -> None:
     in tensor parallelism; the output (this rank's slice) and every gradient one process's; an all-gather and a
     reduce-scatter in each pass, no all-reduce."""
     _ran_and_matches(runs)
-    _sharded(runs, "up.weight", "Shard(dim=0)")
-    _sharded(runs, "down.weight", "Shard(dim=1)")
     for phase in ("forward", "backward"):
         counts = _kinds(runs[0][phase])
         expect(
@@ -191,6 +219,8 @@ def sequence_parallel(runs: list[dict]) -> None:
             "one all-gather (the whole sequence into `up`) and one reduce-scatter (each rank its slice of "
             "`down`'s sums)",
         )
+    _sharded(runs, "up.weight", "Shard(dim=0)")
+    _sharded(runs, "down.weight", "Shard(dim=1)")
 
 
 # ---- a 2-D mesh: data parallelism (FSDP) across, tensor parallelism within
