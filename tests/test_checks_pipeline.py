@@ -12,7 +12,7 @@ from tests.check_cases import cases, define, judge, shared_cluster
 
 pytestmark = pytest.mark.slow
 
-NOTEBOOK = "13_pytorch_model_parallelism"
+NOTEBOOK = "13_pytorch_tensor_and_pipeline_parallelism"
 COVERED = {"ex-pipeline-answer", "ex-in-flight-answer"}
 MICRO = 4
 SCHEDULES = ("ScheduleGPipe", "Schedule1F1B")

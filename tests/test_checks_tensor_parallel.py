@@ -13,7 +13,7 @@ from tests.check_cases import cases, define, judge, shared_cluster
 
 pytestmark = pytest.mark.slow
 
-NOTEBOOK = "13_pytorch_model_parallelism"
+NOTEBOOK = "13_pytorch_tensor_and_pipeline_parallelism"
 COVERED = {"ex-tp-answer", "ex-sp-answer", "ex-mesh-answer"}
 
 
