@@ -41,13 +41,38 @@ def _tensors(args: Any) -> list:
     return []
 
 
+def _group_ranks(args: Any) -> tuple[int, ...] | None:
+    """The global ranks of the group a collective's arguments name: functional ops pass the group's name, c10d ops
+    pass it boxed (a boxed ReduceOp is not a group)."""
+    import torch
+    import torch.distributed as dist
+
+    for a in args:
+        group = None
+        if isinstance(a, str):
+            try:
+                group = dist.distributed_c10d._resolve_process_group(a)
+            except Exception:  # noqa: BLE001 - a string that names no group
+                continue
+        elif isinstance(a, torch.ScriptObject):
+            try:
+                group = dist.ProcessGroup.unbox(a)
+            except RuntimeError:
+                continue
+        if group is not None:
+            return tuple(dist.get_process_group_ranks(group))
+    return None
+
+
 class Collectives(TorchDispatchMode):
     """A dispatch mode that writes down each collective run under it as (kind, bytes of its largest tensor: the
-    whole gathered tensor of an all-gather, the whole input of a reduce-scatter)."""
+    whole gathered tensor of an all-gather, the whole input of a reduce-scatter), and in `groups` the global ranks
+    of its group."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[tuple[str, int]] = []
+        self.groups: list[tuple[int, ...] | None] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         from torch.distributed.tensor import DTensor
@@ -59,6 +84,7 @@ class Collectives(TorchDispatchMode):
         if func.namespace in NAMESPACES and not name.startswith(("wait", "_wrap")):
             largest = max((t.numel() * t.element_size() for t in _tensors([args, kwargs])), default=0)
             self.seen.append((kind(name), largest))
+            self.groups.append(_group_ranks([*args, *kwargs.values()]))
         return func(*args, **kwargs)
 
     def count(self, kind: str) -> int:
