@@ -189,6 +189,28 @@ def shared_cluster(tmp_path_factory: Any, n: int, engines: str = "local") -> Ite
             known.view.clear(block=True)
 
 
+@contextmanager
+def torch_engines(tmp_path_factory: Any, n: int = 2) -> Iterator[Any]:
+    """shared_cluster's `n` local engines as one gloo group, as a PyTorch notebook forms them."""
+    from course import torch_group
+
+    with shared_cluster(tmp_path_factory, n, engines="local") as engines:
+        torch_group.destroy(engines)  # a module before this one may have left one formed
+        torch_group.form(engines)
+        try:
+            yield engines
+        finally:
+            torch_group.destroy(engines)
+
+
+def uses_shared(module: Any) -> bool:
+    """Whether a test module asks for the shared clusters (through shared_cluster or torch_engines)."""
+    return (
+        getattr(module, "shared_cluster", None) is shared_cluster
+        or getattr(module, "torch_engines", None) is torch_engines
+    )
+
+
 def stop_shared() -> None:
     """Stop the clusters shared_cluster started (the session's end)."""
     import pytest

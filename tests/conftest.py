@@ -89,7 +89,7 @@ def pytest_runtest_teardown(item, nextitem):
     shared = sys.modules.get("tests.check_cases")
     if shared is None or not shared._SHARED:
         return
-    if nextitem is None or getattr(nextitem.module, "shared_cluster", None) is not shared.shared_cluster:
+    if nextitem is None or not shared.uses_shared(nextitem.module):
         shared.stop_shared()
 
 

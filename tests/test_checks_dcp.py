@@ -13,7 +13,7 @@ import pytest
 from course import torch_group
 from course.checks import dcp, deadline
 from course.checks.ddp import on_gloo_ranks
-from tests.check_cases import Case, cases, define, judge, shared_cluster, solution_answers
+from tests.check_cases import Case, cases, define, judge, solution_answers, torch_engines
 
 pytestmark = pytest.mark.slow
 
@@ -66,11 +66,8 @@ class Tried:
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     """Two local engines as one gloo group, as the notebook makes them."""
-    with shared_cluster(tmp_path_factory, RANKS, engines="local") as started:
-        torch_group.destroy(started)  # a module before this one may have left one formed
-        torch_group.form(started)
+    with torch_engines(tmp_path_factory, RANKS) as started:
         yield started
-        torch_group.destroy(started)
 
 
 @pytest.fixture(scope="module")

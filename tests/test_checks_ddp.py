@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from course import UserError, torch_group
+from course import UserError
 from course.checks import check, ddp, quiz, torchrun_script
 from tests import script_runs
-from tests.check_cases import cases, define, judge, shared_cluster, solution_answers
+from tests.check_cases import cases, define, judge, solution_answers, torch_engines
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +39,8 @@ QUICK = {
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two local engines as one gloo group, as the notebook makes them."""
-    with shared_cluster(tmp_path_factory, QUICK["RANKS"], engines="local") as engines:
-        torch_group.destroy(engines)  # a module before this one may have left one formed
-        torch_group.form(engines)
+    with torch_engines(tmp_path_factory, QUICK["RANKS"]) as engines:
         yield engines.view
-        torch_group.destroy(engines)
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from course import torch_group
 from course.checks import ddp, fsdp
-from tests.check_cases import cases, define, judge, shared_cluster
+from tests.check_cases import cases, define, judge, torch_engines
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +21,8 @@ COVERED: set[str] = {"ex-fsdp-answer"}  # the answer cells whose fixture answers
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
     """Two local engines as one gloo group, as the notebook makes them."""
-    with shared_cluster(tmp_path_factory, 2, engines="local") as engines:
-        torch_group.destroy(engines)  # a module before this one may have left one formed
-        torch_group.form(engines)
+    with torch_engines(tmp_path_factory) as engines:
         yield engines.view
-        torch_group.destroy(engines)
 
 
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-fsdp-answer"}), ids=str)
