@@ -80,7 +80,7 @@ def build(kind: str, width: int):
         from torch.nn.parallel import DistributedDataParallel
 
         # DDP: whole replicas; backward all-reduces the gradients in buckets
-        return DistributedDataParallel(model)
+        return DistributedDataParallel(model, bucket_cap_mb=25)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
