@@ -5,6 +5,7 @@ op names, so a PyTorch upgrade that renames one fails here, in one test.
     with Collectives() as seen:
         loss = model(x).sum()
     seen.count("all_gather"), seen.bytes("all_gather")    # -> 5, 38016
+    seen.sent                                             # -> [(destination's global rank, bytes), ...]
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ KINDS = {
     "all_reduce": ("all_reduce", "allreduce"),
     "broadcast": ("broadcast",),
     "all_to_all": ("all_to_all", "alltoall"),
+    "send": ("send",),
+    "recv": ("recv",),
 }
 NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
 
@@ -38,6 +41,23 @@ def _tensors(args: Any) -> list:
         return [t for a in args for t in _tensors(a)]
     if isinstance(args, dict):
         return _tensors(list(args.values()))
+    return []
+
+
+def _sent(name: str, args: tuple, ranks: tuple[int, ...] | None) -> list[tuple[int, int]]:
+    """What a c10d send or all-to-all sends to each other rank, as (destination's global rank, bytes): a send names
+    its peer's rank in its group, an all-to-all its input's rows per rank (even where it names none)."""
+    import torch.distributed as dist
+
+    ranks = ranks or tuple(range(dist.get_world_size()))
+    me = dist.get_rank()
+    if kind(name) == "send":
+        return [(ranks[args[2]], sum(t.numel() * t.element_size() for t in _tensors(args[0])))]
+    if name.startswith("alltoall_base"):
+        source, splits = args[1], list(args[4])
+        row = source[0].numel() * source.element_size() if source.dim() and len(source) else 0
+        splits = splits or [len(source) // len(ranks)] * len(ranks)
+        return [(r, n * row) for r, n in zip(ranks, splits) if r != me and n]
     return []
 
 
@@ -66,13 +86,14 @@ def _group_ranks(args: Any) -> tuple[int, ...] | None:
 
 class Collectives(TorchDispatchMode):
     """A dispatch mode that writes down each collective run under it as (kind, bytes of its largest tensor: the
-    whole gathered tensor of an all-gather, the whole input of a reduce-scatter), and in `groups` the global ranks
-    of its group."""
+    whole gathered tensor of an all-gather, the whole input of a reduce-scatter), in `groups` the global ranks
+    of its group, and in `sent` each send's and all-to-all's (destination's global rank, bytes), in order."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[tuple[str, int]] = []
         self.groups: list[tuple[int, ...] | None] = []
+        self.sent: list[tuple[int, int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         from torch.distributed.tensor import DTensor
@@ -85,6 +106,8 @@ class Collectives(TorchDispatchMode):
             largest = max((t.numel() * t.element_size() for t in _tensors([args, kwargs])), default=0)
             self.seen.append((kind(name), largest))
             self.groups.append(_group_ranks([*args, *kwargs.values()]))
+            if func.namespace == "c10d":
+                self.sent += _sent(name, args, self.groups[-1])
         return func(*args, **kwargs)
 
     def count(self, kind: str) -> int:

@@ -61,18 +61,29 @@ def _collectives_by_hand():
         dist.reduce_scatter_tensor(out, torch.ones(5 * dist.get_world_size()))
         functional_all_reduce(t, "sum", dist.group.WORLD).wait()
         dist.broadcast(t, 0)
-    return seen.seen
+        rank, size = dist.get_rank(), dist.get_world_size()
+        sending = dist.isend(t[: 2 + rank], (rank + 1) % size)  # 16 bytes from rank 0, 24 from rank 1
+        dist.irecv(torch.empty(2 + (rank - 1) % size, dtype=torch.float64), (rank - 1) % size).wait()
+        sending.wait()
+        rows = torch.ones(3, 2, dtype=torch.float32)  # rank 0 keeps 1 row and sends 2, rank 1 keeps 3
+        dist.all_to_all_single(torch.empty(1 + 4 * rank, 2), rows, output_split_sizes=[[1, 0], [2, 3]][rank],
+                               input_split_sizes=[[1, 2], [0, 3]][rank])  # fmt: skip
+    return seen.seen, seen.sent
 
 
 def test_the_recorder_names_and_weighs_each_collective_c10d_and_functional():
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this test module
-    seen = ddp.on_gloo_ranks(_collectives_by_hand, 2)[0]
+    (seen, sent), (_, sent_by_1) = ddp.on_gloo_ranks(_collectives_by_hand, 2)
     assert seen == [
         ("all_reduce", 80),
         ("all_gather", 160),
         ("reduce_scatter", 40),
         ("all_reduce", 80),
         ("broadcast", 80),
+        ("send", 16),
+        ("recv", 24),
+        ("all_to_all", 24),
     ]
+    assert sent == [(1, 16), (1, 16)] and sent_by_1 == [(0, 24)]
