@@ -16,14 +16,19 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from course import training
 from course.checks import horovod_script, torchrun_script
+from tests import horovodrun_once
 
-VARIABLE = "COURSE_TEST_SCRIPT_RUNS"
+VARIABLE = horovodrun_once.VARIABLE
 _REAL = horovod_script.run_script
 _REAL_TORCHRUN = torchrun_script.run_script
+_REAL_HOROVODRUN = training.horovodrun
+_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def key(script: Path, *launch) -> str:
@@ -101,7 +106,19 @@ def _once(name: str, folder: Path, real: Callable, again: Callable):
     return again(said["returncode"], said["output"])
 
 
+def horovodrun(ranks: int, hosts: int = 1) -> list[str]:
+    """training.horovodrun's command, launched by tests/horovodrun_once.py: horovodrun itself, its build probe (a
+    TensorFlow import per launch) asked once in this session (VARIABLE's folder)."""
+    command = _REAL_HOROVODRUN(ranks, hosts)
+    if not os.environ.get(VARIABLE):
+        return command
+    program = f"import sys; sys.path.insert(0, {_ROOT!r}); from tests.horovodrun_once import main; main()"
+    return [sys.executable, "-c", program, *command[1:]]
+
+
 def install() -> None:
-    """Make the script runners these, where a notebook's cells call them (a trial kernel)."""
+    """Make the script runners these, where a notebook's cells call them (a trial kernel); and horovodrun's build
+    probe asked once per session, for the scripts and the notebooks' own Horovod runs."""
     horovod_script.run_script = run_script
     torchrun_script.run_script = run_torchrun
+    training.horovodrun = horovodrun

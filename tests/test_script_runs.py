@@ -43,3 +43,30 @@ def test_a_torchrun_script_runs_once_per_session_with_its_records(tmp_path, monk
     assert second.records == first.records and first.records[0]["initialized"]
     script_runs.run_torchrun(script, tmp_path / "c", ranks=1, args=["--x", "2"])
     assert runs.read_text() == "ran\n" * 2, "other arguments are another run"
+
+
+def test_horovodrun_asks_horovod_for_its_build_once_per_session(tmp_path, monkeypatch):
+    """tests/horovodrun_once.py: the first launch asks Horovod whether it has Gloo (for real) and writes the answer
+    down; later launches take it from there, and horovodrun itself acts on it."""
+    import subprocess
+    import sys
+
+    from tests import horovodrun_once
+
+    monkeypatch.setenv(script_runs.VARIABLE, str(tmp_path / "kept"))
+    answer = tmp_path / "kept" / horovodrun_once.ANSWER
+    command = script_runs.horovodrun(1) + [sys.executable, "-c", "print('the rank ran')"]
+    assert command[0] == sys.executable and "-np" in command
+
+    def launch() -> subprocess.CompletedProcess:
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    first = launch()
+    assert first.returncode == 0 and "the rank ran" in first.stdout, first.stdout + first.stderr
+    assert answer.read_text() == "true", "Horovod's own probe found Gloo"
+    answer.write_text("false")  # as if this Horovod had no Gloo: horovodrun must now read it and refuse
+    second = launch()
+    assert second.returncode != 0 and "Gloo support has not been built" in second.stdout + second.stderr
+    assert "the rank ran" not in second.stdout
+    monkeypatch.delenv(script_runs.VARIABLE)
+    assert script_runs.horovodrun(1)[0].endswith("horovodrun"), "without the session's folder: horovodrun itself"
