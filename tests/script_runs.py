@@ -6,7 +6,8 @@ solution's, again after each wrong trial): each run takes about 30 core-s. With 
 folder (tests/conftest.py makes one per session, for every xdist worker and the kernels they start), the first
 call with a script runs it for real and keeps its folder and output there; every later call with the same bytes
 gets a copy of that folder and the same output, as a second real run of a deterministic script would. A lock per
-script makes a second caller wait for a run in progress rather than start its own.
+script makes a second caller wait for a run in progress rather than start its own. In a trial kernel
+(`install`) horovodrun's own probe of Horovod's build is asked once per session too (tests/horovodrun_once.py).
 """
 
 from __future__ import annotations
