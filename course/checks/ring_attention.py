@@ -4,12 +4,10 @@ a short timeout) and measured from outside: the output against one process's who
 to whom (`course.torch_collectives.Collectives`), the largest tensor and the matrix-product flops of every op it
 ran (`course.context_parallel.Ops`); the zig-zag split's work per rank, and the bytes of the ring and of Ulysses.
 
-    online_softmax(update)                                                        # ex-online: -> wrong, or None
-    runs, problem = deadline.gather(view, ring_attention.ring_run, ring_attention, True)
-    problem or ring_attention.ring(runs)                                          # ex-ring
-    runs, problem = deadline.gather(view, ring_attention.ring_run, ring_attention, True, zigzag)
-    problem or ring_attention.zigzag_balance(runs)                                # ex-zigzag
-    ring_attention.bytes_predicted(bytes_sent, measured)                          # ex-bytes
+    online_softmax(update)                        # ex-online: o / l of the blocks folded in -> wrong, or None
+    ring(runs)                                    # ex-ring: runs = ring_run(ring_attention, causal, None, update)
+    zigzag_balance(runs)                          # ex-zigzag: runs = ring_run(ring_attention, True, zigzag, update)
+    bytes_predicted(bytes_sent, measured)         # ex-bytes: ring_bytes_run's and ulysses_run's bytes
 """
 
 from __future__ import annotations
@@ -137,6 +135,8 @@ def ring_run(ring_attention, causal: bool, chunks=None, update=None) -> dict:
 
     rank, size = dist.get_rank(), dist.get_world_size()
     run = {"rank": rank, "size": size, "causal": causal, "error": None}
+    if update is not None:  # the notebook's `update`, where an engine's namespace lacks it
+        ring_attention.__globals__.setdefault("update", update)
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
     restore = _own_group(group)
     try:
@@ -284,14 +284,40 @@ def ulysses_run(seq: int, heads: int, dim: int, causal: bool = True) -> dict:
     return {"rank": rank, "error": float((out - want).abs().max()), "sent": sum(b for _, b in seen.sent)}
 
 
+def ring_bytes_run(ring_attention, seq: int, heads: int, dim: int) -> int:
+    """On every rank: `ring_attention` on this rank's seq / p rows of a float64 sequence of `heads` heads of `dim`
+    features (their heads side by side: the ring sends them all alike), no mask; the bytes it sent."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from course.torch_collectives import Collectives
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    n = seq // size
+    pos = torch.arange(rank * n, (rank + 1) * n)
+    q, k, v = _data(n, n, heads * dim, 20 + rank)
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
+    restore = _own_group(group)
+    try:
+        with Collectives() as seen:
+            ring_attention(q, k, v, pos, False)
+    finally:
+        restore()
+        dist.destroy_process_group(group)
+    return sum(b for _, b in seen.sent)
+
+
 @check
 def bytes_predicted(bytes_sent, measured: dict) -> None:
     """`measured`: (method, seq, heads, dim, ranks, itemsize) -> the bytes one rank sent in one attention forward,
-    measured from what ran. `bytes_sent` says each."""
+    measured from what ran. `bytes_sent` says each (the ring's K and V: the positions sent with them are allowed)."""
     for (method, seq, heads, dim, ranks, itemsize), got in sorted(measured.items()):
         said = bytes_sent(method, seq, heads, dim, ranks, itemsize)
+        positions = (ranks - 1) * (seq // ranks) * 8 if method == "ring" else 0  # may ride along with K and V
         expect(
-            said == got,
+            isinstance(said, (int, float)) and said <= got <= said + positions,
             f"{method} with {seq} tokens, {heads} heads of {dim}, {ranks} ranks, {itemsize}-byte numbers: a rank sent "
             f"{got} bytes, not {said}",
         )
