@@ -159,7 +159,8 @@ def ring_run(ring_attention, causal: bool, chunks=None, update=None) -> dict:
     run["sent"] = list(seen.sent)
     run["kinds"] = sorted({kind for kind, _ in seen.seen} - {"send", "recv"})
     run["largest"], run["flops"] = ops.largest, ops.flops
-    run["pairs"] = ops.flops / pair_flops(update) if update else None
+    per_pair = pair_flops(update) if update else 0
+    run["pairs"] = ops.flops / per_pair if per_pair else None  # None: no update, or one without matrix products
     return run
 
 
@@ -234,8 +235,9 @@ def ring(runs: list[dict]) -> None:
             f"together ({limit}): a rank holds one visiting block at a time, never the whole K or V",
         )
         needed = pairs_needed(r["pos"], size, causal)
+        expect(r["pairs"] is not None, "`update` computed no matrix product: its scores and output use `@`")
         expect(
-            r["pairs"] is not None and abs(r["pairs"] - needed) < 1e-9,
+            abs(r["pairs"] - needed) < 1e-9,
             f"{mask}: rank {rank} computed the matrix products of {r['pairs']:g} (query half, key half) pairs, not "
             f"the {needed} its mask needs" + (": a pair whose mask is all False is skipped" if causal else ""),
         )
@@ -254,6 +256,7 @@ def zigzag_balance(runs: list[dict]) -> None:
     )
     _output_right(runs)
     work = [r["pairs"] for r in runs]
+    expect(None not in work, "`update` computed no matrix product: its scores and output use `@`")
     expect(
         max(work) - min(work) < 1e-9,
         f"on {size} ranks, causal, the ranks computed {[round(w, 3) for w in work]} pairs of halves: not the same "
@@ -319,5 +322,5 @@ def bytes_predicted(bytes_sent, measured: dict) -> None:
         expect(
             isinstance(said, (int, float)) and said <= got <= said + positions,
             f"{method} with {seq} tokens, {heads} heads of {dim}, {ranks} ranks, {itemsize}-byte numbers: a rank sent "
-            f"{got} bytes, not {said}",
+            f"{got} bytes" + (" (its keys' positions included)" if positions else "") + f", not {said}",
         )
