@@ -312,6 +312,11 @@ def ring_bytes_run(ring_attention, seq: int, heads: int, dim: int) -> int:
     return sum(b for _, b in seen.sent)
 
 
+def bytes_runs(ring_attention, seq: int, heads: int, dim: int) -> dict:
+    """On every rank: the bytes it sent in ring_bytes_run and in ulysses_run, by method (one job for both)."""
+    return {"ring": ring_bytes_run(ring_attention, seq, heads, dim), "ulysses": ulysses_run(seq, heads, dim)["sent"]}
+
+
 @check
 def bytes_predicted(bytes_sent, measured: dict) -> None:
     """`measured`: (method, seq, heads, dim, ranks, itemsize) -> the bytes one rank sent in one attention forward,
