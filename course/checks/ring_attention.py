@@ -317,6 +317,13 @@ def bytes_runs(ring_attention, seq: int, heads: int, dim: int) -> dict:
     return {"ring": ring_bytes_run(ring_attention, seq, heads, dim), "ulysses": ulysses_run(seq, heads, dim)["sent"]}
 
 
+def figures_run(ring_attention, update, zigzag, sizes: tuple[int, int, int]) -> dict:
+    """On every rank, for the notebook's figures in one job: the pairs of halves it computed, causal, with the plain
+    and with the zig-zag split, and the bytes it sent in bytes_runs at `sizes` (tokens, heads, features)."""
+    plain, zigzagged = ring_runs(ring_attention, [(True, None), (True, zigzag)], update)
+    return {"plain": plain["pairs"], "zigzag": zigzagged["pairs"], **bytes_runs(ring_attention, *sizes)}
+
+
 @check
 def bytes_predicted(bytes_sent, measured: dict) -> None:
     """`measured`: (method, seq, heads, dim, ranks, itemsize) -> the bytes one rank sent in one attention forward,
