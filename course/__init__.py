@@ -3,7 +3,8 @@
 A map, by role (each module's docstring says more):
 - What notebooks teach with: cluster/ (engine clusters: local, MPI, Slurm; torch_group makes their engines one
   torch.distributed group, torch_data its data and model for notebook 12, torch_collectives the collectives a piece
-  of PyTorch code runs, as the checks of notebook 13 count them), tasks/ (PyCOMPSs-style task graphs),
+  of PyTorch code runs, as the checks of notebook 13 count them; context_parallel, notebook 14's attention: what one
+  process measures of it and DeepSpeed-Ulysses' all-to-all), tasks/ (PyCOMPSs-style task graphs),
   training, averaging (and sync_types, its strategies' names), parallelism, comm (and rank_pool, its MPI ranks kept
   between calls where a process asks), nn, models, data, perf,
   plots, results; for one device (notebook 06): input_pipeline (tf.data, the wait for data), tfprofiler (the
