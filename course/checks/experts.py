@@ -24,45 +24,45 @@ ID_BYTES, COUNT_BYTES = 8, 64  # allowed besides the rows: an int64 expert id pe
 # (other collectives: at most 8 p^2 bytes, an all-gather of every rank's int64 counts)
 
 
-def _logits(seed: int, tokens: int, experts: int, unused: int | None = None):
+def logits(seed: int, tokens: int, experts: int, unused: int | None = None):
     """Router logits without ties (distinct random values), expert `unused` pushed far below the others."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(tokens, experts, generator=g, dtype=torch.float64) * 2
+    scores = torch.randn(tokens, experts, generator=g, dtype=torch.float64) * 2
     if unused is not None:
-        logits[:, unused] -= 40
-    return logits
+        scores[:, unused] -= 40
+    return scores
 
 
 def route_cases() -> list[tuple[str, object, int, int]]:
     """(what it is, logits, k, capacity): k = 1 and 2, with room for every token and over capacity, an expert no
     token chooses, and a skewed router whose favourite is over capacity with first and second choices both."""
-    skewed = _logits(3, 12, 4)
+    skewed = logits(3, 12, 4)
     skewed[:, 2] += 1.5  # expert 2: the first choice of many tokens and the second choice of others
     return [
-        ("k = 1, room for every token", _logits(1, 10, 4), 1, 10),
-        ("k = 2, room for every assignment", _logits(2, 10, 5), 2, 20),
-        ("k = 1, capacity 2", _logits(4, 12, 4), 1, 2),
+        ("k = 1, room for every token", logits(1, 10, 4), 1, 10),
+        ("k = 2, room for every assignment", logits(2, 10, 5), 2, 20),
+        ("k = 1, capacity 2", logits(4, 12, 4), 1, 2),
         ("k = 2, capacity 3", skewed, 2, 3),
-        ("k = 2, capacity 4, expert 1 chosen by no token", _logits(5, 9, 5, unused=1), 2, 4),
-        ("k = 1, capacity 1, one token", _logits(6, 1, 3), 1, 1),
+        ("k = 2, capacity 4, expert 1 chosen by no token", logits(5, 9, 5, unused=1), 2, 4),
+        ("k = 1, capacity 1, one token", logits(6, 1, 3), 1, 1),
     ]
 
 
-def _route_problem(route, logits, k: int, capacity: int, case: str) -> None:
-    """Expect the properties of a routing of `logits` (tokens x experts) with `k` and `capacity`."""
+def _route_problem(route, scores, k: int, capacity: int, case: str) -> None:
+    """Expect the properties of a routing of `scores`, logits (tokens x experts), with `k` and `capacity`."""
     import torch
 
-    tokens, n = logits.shape
-    got = route(logits.clone(), k, capacity)
+    tokens, n = scores.shape
+    got = route(scores.clone(), k, capacity)
     expect(isinstance(got, tuple) and len(got) == 3, f"{case}: route returned {type(got).__name__}, not a 3-tuple")
     chosen, gates, kept = (torch.as_tensor(t) for t in got)
     for name, t in (("experts", chosen), ("gates", gates), ("kept", kept)):
         expect(tuple(t.shape) == (tokens, k), f"{case}: {name} has shape {tuple(t.shape)}, not (tokens, k) = {(tokens, k)}")
     chosen = chosen.long()
     expect(bool(((chosen >= 0) & (chosen < n)).all()), f"{case}: experts holds ids outside 0..{n - 1}")
-    probs = torch.softmax(logits, dim=-1)
+    probs = torch.softmax(scores, dim=-1)
     picked = probs.gather(1, chosen)
     for t in range(tokens):
         ids = chosen[t].tolist()
@@ -92,11 +92,12 @@ def _route_problem(route, logits, k: int, capacity: int, case: str) -> None:
 
 
 @check
-def routing(route) -> None:
+def routing(route, cases: list | None = None) -> None:
     """The experts each token chose, top-k in order; gates their softmax probabilities; the kept assignments of
-    each expert the first `capacity` in GShard's priority order, on every case of route_cases()."""
-    for case, logits, k, capacity in route_cases():
-        _route_problem(route, logits, k, capacity, case)
+    each expert the first `capacity` in GShard's priority order; on `cases` (what, logits, k, capacity), by default
+    route_cases()."""
+    for case, scores, k, capacity in route_cases() if cases is None else cases:
+        _route_problem(route, scores, k, capacity, case)
 
 
 # ---- the expert-parallel layer
@@ -136,6 +137,65 @@ def owner(expert: int, size: int) -> int:
     return expert // (E // size)
 
 
+def _splits_problem(table: list[list[int]], size: int) -> str | None:
+    """What is wrong with one all_to_all_single's split sizes over the group, from every rank's (bad length, input
+    rows, output rows, input row size, output row size, input splits..., output splits...): None if they agree."""
+    for a, (bad, rows_in, rows_out, row_in, row_out, *splits) in enumerate(table):
+        sent, got = splits[:size], splits[size:]
+        if bad:
+            return f"on rank {a}, all_to_all_single's split sizes do not name one count for each of the {size} ranks"
+        if sum(sent) != rows_in:
+            return f"on rank {a}, all_to_all_single's input_split_sizes add up to {sum(sent)}, its input has {rows_in} rows"
+        if sum(got) != rows_out:
+            return f"on rank {a}, all_to_all_single's output_split_sizes add up to {sum(got)}, its output has {rows_out} rows"
+        if rows_in and rows_out and row_in != row_out:
+            return f"on rank {a}, all_to_all_single's input rows hold {row_in} values and its output rows {row_out}"
+    for a in range(size):
+        for b in range(size):
+            sends, expects = table[a][5 + b], table[b][5 + size + a]
+            if sends != expects:
+                return (
+                    f"rank {b} expects {expects} rows from rank {a} (its output_split_sizes), but rank {a} sends it "
+                    f"{sends} (its input_split_sizes): a rank learns what it receives from the others"
+                )
+    return None
+
+
+def _checked_all_to_all(seen):
+    """Make dist.all_to_all_single first compare the split sizes of every rank of its group (gloo aborts the process
+    on a mismatch), raising ValueError on every rank if they disagree; the comparison's own all-gather is left out of
+    `seen`. Returns a function that puts the original back."""
+    import math
+
+    import torch
+    import torch.distributed as dist
+
+    original = dist.all_to_all_single
+
+    def checked(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+        size = dist.get_world_size(group)
+
+        def splits(given, t):
+            given = [int(n) for n in (given or [])] or [len(t) // size] * size
+            return given, len(given) != size
+
+        sent, bad_sent = splits(input_split_sizes, input)
+        got, bad_got = splits(output_split_sizes, output)
+        mine = [int(bad_sent or bad_got), len(input), len(output), math.prod(input.shape[1:]),
+                math.prod(output.shape[1:]), *(sent + [0] * size)[:size], *(got + [0] * size)[:size]]  # fmt: skip
+        marks = len(seen.seen), len(seen.groups), len(seen.sent)
+        table = [torch.zeros(len(mine), dtype=torch.long) for _ in range(size)]
+        dist.all_gather(table, torch.tensor(mine, dtype=torch.long), group=group)
+        del seen.seen[marks[0] :], seen.groups[marks[1] :], seen.sent[marks[2] :]
+        problem = _splits_problem([t.tolist() for t in table], size)
+        if problem:
+            raise ValueError(problem)
+        return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
+
+    dist.all_to_all_single = checked
+    return lambda: setattr(dist, "all_to_all_single", original)
+
+
 def moe_run(moe_forward, route, cases=MOE_CASES) -> list[dict]:
     """On every rank, for each (k, capacity) of `cases`: the learner's routing of this rank's tokens, then
     `moe_forward(x, router, experts, k, capacity, group)` with this rank's experts on a gloo group of the check's
@@ -151,6 +211,9 @@ def moe_run(moe_forward, route, cases=MOE_CASES) -> list[dict]:
     rank, size = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
     runs = []
+    # the layer calls `route` by name: on an engine its globals are the engine's namespace, which lacks it
+    names = getattr(moe_forward, "__globals__", {})
+    before, names["route"] = names.get("route"), route
     try:
         for k, capacity in cases:
             run = {"rank": rank, "size": size, "k": k, "capacity": capacity, "error": None}
@@ -164,16 +227,24 @@ def moe_run(moe_forward, route, cases=MOE_CASES) -> list[dict]:
             for e, m in mine.items():
                 m.register_forward_hook(lambda _m, args, _out, e=e: ran.append((e, rank, args[0].tolist())))
             dist.barrier(group)
+            seen = Collectives()
+            restore = _checked_all_to_all(seen)
             try:
-                with torch.no_grad(), Collectives() as seen:
+                with torch.no_grad(), seen:
                     out = moe_forward(x, gate, mine, k, capacity, group)
             except Exception as failed:  # noqa: BLE001 - the learner's layer failing is what the check tells
                 run["error"] = f"{type(failed).__name__}: {str(failed).splitlines()[0][:300] if str(failed) else ''}"
                 break
+            finally:
+                restore()
             run["out"] = torch.as_tensor(out).tolist()
             run["sent"], run["seen"], run["ran"] = list(seen.sent), list(seen.seen), ran
     finally:
         dist.destroy_process_group(group)
+        if before is None:
+            names.pop("route", None)
+        else:
+            names["route"] = before
     return runs
 
 
@@ -229,7 +300,11 @@ def measured_bytes(runs: list[dict]) -> dict[tuple[int, int], int]:
     return sent
 
 
-def _case_runs(runs: list[list[dict]]) -> list[list[dict]]:
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def case_runs(runs: list[list[dict]]) -> list[list[dict]]:
     """The gathered runs (by rank, then case) as one list of the ranks' runs per case."""
     return [list(case) for case in zip(*runs)]
 
@@ -245,7 +320,7 @@ def expert_parallel(runs: list[list[dict]]) -> None:
     lost = [r for rank_runs in runs for r in rank_runs if r["error"]]
     lost.sort(key=lambda r: "Connection closed" in r["error"] or "imeout" in r["error"])
     expect(not lost, f"k = {lost and lost[0]['k']}: on rank {lost and lost[0]['rank']}, {lost and lost[0]['error']}")
-    for case in _case_runs(runs):
+    for case in case_runs(runs):
         k, capacity = case[0]["k"], case[0]["capacity"]
         said = f"k = {k}, capacity {capacity}, {size} ranks"
         routed = [r["route"] for r in case]
@@ -284,7 +359,7 @@ def expert_parallel(runs: list[list[dict]]) -> None:
             big = [(kind, n) for kind, n in r["seen"] if kind != "all_to_all" and n > 8 * size * size]
             expect(
                 not big,
-                f"{said}: rank {r['rank']} ran a {big and big[0][0].replace('_', '-')} of {big and big[0][1]} bytes: "
+                f"{said}: rank {r['rank']} ran {big and _a(big[0][0].replace('_', '-'))} of {big and big[0][1]} bytes: "
                 "tokens travel to their experts' ranks by all-to-all only",
             )
         measured, predicted = measured_bytes(case), predicted_bytes(routed, size)
@@ -338,20 +413,22 @@ def _loss_and_grad(balance_loss, probs, chosen):
 
 
 @check
-def balance(balance_loss, route) -> None:
-    """The loss on hand-worked cases; its gradient with respect to probs is E f_i / T for every token (f counted,
-    not differentiated), on the cases and on the routing of the layer's tokens (the learner's `route`, k = 2)."""
+def balance(balance_loss, route, cases: list | None = None) -> None:
+    """The loss on hand-worked `cases` (what, probs, experts, loss), by default balance_cases(); its gradient with
+    respect to probs is E f_i / T for every token (f counted, not differentiated), on the cases and on the routing
+    of the layer's tokens on 4 ranks (the learner's `route`, k = 2)."""
     import torch
 
-    for case, probs, chosen, want in balance_cases():
+    cases = balance_cases() if cases is None else cases
+    for case, probs, chosen, want in cases:
         loss, _ = _loss_and_grad(balance_loss, probs, chosen)
         expect(abs(loss - want) <= 1e-12, f"{case}: the loss is {loss:.6g}, not {want:g}")
     gate = router()
     with torch.no_grad():
-        logits = torch.cat([gate(tokens(rank)) for rank in range(4)])
-    chosen = torch.as_tensor(route(logits.clone(), 2, 2 * TOKENS)[0]).long()
-    probs = torch.softmax(logits, dim=-1)
-    for case, probs, chosen in [*[(c, p, x) for c, p, x, _ in balance_cases()], ("the layer's tokens", probs, chosen)]:
+        scores = torch.cat([gate(tokens(rank)) for rank in range(4)])
+    chosen = torch.as_tensor(route(scores.clone(), 2, 2 * TOKENS)[0]).long()
+    probs = torch.softmax(scores, dim=-1)
+    for case, probs, chosen in [*[(c, p, x) for c, p, x, _ in cases], ("the layer's tokens", probs, chosen)]:
         loss, grad = _loss_and_grad(balance_loss, probs, chosen)
         n, experts = probs.shape
         f = torch.bincount(chosen[:, 0], minlength=experts).double() / n
