@@ -59,7 +59,9 @@ def _route_problem(route, scores, k: int, capacity: int, case: str) -> None:
     expect(isinstance(got, tuple) and len(got) == 3, f"{case}: route returned {type(got).__name__}, not a 3-tuple")
     chosen, gates, kept = (torch.as_tensor(t) for t in got)
     for name, t in (("experts", chosen), ("gates", gates), ("kept", kept)):
-        expect(tuple(t.shape) == (tokens, k), f"{case}: {name} has shape {tuple(t.shape)}, not (tokens, k) = {(tokens, k)}")
+        expect(
+            tuple(t.shape) == (tokens, k), f"{case}: {name} has shape {tuple(t.shape)}, not (tokens, k) = {(tokens, k)}"
+        )
     chosen = chosen.long()
     expect(bool(((chosen >= 0) & (chosen < n)).all()), f"{case}: experts holds ids outside 0..{n - 1}")
     probs = torch.softmax(scores, dim=-1)
@@ -309,74 +311,87 @@ def case_runs(runs: list[list[dict]]) -> list[list[dict]]:
     return [list(case) for case in zip(*runs)]
 
 
-@check
-def expert_parallel(runs: list[list[dict]]) -> None:
-    """`runs`: moe_run on every rank. Each case: the layer ran; the output is one process's mixture of experts over
-    the same tokens and routing; each expert ran on its owner rank, on exactly the tokens routed to it and kept; the
-    all-to-alls sent each other rank the kept rows the routing says (and little else)."""
+def _experts_ran(case: list[dict], routed: list, size: int, said: str) -> None:
+    """Expect each expert to have run on its owner rank, on exactly the rows of the kept tokens routed to it."""
+    ran: dict[int, list] = {e: [] for e in range(E)}
+    for r in case:
+        for e, where, rows in r["ran"]:
+            expect(where == owner(e, size), f"{said}: expert {e} ran on rank {where}, not on its owner")
+            ran[e] += [tuple(row) for row in rows]
+    for e in range(E):
+        routed_rows = [
+            tuple(tokens(rank)[t].tolist())
+            for rank, (chosen, _gates, kept) in enumerate(routed)
+            for t in range(len(chosen))
+            for j in range(len(chosen[t]))
+            if chosen[t][j] == e and kept[t][j]
+        ]
+        expect(
+            sorted(ran[e]) == sorted(routed_rows),
+            f"{said}: expert {e} ran on {len(ran[e])} token(s); the routing sends it {len(routed_rows)} "
+            "kept one(s) from all ranks (each token to the expert it chose, dropped ones to none)",
+        )
+
+
+def _outputs(case: list[dict], routed: list, size: int, said: str) -> None:
+    """Expect every rank's output to be one process's mixture of experts of its tokens."""
     import torch
 
+    want = one_process(routed, size)
+    for r in case:
+        got = torch.tensor(r["out"], dtype=torch.float64)
+        expect(
+            tuple(got.shape) == (TOKENS, D),
+            f"{said}: rank {r['rank']}'s output has shape {tuple(got.shape)}, not its tokens' {(TOKENS, D)}",
+        )
+        gap = (got - want[r["rank"]]).abs().max().item()
+        expect(
+            gap <= TOLERANCE,
+            f"{said}: rank {r['rank']}'s output differs from one process's mixture of experts by {gap:.2e} (each "
+            "token: the sum of its kept experts' outputs, each weighted by that expert's gate)",
+        )
+
+
+def _traffic(case: list[dict], routed: list, size: int, said: str) -> None:
+    """Expect the all-to-alls to have sent each other rank the rows the routing gives it (and ids and counts at
+    most), and no other collective more than an all-gather of the counts."""
+    for r in case:
+        big = [(kind, n) for kind, n in r["seen"] if kind != "all_to_all" and n > 8 * size * size]
+        expect(
+            not big,
+            f"{said}: rank {r['rank']} ran {big and _a(big[0][0].replace('_', '-'))} of {big and big[0][1]} bytes: "
+            "tokens travel to their experts' ranks by all-to-all only",
+        )
+    measured, predicted = measured_bytes(case), predicted_bytes(routed, size)
+    for (a, b), rows in sorted(predicted.items()):
+        chosen, _gates, kept = routed[a]
+        dispatched = sum(
+            1 for t, row in enumerate(chosen) for j, e in enumerate(row) if kept[t][j] and owner(int(e), size) == b
+        )
+        allowed = rows + ID_BYTES * dispatched + COUNT_BYTES
+        expect(
+            rows <= measured[(a, b)] <= allowed,
+            f"{said}: rank {a} sent rank {b} {measured[(a, b)]} bytes by all-to-all; its kept tokens for rank "
+            f"{b}'s experts and rank {b}'s tokens' results back are {rows} bytes of rows (each of {ROW_BYTES}), "
+            f"with expert ids and counts at most {allowed}",
+        )
+
+
+@check
+def expert_parallel(runs: list[list[dict]]) -> None:
+    """`runs`: moe_run on every rank. Each case: the layer ran; each expert ran on its owner rank, on exactly the
+    tokens routed to it and kept; the output is one process's mixture of experts over the same tokens and routing;
+    the all-to-alls sent each other rank the kept rows the routing says (and little else)."""
     size = len(runs)
     lost = [r for rank_runs in runs for r in rank_runs if r["error"]]
     lost.sort(key=lambda r: "Connection closed" in r["error"] or "imeout" in r["error"])
     expect(not lost, f"k = {lost and lost[0]['k']}: on rank {lost and lost[0]['rank']}, {lost and lost[0]['error']}")
     for case in case_runs(runs):
-        k, capacity = case[0]["k"], case[0]["capacity"]
-        said = f"k = {k}, capacity {capacity}, {size} ranks"
+        said = f"k = {case[0]['k']}, capacity {case[0]['capacity']}, {size} ranks"
         routed = [r["route"] for r in case]
-        want = one_process(routed, size)
-        modules_rows: dict[int, list] = {e: [] for e in range(E)}
-        for r in case:
-            for e, where, rows in r["ran"]:
-                expect(where == owner(e, size), f"{said}: expert {e} ran on rank {where}, not on its owner")
-                modules_rows[e] += [tuple(row) for row in rows]
-        for e in range(E):
-            routed_rows = [
-                tuple(tokens(rank)[t].tolist())
-                for rank, (chosen, _g, kept) in enumerate(routed)
-                for t in range(len(chosen))
-                for j in range(k)
-                if chosen[t][j] == e and kept[t][j]
-            ]
-            expect(
-                sorted(modules_rows[e]) == sorted(routed_rows),
-                f"{said}: expert {e} ran on {len(modules_rows[e])} token(s); the routing sends it {len(routed_rows)} "
-                "kept one(s) from all ranks (each token to the expert it chose, dropped ones to none)",
-            )
-        for r in case:
-            got = torch.tensor(r["out"], dtype=torch.float64)
-            expect(
-                tuple(got.shape) == (TOKENS, D),
-                f"{said}: rank {r['rank']}'s output has shape {tuple(got.shape)}, not its tokens' {(TOKENS, D)}",
-            )
-            gap = (got - want[r["rank"]]).abs().max().item()
-            expect(
-                gap <= TOLERANCE,
-                f"{said}: rank {r['rank']}'s output differs from one process's mixture of experts by {gap:.2e} (each "
-                "token: the sum of its kept experts' outputs, each weighted by that expert's gate)",
-            )
-        for r in case:
-            big = [(kind, n) for kind, n in r["seen"] if kind != "all_to_all" and n > 8 * size * size]
-            expect(
-                not big,
-                f"{said}: rank {r['rank']} ran {big and _a(big[0][0].replace('_', '-'))} of {big and big[0][1]} bytes: "
-                "tokens travel to their experts' ranks by all-to-all only",
-            )
-        measured, predicted = measured_bytes(case), predicted_bytes(routed, size)
-        for (a, b), rows in sorted(predicted.items()):
-            dispatched = sum(
-                1
-                for t, row in enumerate(routed[a][0])
-                for j, e in enumerate(row)
-                if routed[a][2][t][j] and owner(int(e), size) == b
-            )
-            allowed = rows + ID_BYTES * dispatched + COUNT_BYTES
-            expect(
-                rows <= measured[(a, b)] <= allowed,
-                f"{said}: rank {a} sent rank {b} {measured[(a, b)]} bytes by all-to-all; its kept tokens for rank "
-                f"{b}'s experts and rank {b}'s tokens' results back are {rows} bytes of rows (each of {ROW_BYTES}), "
-                f"with expert ids and counts at most {allowed}",
-            )
+        _experts_ran(case, routed, size, said)
+        _outputs(case, routed, size, said)
+        _traffic(case, routed, size, said)
 
 
 # ---- the load-balancing loss
