@@ -71,3 +71,17 @@ def test_expert_parallel(case, view):
     names = define(case, {})
     route = define(cases(NOTEBOOK, {"ex-route-answer"})[0], {})["route"]
     judge(case, lambda: experts.expert_parallel(view.apply_sync(experts.moe_run, names["moe_forward"], route)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_the_solution_holds_on_one_rank_and_three(ranks):
+    """The rank counts the engines lack: every expert on one rank (the all-to-alls send nothing), and 12 experts
+    over 3 ranks, an odd count, as the hidden tests run 3 and 4."""
+    from course.checks import ddp
+
+    names = define(cases(NOTEBOOK, {"ex-route-answer", "ex-moe-answer"})[0], {})
+    runs = ddp.on_gloo_ranks(experts.moe_run, ranks, names["moe_forward"], names["route"])
+    assert experts.expert_parallel(runs) is None
+    if ranks == 1:
+        assert all(not r["sent"] for r in runs[0])
