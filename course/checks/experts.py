@@ -163,10 +163,11 @@ def _splits_problem(table: list[list[int]], size: int) -> str | None:
     return None
 
 
-def _checked_all_to_all(seen):
-    """Make dist.all_to_all_single first compare the split sizes of every rank of its group (gloo aborts the process
-    on a mismatch), raising ValueError on every rank if they disagree; the comparison's own all-gather is left out of
-    `seen`. Returns a function that puts the original back."""
+def _checked_all_to_all(seen, given):
+    """Make dist.all_to_all_single refuse a group other than `given` (the layer's), then compare the split sizes of
+    every rank of its group (gloo aborts the process on a mismatch), raising ValueError on every rank if they
+    disagree; the comparison's own all-gather is left out of `seen`. Returns a function that puts the original
+    back."""
     import math
 
     import torch
@@ -175,11 +176,13 @@ def _checked_all_to_all(seen):
     original = dist.all_to_all_single
 
     def checked(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+        if group is not given:
+            raise ValueError("all_to_all_single ran on another group than the one the layer was given: pass it group")
         size = dist.get_world_size(group)
 
-        def splits(given, t):
-            given = [int(n) for n in (given or [])] or [len(t) // size] * size
-            return given, len(given) != size
+        def splits(asked, t):
+            asked = [int(n) for n in (asked or [])] or [len(t) // size] * size
+            return asked, len(asked) != size
 
         sent, bad_sent = splits(input_split_sizes, input)
         got, bad_got = splits(output_split_sizes, output)
@@ -230,7 +233,7 @@ def moe_run(moe_forward, route, cases=MOE_CASES) -> list[dict]:
                 m.register_forward_hook(lambda _m, args, _out, e=e: ran.append((e, rank, args[0].tolist())))
             dist.barrier(group)
             seen = Collectives()
-            restore = _checked_all_to_all(seen)
+            restore = _checked_all_to_all(seen, group)
             try:
                 with torch.no_grad(), seen:
                     out = moe_forward(x, gate, mine, k, capacity, group)
