@@ -113,9 +113,8 @@ def _on_groups():
                     return torch.distributed.ProcessGroup.unbox(a).group_name
                 except RuntimeError:  # a boxed ReduceOp, not a group
                     continue
-            if isinstance(a, str):  # functional collectives name their group
-                return a
-        return None
+        words = [a for a in args if isinstance(a, str)]
+        return words[-1] if words else None  # functional collectives name their group last (after a reduce op's)
 
     class OnGroups(Collectives):
         def __init__(self) -> None:
