@@ -86,3 +86,13 @@ def measured(solution, view):
 @pytest.mark.parametrize("case", cases(NOTEBOOK, {"ex-bytes-answer"}), ids=str)
 def test_bytes(case, measured):
     judge(case, lambda: ring_attention.bytes_predicted(define(case, {})["bytes_sent"], measured))
+
+
+@pytest.mark.slow
+def test_ring_on_the_default_group_is_told_to_pass_group(solution, view):
+    """The wrong answer whose sends name no group: its rows and bytes are right (the default group has the same
+    ranks), and the check says what is wrong: the group it was given went unused."""
+    (case,) = [c for c in cases(NOTEBOOK, {"ex-ring-answer"}) if "default group" in str(c)]
+    names = define(case, {"update": solution["update"]})
+    said = _ring(view, names)
+    assert said and "pass group=group" in said and "rows" not in said, said

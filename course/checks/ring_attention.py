@@ -1,11 +1,13 @@
 """Notebook 14 (part 4)'s checks of context parallelism: a learner's online-softmax `update` tried in one process on
-key blocks the check folds in itself, their ring attention run on every rank of a gloo group (the check's own, with
-a short timeout) and measured from outside: the output against one process's whole attention, what each rank sent
-to whom (`course.torch_collectives.Collectives`), the largest tensor and the matrix-product flops of every op it
-ran (`course.context_parallel.Ops`); the zig-zag split's work per rank, and the bytes of the ring and of Ulysses.
+key blocks the check folds in itself, their ring attention run on every rank of a gloo group the check makes and
+passes it (with a short timeout) and measured from outside: the output against one process's whole attention, what
+each rank sent to whom and on which group (`course.torch_collectives.Collectives`), the largest tensor and the
+matrix-product flops of every op it ran (`course.context_parallel.Ops`); the zig-zag split's work per rank, and the
+bytes of the ring and of Ulysses.
 
     online_softmax(update)                        # ex-online: o / l of the blocks folded in -> wrong, or None
     ring(runs)                                    # ex-ring: runs = ring_run(ring_attention, causal, None, update)
+                                                  # (ring_run passes ring_attention a group of the check's own)
     zigzag_balance(runs)                          # ex-zigzag: runs = ring_run(ring_attention, True, zigzag, update)
     bytes_predicted(bytes_sent, measured)         # ex-bytes: ring_bytes_run's and ulysses_run's bytes
 """
@@ -17,7 +19,7 @@ from course.checks import check, expect
 D = 8  # head dim of the ring's check: one block's K, V and positions, n (2 D + 1), is half the whole K on 4 ranks
 CHUNK = 4  # rows of a chunk: each rank holds two chunks, n = 2 CHUNK rows
 TOLERANCE = 1e-10  # float64: the blockwise softmax and the whole one differ by rounding only (1e-16 seen)
-GROUP_TIMEOUT = 10  # s a rank waits for its peer in the check's own group: a stuck ring fails within the deadline
+GROUP_TIMEOUT = 10  # s a rank waits for its peer in the group the check passes: a stuck ring fails within the deadline
 
 # online_softmax's cases: (queries' positions, key blocks' sizes, causal, the block visited first): several uneven
 # blocks, one block, and causal masks that leave a query row with no key in some block (also in the first visited)
@@ -97,14 +99,36 @@ def whole(size: int):
     return _data(2 * CHUNK * size, 2 * CHUNK * size, D, 14)
 
 
-def _own_group(group):
-    """Make `group` the default group until the returned function is called: the answer's sends and receives,
-    written for the default group, go over the check's own group and its short timeout."""
-    from torch.distributed import distributed_c10d as c10d
+def _on_groups():
+    """course.torch_collectives.Collectives that also writes down, in `names`, the name of each collective's process
+    group: a group of the check's own has the same global ranks as the default group, but not its name."""
+    import torch
 
-    default = c10d._world.default_pg
-    c10d._update_default_pg(group)
-    return lambda: c10d._update_default_pg(default)
+    from course.torch_collectives import Collectives
+
+    def name(args) -> str | None:
+        for a in args:
+            if isinstance(a, torch.ScriptObject):
+                try:
+                    return torch.distributed.ProcessGroup.unbox(a).group_name
+                except RuntimeError:  # a boxed ReduceOp, not a group
+                    continue
+        words = [a for a in args if isinstance(a, str)]
+        return words[-1] if words else None  # functional collectives name their group last (after a reduce op's)
+
+    class OnGroups(Collectives):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str | None] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = len(self.groups)
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if len(self.groups) > before:
+                self.names.append(name([*args, *(kwargs or {}).values()]))
+            return out
+
+    return OnGroups()
 
 
 def pair_flops(update) -> int:
@@ -121,9 +145,10 @@ def pair_flops(update) -> int:
 
 
 def ring_run(ring_attention, causal: bool, chunks=None, update=None) -> dict:
-    """On every rank: `ring_attention(q, k, v, pos, causal)` on this rank's two chunks of the check's sequence (chunks
-    2r, 2r + 1, or `chunks(rank, size)`), measured from outside: its output, each send's (destination, bytes), the
-    kinds of collectives it ran, the largest tensor an op made and its matrix-product flops (in pairs of halves
+    """On every rank: `ring_attention(q, k, v, pos, causal, group)` on this rank's two chunks of the check's sequence
+    (chunks 2r, 2r + 1, or `chunks(rank, size)`) over a gloo group the check makes of every rank, measured from
+    outside: its output, each send's (destination's global rank, bytes), the kinds of collectives it ran and how many
+    ran on another group than `group`, the largest tensor an op made and its matrix-product flops (in pairs of halves
     where `update` is given: its flops on one pair)."""
     import datetime
 
@@ -131,14 +156,14 @@ def ring_run(ring_attention, causal: bool, chunks=None, update=None) -> dict:
     import torch.distributed as dist
 
     from course.context_parallel import Ops
-    from course.torch_collectives import Collectives
 
     rank, size = dist.get_rank(), dist.get_world_size()
     run = {"rank": rank, "size": size, "causal": causal, "error": None}
     if update is not None:  # the notebook's `update`, where an engine's namespace lacks it
         ring_attention.__globals__.setdefault("update", update)
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
-    restore = _own_group(group)
+    run["next"] = dist.get_global_rank(group, (dist.get_rank(group) + 1) % size)
+    group_name = group.group_name
     try:
         mine = tuple(int(c) for c in (chunks(rank, size) if chunks else (2 * rank, 2 * rank + 1)))
         run["chunks"] = mine
@@ -146,18 +171,19 @@ def ring_run(ring_attention, causal: bool, chunks=None, update=None) -> dict:
             raise ValueError(f"chunks {mine} are not two of the {2 * size} chunks 0..{2 * size - 1}")
         pos = chunk_rows(mine)
         q, k, v = whole(size)
-        with Collectives() as seen, Ops() as ops:
-            out = ring_attention(q[pos].clone(), k[pos].clone(), v[pos].clone(), pos.clone(), causal)
+        with _on_groups() as seen, Ops() as ops:
+            out = ring_attention(q[pos].clone(), k[pos].clone(), v[pos].clone(), pos.clone(), causal, group)
     except Exception as failed:  # noqa: BLE001 - the learner's code failing is what the check tells
         run["error"] = f"{type(failed).__name__}: {str(failed).splitlines()[0][:300]}"
         return run
     finally:
-        restore()
         dist.destroy_process_group(group)
     run["out"] = out.tolist() if isinstance(out, torch.Tensor) else None
     run["pos"] = pos.tolist()
     run["sent"] = list(seen.sent)
     run["kinds"] = sorted({kind for kind, _ in seen.seen} - {"send", "recv"})
+    run["collectives"] = len(seen.names)
+    run["off_group"] = sum(name != group_name for name in seen.names)
     run["largest"], run["flops"] = ops.largest, ops.flops
     per_pair = pair_flops(update) if update else 0
     run["pairs"] = ops.flops / per_pair if per_pair else None  # None: no update, or one without matrix products
@@ -204,22 +230,29 @@ def _output_right(runs: list[dict]) -> None:
 
 @check
 def ring(runs: list[dict]) -> None:
-    """`runs`: ring_run on every rank (with `update`). Each rank's rows are whole attention's; it sent its K and V
-    blocks to rank + 1 only, p - 1 times (positions may ride along), ran no other collective, made no tensor larger
-    than one block's K, V and positions together, and computed the pairs of halves its mask needs, no more."""
+    """`runs`: ring_run on every rank (with `update`). Each rank ran every send and receive on the group it was
+    given; its rows are whole attention's; it sent its K and V blocks to the group's next rank only, p - 1 times
+    (positions may ride along), ran no other collective, made no tensor larger than one block's K, V and positions
+    together, and computed the pairs of halves its mask needs, no more."""
     expect(not _failed(runs), _failed(runs))
-    _output_right(runs)
     size, causal = len(runs), runs[0]["causal"]
     mask = "causal" if causal else "no mask"
+    for r in runs:
+        expect(
+            not r["off_group"],
+            f"{mask}: rank {r['rank']} ran {r['off_group']} of its {r['collectives']} sends, receives or collectives "
+            "on another process group than the `group` it was given (the default one?): pass group=group to each",
+        )
+    _output_right(runs)
     n = 2 * CHUNK
     kv = 2 * n * D * 8
     for r in runs:
-        rank, nxt = r["rank"], (r["rank"] + 1) % size
+        rank, nxt = r["rank"], r["next"]
         expect(not r["kinds"], f"{mask}: rank {rank} ran {', '.join(r['kinds'])}: the ring only sends and receives")
         where = sorted({d for d, _ in r["sent"]})
         expect(
             where in ([], [nxt]) and (where or size == 1),
-            f"{mask}: rank {rank} sent to ranks {where}: each rank sends to the next one, rank + 1 = {nxt}",
+            f"{mask}: rank {rank} sent to ranks {where}: each rank sends to the next one of the group, {nxt}",
         )
         sent = sum(b for _, b in r["sent"])
         least, most = (size - 1) * kv, (size - 1) * (kv + n * 8)
@@ -289,7 +322,8 @@ def ulysses_run(seq: int, heads: int, dim: int, causal: bool = True) -> dict:
 
 def ring_bytes_run(ring_attention, seq: int, heads: int, dim: int) -> int:
     """On every rank: `ring_attention` on this rank's seq / p rows of a float64 sequence of `heads` heads of `dim`
-    features (their heads side by side: the ring sends them all alike), no mask; the bytes it sent."""
+    features (their heads side by side: the ring sends them all alike), no mask, over a gloo group the check makes;
+    the bytes it sent."""
     import datetime
 
     import torch
@@ -302,12 +336,10 @@ def ring_bytes_run(ring_attention, seq: int, heads: int, dim: int) -> int:
     pos = torch.arange(rank * n, (rank + 1) * n)
     q, k, v = _data(n, n, heads * dim, 20 + rank)
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
-    restore = _own_group(group)
     try:
         with Collectives() as seen:
-            ring_attention(q, k, v, pos, False)
+            ring_attention(q, k, v, pos, False, group)
     finally:
-        restore()
         dist.destroy_process_group(group)
     return sum(b for _, b in seen.sent)
 
