@@ -61,41 +61,41 @@ def _sent(name: str, args: tuple, ranks: tuple[int, ...] | None) -> list[tuple[i
     return []
 
 
-def _group_ranks(args: Any) -> tuple[int, ...] | None:
-    """The global ranks of the group a collective's arguments name: functional ops pass the group's name, c10d ops
-    pass it boxed (a boxed ReduceOp is not a group)."""
+def _group(args: Any):
+    """The process group a collective's arguments name: functional ops pass the group's name, c10d ops pass it
+    boxed (a boxed ReduceOp is not a group)."""
     import torch
     import torch.distributed as dist
 
     for a in args:
-        group = None
         if isinstance(a, str):
             try:
-                group = dist.distributed_c10d._resolve_process_group(a)
+                return dist.distributed_c10d._resolve_process_group(a)
             except Exception:  # noqa: BLE001 - a string that names no group
                 continue
         elif isinstance(a, torch.ScriptObject):
             try:
-                group = dist.ProcessGroup.unbox(a)
+                return dist.ProcessGroup.unbox(a)
             except RuntimeError:
                 continue
-        if group is not None:
-            return tuple(dist.get_process_group_ranks(group))
     return None
 
 
 class Collectives(TorchDispatchMode):
     """A dispatch mode that writes down each collective run under it as (kind, bytes of its largest tensor: the
     whole gathered tensor of an all-gather, the whole input of a reduce-scatter), in `groups` the global ranks
-    of its group, and in `sent` each send's and all-to-all's (destination's global rank, bytes), in order."""
+    of its group and in `names` the group's name (a new group of every rank has the default group's ranks, not its
+    name), and in `sent` each send's and all-to-all's (destination's global rank, bytes), in order."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[tuple[str, int]] = []
         self.groups: list[tuple[int, ...] | None] = []
+        self.names: list[str | None] = []
         self.sent: list[tuple[int, int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import torch.distributed as dist
         from torch.distributed.tensor import DTensor
 
         if any(issubclass(t, DTensor) for t in types):
@@ -105,7 +105,9 @@ class Collectives(TorchDispatchMode):
         if func.namespace in NAMESPACES and not name.startswith(("wait", "_wrap")):
             largest = max((t.numel() * t.element_size() for t in _tensors([args, kwargs])), default=0)
             self.seen.append((kind(name), largest))
-            self.groups.append(_group_ranks([*args, *kwargs.values()]))
+            group = _group([*args, *kwargs.values()])
+            self.groups.append(tuple(dist.get_process_group_ranks(group)) if group else None)
+            self.names.append(group.group_name if group else None)
             if func.namespace == "c10d":
                 self.sent += _sent(name, args, self.groups[-1])
         return func(*args, **kwargs)

@@ -71,6 +71,31 @@ def _collectives_by_hand():
     return seen.seen, seen.sent
 
 
+def _groups_by_hand():
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._functional_collectives import all_reduce as functional_all_reduce
+
+    from course.torch_collectives import Collectives
+
+    own = dist.new_group(backend="gloo")
+    t = torch.ones(4)
+    with Collectives() as seen:
+        dist.all_reduce(t)
+        dist.all_reduce(t, group=own)
+        functional_all_reduce(t, "sum", own).wait()
+    return seen.groups, seen.names, [dist.group.WORLD.group_name, own.group_name]
+
+
+def test_the_recorder_tells_a_new_group_of_every_rank_from_the_default_one_by_name():
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    groups, names, (world, own) = ddp.on_gloo_ranks(_groups_by_hand, 2)[0]
+    assert groups == [(0, 1)] * 3 and world != own
+    assert names == [world, own, own]
+
+
 def test_the_recorder_names_and_weighs_each_collective_c10d_and_functional():
     import cloudpickle
 

@@ -99,38 +99,6 @@ def whole(size: int):
     return _data(2 * CHUNK * size, 2 * CHUNK * size, D, 14)
 
 
-def _on_groups():
-    """course.torch_collectives.Collectives that also writes down, in `names`, the name of each collective's process
-    group: a group of the check's own has the same global ranks as the default group, but not its name."""
-    import torch
-
-    from course.torch_collectives import Collectives
-
-    def name(args) -> str | None:
-        for a in args:
-            if isinstance(a, torch.ScriptObject):
-                try:
-                    return torch.distributed.ProcessGroup.unbox(a).group_name
-                except RuntimeError:  # a boxed ReduceOp, not a group
-                    continue
-        words = [a for a in args if isinstance(a, str)]
-        return words[-1] if words else None  # functional collectives name their group last (after a reduce op's)
-
-    class OnGroups(Collectives):
-        def __init__(self) -> None:
-            super().__init__()
-            self.names: list[str | None] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            before = len(self.groups)
-            out = super().__torch_dispatch__(func, types, args, kwargs)
-            if len(self.groups) > before:
-                self.names.append(name([*args, *(kwargs or {}).values()]))
-            return out
-
-    return OnGroups()
-
-
 def pair_flops(update) -> int:
     """The matrix-product flops of one call of `update` on a pair of halves (CHUNK queries, CHUNK keys)."""
     import torch
@@ -156,6 +124,7 @@ def ring_run(ring_attention, causal: bool, chunks=None, update=None) -> dict:
     import torch.distributed as dist
 
     from course.context_parallel import Ops
+    from course.torch_collectives import Collectives
 
     rank, size = dist.get_rank(), dist.get_world_size()
     run = {"rank": rank, "size": size, "causal": causal, "error": None}
@@ -171,7 +140,7 @@ def ring_run(ring_attention, causal: bool, chunks=None, update=None) -> dict:
             raise ValueError(f"chunks {mine} are not two of the {2 * size} chunks 0..{2 * size - 1}")
         pos = chunk_rows(mine)
         q, k, v = whole(size)
-        with _on_groups() as seen, Ops() as ops:
+        with Collectives() as seen, Ops() as ops:
             out = ring_attention(q[pos].clone(), k[pos].clone(), v[pos].clone(), pos.clone(), causal, group)
     except Exception as failed:  # noqa: BLE001 - the learner's code failing is what the check tells
         run["error"] = f"{type(failed).__name__}: {str(failed).splitlines()[0][:300]}"
