@@ -76,7 +76,7 @@ def test_zigzag(case, solution, view):
 @pytest.fixture(scope="module")
 def measured(solution, view):
     """The bytes rank 0 sent: the solution's ring and the course's Ulysses, on the engines."""
-    ring = view.apply_sync(ring_attention.ring_bytes_run, solution["ring_attention"], *SIZES)
+    ring = view.apply_sync(ring_attention.ring_bytes_run, solution["ring_attention"], solution["update"], *SIZES)
     ulysses = view.apply_sync(ring_attention.ulysses_run, *SIZES)
     assert all(u["error"] < 1e-12 for u in ulysses), "Ulysses' rows are not whole attention's"
     return {("ring", *SIZES, 2, 8): ring[0], ("ulysses", *SIZES, 2, 8): ulysses[0]["sent"]}

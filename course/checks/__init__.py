@@ -13,8 +13,9 @@ a check runs on the engines goes through `deadline`, so that a stuck rank is tol
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ParamSpec
 
 P = ParamSpec("P")
@@ -43,3 +44,20 @@ def check(function: Callable[P, None]) -> Callable[P, str | None]:
         return None
 
     return first_problem
+
+
+@contextlib.contextmanager
+def lent(function: Callable, **names: object) -> Iterator[None]:
+    """Bind NAMES in FUNCTION's globals for the block, then put back what was there: a learner's function sent to
+    an engine calls their other functions by name, and the engine's namespace lacks them or holds an older one."""
+    space = function.__globals__
+    before = {name: space[name] for name in names if name in space}
+    space.update(names)
+    try:
+        yield
+    finally:
+        for name in names:
+            if name in before:
+                space[name] = before[name]
+            else:
+                space.pop(name, None)

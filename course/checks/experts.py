@@ -12,7 +12,7 @@ of experts); and the Switch Transformer's load-balancing loss against hand-worke
 
 from __future__ import annotations
 
-from course.checks import check, expect
+from course.checks import check, expect, lent
 
 D, HIDDEN, E, TOKENS = 8, 16, 12, 16  # E = 12 experts: 6, 4 or 3 on each of 2, 3 or 4 ranks
 UNUSED = 5  # the expert the router is biased against in the layer's cases: it receives no token
@@ -216,9 +216,6 @@ def moe_run(moe_forward, route, cases=MOE_CASES) -> list[dict]:
     rank, size = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
     runs = []
-    # the layer calls `route` by name: on an engine its globals are the engine's namespace, which lacks it
-    names = getattr(moe_forward, "__globals__", {})
-    before, names["route"] = names.get("route"), route
     try:
         for k, capacity in cases:
             run = {"rank": rank, "size": size, "k": k, "capacity": capacity, "error": None}
@@ -235,7 +232,7 @@ def moe_run(moe_forward, route, cases=MOE_CASES) -> list[dict]:
             seen = Collectives()
             restore = _checked_all_to_all(seen, group)
             try:
-                with torch.no_grad(), seen:
+                with torch.no_grad(), seen, lent(moe_forward, route=route):  # the layer calls `route` by name
                     out = moe_forward(x, gate, mine, k, capacity, group)
             except Exception as failed:  # noqa: BLE001 - the learner's layer failing is what the check tells
                 run["error"] = f"{type(failed).__name__}: {str(failed).splitlines()[0][:300] if str(failed) else ''}"
@@ -246,10 +243,6 @@ def moe_run(moe_forward, route, cases=MOE_CASES) -> list[dict]:
             run["sent"], run["seen"], run["ran"] = list(seen.sent), list(seen.seen), ran
     finally:
         dist.destroy_process_group(group)
-        if before is None:
-            names.pop("route", None)
-        else:
-            names["route"] = before
     return runs
 
 
