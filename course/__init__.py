@@ -13,7 +13,8 @@ A map, by role (each module's docstring says more):
 - What notebooks check a learner's answer with: checks/ (one module per notebook or topic, each check returning
   what is wrong in words: quiz, a Horovod script, a MirroredStrategy loop, a batch script, ...), shortcuts (answers that call the course's own code), answers (instructor-only references).
 - What runs as a job (`python -m course.programs.NAME`, under horovodrun, mpiexec or srun): programs/.
-- The machine underneath, one place each: slurm (every Slurm command), mpi (Open MPI), devices (GPUs, threads),
+- The machine underneath, one place each: slurm (every Slurm command), mpi (Open MPI), launch (mpiexec or
+  horovodrun from a notebook, a hung launch tried once more), devices (GPUs, threads),
   processes (finding and killing), memory, settings (every COURSE_* variable), profile.
 - Tools on the command line (`python -m course ...`, cli): doctor/, hub (the end of a class on a JupyterHub), jobs,
   apptainer, run (and records: a run's date, commit and machine as data, for the website), lab, contents (README's

@@ -177,14 +177,13 @@ def compare_scalings(
 
 def _horovod_mnist_summaries(ranks: int, options: tuple, timeline, timeout: float) -> list[dict]:
     import json
-    import subprocess
     import sys
 
-    from course import mpi
+    from course import launch, mpi
 
     command = horovodrun(ranks) + (["--timeline-filename", str(timeline)] if timeline else [])
     command += [sys.executable, "-m", "course.programs.horovod_mnist", *options]
-    done = subprocess.run(command, capture_output=True, text=True, env=mpi.env(), timeout=timeout)
+    done = launch.run(command, env=mpi.env(), timeout=timeout)
     found = re.findall(r"SUMMARY (\{.*\})", done.stdout)  # horovodrun prefixes each line with [rank]<stdout>:
     if done.returncode != 0 or not found:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
