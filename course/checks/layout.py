@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from course.checks import check, expect
+from course.shortcuts import Watch
 
 KEYS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -107,20 +108,27 @@ def _earlier(mine: dict, other: dict) -> str:
     return "the same otherwise with the experts spread over more ranks"
 
 
-def _one(layout, case: Case) -> None:
-    fitting = [a for a in _allowed(case) if _fits(case, a)]
-    said = f"{case.name} (devices={case.devices}, gpus_per_node={case.gpus_per_node}, experts={case.experts}, seq={case.seq})"
-    if not fitting:
+def _ask(layout, case: Case) -> tuple[object, bool]:
+    """The learner's layout for `case` and whether it raised ValueError; refused if it calls the check's own search."""
+    got, raised = None, False
+    with Watch((_allowed, _fits, _order, _earlier, _divisors)) as seen:
         try:
             got = layout(dict(case.model), case.seq, case.experts, case.devices, case.gpus_per_node)
         except ValueError:
-            return
-        expect(False, f"{said}: no layout the rules allow fits in {case.model['gpu_gb']:g} GB, yet you returned {got}; "
-               "raise ValueError")  # fmt: skip
-    try:
-        got = layout(dict(case.model), case.seq, case.experts, case.devices, case.gpus_per_node)
-    except ValueError:
-        got = None
+            raised = True
+    expect(not seen.called, f"your layout calls {seen.called[0] if seen.called else ''}, this check's own search: "
+           "write the search yourself (memory_gb, the notebook's formula, you may call)")  # fmt: skip
+    return got, raised
+
+
+def _one(layout, case: Case) -> None:
+    fitting = [a for a in _allowed(case) if _fits(case, a)]
+    said = f"{case.name} (devices={case.devices}, gpus_per_node={case.gpus_per_node}, experts={case.experts}, seq={case.seq})"
+    got, raised = _ask(layout, case)
+    if not fitting:
+        expect(raised, f"{said}: no layout the rules allow fits in {case.model['gpu_gb']:g} GB, yet you "
+               f"returned {got}; raise ValueError")  # fmt: skip
+        return
     expect(got is not None, f"{said}: you raised ValueError (or returned None), but a layout the rules allow fits")
     expect(isinstance(got, dict) and set(got) == set(KEYS), f"{said}: return a dict with the keys {', '.join(KEYS)}")
     expect(
