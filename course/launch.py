@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,9 @@ def run(
             f"{Path(command[0]).name} {hung}: its ranks were ended (their output, with where each was: {_keep(done)})"
         )
         if hung.startswith("ran longer") or attempt == attempts:
-            raise UserError(said if hung.startswith("ran longer") else f"{said}; it hung {attempts} times in a row")
+            raise UserError(
+                said if hung.startswith("ran longer") or attempts == 1 else f"{said}; it hung {attempts} times in a row"
+            )
         print(f"{said}; running it once more", file=sys.stderr, flush=True)
     raise UserError(f"attempts must be at least 1, not {attempts}")
 
@@ -96,15 +97,11 @@ def _attempt(command, env, cwd, quiet: float, timeout: float) -> tuple[subproces
     return subprocess.CompletedProcess(command, process.returncode, "".join(out), "".join(err)), hung
 
 
-def _ask_where(session: int) -> None:
-    """SIGTERM every process of the launch's session (its ranks dump their threads' stacks), then wait a little."""
-    members = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if process.pid != session and os.getsid(process.pid) == session:
-                process.send_signal(signal.SIGTERM)
-                members.append(process)
-    psutil.wait_procs(members, timeout=DUMP_GRACE)
+def _ask_where(launcher: int) -> None:
+    """SIGTERM what the launcher started (its ranks dump their threads' stacks); kill what is left after DUMP_GRACE s.
+    Its tree, not its session: horovodrun starts its ranks in sessions of their own."""
+    with contextlib.suppress(psutil.Error):
+        processes.end(processes.tree(psutil.Process(launcher))[:-1], timeout=DUMP_GRACE)
 
 
 def _keep(done: subprocess.CompletedProcess) -> Path:

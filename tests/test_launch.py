@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course import UserError, launch, mpi
+from course import UserError, launch, mpi, training
 from tests.conftest import started_with
 
 # Each rank says it is up, then ticks once a second for longer than `quiet`: a launch that prints is not hung. In
@@ -81,3 +81,22 @@ def test_a_launch_past_its_time_is_ended_once_not_tried_again(tmp_path, capsys):
     assert "rank 0 tick" in _kept(str(raised.value)), "it was ticking, not silent"
     assert "once more" not in capsys.readouterr().err
     assert not started_with("HELD", str(tmp_path / "held")), "the launch's processes outlived it"
+
+
+def test_a_hung_horovodrun_launch_says_where_its_ranks_were_and_leaves_nothing(tmp_path):
+    """horovodrun starts each rank in a session of its own: the ranks are found as its descendants."""
+    program = tmp_path / "held.py"
+    program.write_text(
+        "import faulthandler, os, signal, time\n"
+        "faulthandler.register(signal.SIGTERM, chain=True)\n"
+        "def hold_rank_1():\n"
+        "    time.sleep(600)\n"
+        "print('up', flush=True)\n"
+        "if os.environ['HOROVOD_RANK'] == '1':\n"
+        "    hold_rank_1()\n"
+    )
+    env = {**mpi.env(), "HELD": str(tmp_path)}
+    with pytest.raises(UserError, match="printed nothing for") as raised:
+        launch.run([*training.horovodrun(2), sys.executable, str(program)], env=env, quiet=QUIET, attempts=1)
+    assert "hold_rank_1" in _kept(str(raised.value)), "rank 1's stack is kept"
+    assert not started_with("HELD", str(tmp_path)), "the hung launch's processes outlived it"
