@@ -67,11 +67,11 @@ def test_a_launch_that_hangs_once_is_ended_and_runs_once_more_and_one_that_ticks
     assert not started_with("HELD", held), "the hung launch's processes outlived it"
 
 
-def test_a_launch_that_hangs_every_time_is_one_line_and_leaves_nothing(tmp_path):
+def test_a_launch_that_hangs_every_time_is_one_line_and_leaves_nothing(tmp_path, capsys):
     with pytest.raises(UserError, match="hung 2 times in a row") as raised:
         _launch(tmp_path, HOLD_ALWAYS="1", TICKS="0")
     assert "\n" not in str(raised.value)
-    _kept(str(raised.value))
+    assert "hold_rank_1" in _kept(str(raised.value)) and "hold_rank_1" in _kept(capsys.readouterr().err)
     assert not started_with("HELD", str(tmp_path / "held")), "the hung launches' processes outlived them"
 
 
