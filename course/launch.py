@@ -41,23 +41,25 @@ def run(
     """Run COMMAND to its end and return its exit status and output, as subprocess.run(capture_output=True, text=True)
     does. An attempt silent for `quiet` s is ended and run again, up to `attempts` in all; one that runs longer than
     `timeout` s is ended. Both raise UserError in the end, naming the file with the last attempt's output."""
+    if attempts < 1:
+        raise UserError(f"attempts must be at least 1, not {attempts}")
     for attempt in range(1, attempts + 1):
         done, hung = _attempt(command, env, cwd, quiet, timeout)
         if hung is None:
             return done
-        said = (
-            f"{Path(command[0]).name} {hung}: its ranks were ended (their output, with where each was: {_keep(done)})"
-        )
-        if hung.startswith("ran longer") or attempt == attempts:
-            raise UserError(
-                said if hung.startswith("ran longer") or attempts == 1 else f"{said}; it hung {attempts} times in a row"
-            )
+        ended = f"its ranks were ended (their output, with where each was: {_keep(done)})"
+        if hung == "long":
+            raise UserError(f"{Path(command[0]).name} ran longer than {timeout:.0f} s: {ended}")
+        said = f"{Path(command[0]).name} printed nothing for {quiet:.0f} s: {ended}"
+        if attempt == attempts:
+            raise UserError(said + (f"; it hung {attempts} times in a row" if attempts > 1 else ""))
         print(f"{said}; running it once more", file=sys.stderr, flush=True)
-    raise UserError(f"attempts must be at least 1, not {attempts}")
+    raise AssertionError("not reached: the last attempt returns or raises")
 
 
 def _attempt(command, env, cwd, quiet: float, timeout: float) -> tuple[subprocess.CompletedProcess, str | None]:
-    """One run of COMMAND in a session of its own, watched: (what it did, None) or (what it printed, why it hung)."""
+    """One run of COMMAND in a session of its own, watched: (what it did, None), or (what it printed, "quiet" or
+    "long") for an attempt ended as silent for `quiet` s or running past `timeout` s."""
     segments = mpi.segments_folder()  # an ended attempt's shared-memory files go with it
     env = mpi.with_segments(dict(os.environ if env is None else env), segments)
     process = subprocess.Popen(
@@ -83,9 +85,9 @@ def _attempt(command, env, cwd, quiet: float, timeout: float) -> tuple[subproces
             time.sleep(0.2)
             now = time.monotonic()
             if now - heard[0] > quiet:
-                hung = f"printed nothing for {quiet:.0f} s"
+                hung = "quiet"
             elif now - began > timeout:
-                hung = f"ran longer than {timeout:.0f} s"
+                hung = "long"
         if hung is not None:
             _ask_where(process.pid)
     finally:
