@@ -49,10 +49,17 @@ def run(
             return done
         ended = f"its ranks were ended (their output, with where each was: {_keep(done)})"
         if hung == "long":
-            raise UserError(f"{Path(command[0]).name} ran longer than {timeout:.0f} s: {ended}")
+            raise UserError(
+                f"{Path(command[0]).name} ran longer than {timeout:.0f} s: {ended}; give it a larger "
+                "timeout, or less to do"
+            )
         said = f"{Path(command[0]).name} printed nothing for {quiet:.0f} s: {ended}"
         if attempt == attempts:
-            raise UserError(said + (f"; it hung {attempts} times in a row" if attempts > 1 else ""))
+            again = f"; it hung {attempts} times in a row" if attempts > 1 else ""
+            raise UserError(
+                f"{said}{again}: see where the ranks waited in that file, and what else holds this "
+                "node's cores (top), then run the cell again"
+            )
         print(f"{said}; running it once more", file=sys.stderr, flush=True)
     raise AssertionError("not reached: the last attempt returns or raises")
 

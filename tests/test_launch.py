@@ -70,7 +70,7 @@ def test_a_launch_that_hangs_once_is_ended_and_runs_once_more_and_one_that_ticks
 def test_a_launch_that_hangs_every_time_is_one_line_and_leaves_nothing(tmp_path, capsys):
     with pytest.raises(UserError, match="hung 2 times in a row") as raised:
         _launch(tmp_path, HOLD_ALWAYS="1", TICKS="0")
-    assert "\n" not in str(raised.value)
+    assert "\n" not in str(raised.value) and "run the cell again" in str(raised.value), "one line, saying what to do"
     assert "hold_rank_1" in _kept(str(raised.value)) and "hold_rank_1" in _kept(capsys.readouterr().err)
     assert not started_with("HELD", str(tmp_path / "held")), "the hung launches' processes outlived them"
 
@@ -78,6 +78,7 @@ def test_a_launch_that_hangs_every_time_is_one_line_and_leaves_nothing(tmp_path,
 def test_a_launch_past_its_time_is_ended_once_not_tried_again(tmp_path, capsys):
     with pytest.raises(UserError, match="ran longer than 15 s") as raised:
         _launch(tmp_path, timeout=15, TICKS="60")
+    assert "larger timeout" in str(raised.value), "it says what to do"
     assert "rank 0 tick" in _kept(str(raised.value)), "it was ticking, not silent"
     assert "once more" not in capsys.readouterr().err
     assert not started_with("HELD", str(tmp_path / "held")), "the launch's processes outlived it"
