@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 
 from course import UserError, memory, records
+from course.grading import KERNEL_START_TIMEOUT
 
 FIGURE_MIME = "application/vnd.course.key-figure+json"
 KERNEL = "ddl-hpc"
@@ -109,7 +110,7 @@ def execute(path: Path, profile: str = "quick", progress=None) -> tuple[Result, 
         notebook,
         kernel_name=KERNEL,
         timeout=CELL_TIMEOUT,
-        startup_timeout=180,
+        startup_timeout=KERNEL_START_TIMEOUT,
         resources={"metadata": {"path": str(path.parent)}},
         on_cell_executed=(lambda **_: progress.update(1)) if progress else None,
     )

@@ -126,3 +126,44 @@ def test_a_kernel_that_never_starts_is_the_graders_trouble_not_a_crash(tmp_path,
     assert outcome.stopped == "nostart" and not outcome.executed, (outcome.stopped, outcome.executed)
     words = explain.stop_words(outcome, "", 30, 2**30)
     assert "could not start a kernel" in words and "crash" not in words, words
+
+
+def _kernel_slow_to_answer(root, seconds: float) -> str:
+    """A real kernelspec whose ipykernel starts only after `seconds`, as on a machine busy with other kernels."""
+    import json
+    import sys
+
+    spec_dir = root / "kernels" / "slow"
+    spec_dir.mkdir(parents=True)
+    start = (
+        f"import os, sys, time; time.sleep({seconds}); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', *sys.argv[1:]])"
+    )
+    argv = [sys.executable, "-c", start, "-f", "{connection_file}"]
+    (spec_dir / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "slow", "language": "python"}))
+    return "slow"
+
+
+@pytest.mark.slow
+def test_a_kernel_slower_to_answer_than_nbclients_default_wait_is_graded(tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    nb = _two_cells()
+    late = NotebookClient.startup_timeout.default_value + 5
+    outcome = run(nb, str(tmp_path), 30, 2**30, kernel_name=_kernel_slow_to_answer(tmp_path, late))
+    assert outcome.stopped is None, (outcome.stopped, outcome.detail)
+    assert [o.get("text") for o in nb.cells[2].outputs] == ["42\n"]
+
+
+def test_nbgrader_waits_longer_for_a_new_kernel_than_nbclients_default(tmp_path):
+    """nbgrader_config.py gives nbgrader's Execute a longer wait for a new kernel than nbclient's default."""
+    from nbclient import NotebookClient
+    from nbgrader.preprocessors import Execute
+    from traitlets.config import Config
+
+    from course.grading.nbgrader_course import configure
+
+    config = Config()
+    configure(config, tmp_path)
+    assert Execute(config=config).startup_timeout > NotebookClient.startup_timeout.default_value

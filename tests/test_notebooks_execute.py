@@ -21,6 +21,7 @@ from nbgrader.validator import Validator
 from traitlets.config import Config
 
 from course import cluster, memory, run
+from course.grading import KERNEL_START_TIMEOUT
 from tests.conftest import MACHINE, ROOT
 from tests.grading_support import errors, first_answer, reads_grading_mode
 
@@ -50,7 +51,9 @@ def test_notebook_executes_and_nbgrader_validates_it(path, tmp_path, monkeypatch
     monkeypatch.setenv("COURSE_PROFILE", "quick")
     monkeypatch.setenv("COURSE_CLUSTER_ID", f"nbtest-{path.stem}")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-    validator = RecordingValidator(config=Config({"Execute": {"timeout": run.CELL_TIMEOUT, "startup_timeout": 180}}))
+    validator = RecordingValidator(
+        config=Config({"Execute": {"timeout": run.CELL_TIMEOUT, "startup_timeout": KERNEL_START_TIMEOUT}})
+    )
     started, left_running, peak = time.perf_counter(), None, memory.PeakMemory()
     try:
         with peak:  # the kernel is a child of this process, its engines are the kernel's
@@ -121,7 +124,7 @@ def test_released_notebook_runs_to_its_first_exercise(path, tmp_path, monkeypatc
         notebook,
         kernel_name=run.KERNEL,
         timeout=run.CELL_TIMEOUT,
-        startup_timeout=180,
+        startup_timeout=KERNEL_START_TIMEOUT,
         allow_errors=True,
         resources={"metadata": {"path": str(path.parent)}},
     )

@@ -13,6 +13,8 @@ from typing import Any
 
 ASSIGNMENT = "ddl-hpc"  # the nbgrader assignment id of the course (see nbgrader_config.py)
 CELL_TIMEOUT = 300  # seconds per cell: generous for the quick profile's training cells
+# seconds a new kernel has to answer: beside other kernels training, one took more than nbclient's 60
+KERNEL_START_TIMEOUT = 180
 MEMORY_LIMIT = "4G"  # per kernel, counting the processes it starts (engines)
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ("student", "notebook", "cell", "points", "max_points", "status", "message")  # the columns of grades.csv

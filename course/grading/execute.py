@@ -29,7 +29,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
 from course import UserError, processes
-from course.grading import parse_memory, quiet_log, size_words  # noqa: F401  (re-exported)
+from course.grading import KERNEL_START_TIMEOUT, parse_memory, quiet_log, size_words  # noqa: F401  (re-exported)
 
 MAX_OUTPUT = 2**20  # bytes of output kept per cell
 START_ATTEMPTS = 3  # tries to start a kernel before the grader gives up on it
@@ -219,6 +219,7 @@ def _run_once(nb: NotebookNode, cwd: str, timeout: float, memory: int, kernel_na
         timeout=max(1, math.ceil(timeout)),
         timeout_func=lambda cell: timeout,
         iopub_timeout=30,
+        startup_timeout=KERNEL_START_TIMEOUT,
         watchdog=watchdog,
         outcome=outcome,
         log=quiet_log(),

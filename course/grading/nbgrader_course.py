@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from course import UserError, settings
-from course.grading import ASSIGNMENT, CELL_TIMEOUT, ROOT
+from course.grading import ASSIGNMENT, CELL_TIMEOUT, KERNEL_START_TIMEOUT, ROOT
 
 ENV_ROOT = "COURSE_NBGRADER_ROOT"
 ENV_EXCHANGE = "COURSE_NBGRADER_EXCHANGE"
@@ -64,6 +64,7 @@ def configure(c, checkout: Path) -> None:
     # nbgrader's default of 30 s per cell is too short for the training cells; the course's own grader uses the same.
     c.Execute.timeout = CELL_TIMEOUT
     c.Execute.interrupt_on_timeout = True
+    c.Execute.startup_timeout = KERNEL_START_TIMEOUT
     # Every notebook nbgrader runs gets a cluster id of its own, and its engines end with its kernel (even after an
     # error, a time limit or a crash), so no submission attaches to another's engines (course/grading/isolation.py).
     c.Execute.kernel_manager_class = "course.grading.isolation.IsolatedKernelManager"

@@ -19,6 +19,8 @@ from typing import Iterator
 
 import nbformat
 
+from course.grading import KERNEL_START_TIMEOUT
+
 CELL_TIMEOUT = 600  # seconds per cell, as generous as grading's
 
 
@@ -97,7 +99,7 @@ def notebook_kernel(source: Path, nb, workdir: Path, timeout: int = CELL_TIMEOUT
         nb,
         kernel_name=KERNEL,
         timeout=timeout,
-        startup_timeout=180,
+        startup_timeout=KERNEL_START_TIMEOUT,
         allow_errors=True,  # as nbgrader's Execute: a failing cell is scored, the run goes on
         interrupt_on_timeout=True,
         resources={"metadata": {"path": str(workdir)}},
