@@ -220,7 +220,7 @@ class Cluster:
             have = len(set(self.client.ids) - before)
             broken = self._controller_part_lost()  # also once the engines are in: a scheduler can have lost its port
             if broken:
-                raise ControllerBroken(broken)  # a new controller (new ports) is tried once: lifecycle._launch_new
+                raise ControllerBroken(broken)  # a new controller (new ports) is tried: lifecycle._launch_new
             if have >= n:
                 break
             problem = self._launch_problem()

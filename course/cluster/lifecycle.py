@@ -158,9 +158,15 @@ def _kernel_runner() -> list | None:
         return None
 
 
-def _launch_new(cid: str, settings: Settings, persist: bool, guard: list | None, attempts: int = 2) -> "Cluster":
-    """A new cluster with its engines up and its warden watching; a controller that came up broken is replaced
-    (new ports), once."""
+# A controller that lost a port is replaced (new ports) twice: the ports a replacement picks can be lost too, to
+# another cluster starting or to a connection made beside it (ipyparallel frees them before its processes bind them).
+CONTROLLER_ATTEMPTS = 3
+
+
+def _launch_new(
+    cid: str, settings: Settings, persist: bool, guard: list | None, attempts: int = CONTROLLER_ATTEMPTS
+) -> "Cluster":
+    """A new cluster with its engines up and its warden watching; a controller that came up broken is replaced."""
     for attempt in range(1, attempts + 1):
         cluster = Cluster(_new_ipp_cluster(cid, settings), settings, persist)
         try:
