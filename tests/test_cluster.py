@@ -306,7 +306,7 @@ def test_context_manager_stops():
 
 
 @pytest.mark.slow
-def test_a_controller_that_does_not_deliver_work_is_replaced_once_then_refused(monkeypatch):
+def test_a_controller_that_does_not_deliver_work_is_replaced_twice_then_refused(monkeypatch):
     """Engines that register but do not answer their first call (a controller whose scheduler lost the race for
     its port when several clusters start at once) get a new controller, twice; then one clear error, no strays.
     Here no first call can be answered in time: every attempt fails, each with its own controller."""
